@@ -1,0 +1,175 @@
+// Backend: the device-neutral interface of the compute kernels for the forward
+// pass of a Mixtral-style MoE decoder. bf16 weights, fp32 activations and fp32
+// accumulation. The CPU backend lives in kernels/cpu/, CUDA in kernels/cuda/.
+//
+// Conventions for every op:
+//  * Tensors are views (see tensor.h); outputs are caller-allocated views of
+//    the exact shape documented, on the backend's device. Ops never allocate
+//    device memory; scratch comes in as an explicit `workspace` tensor.
+//  * Every op first checks (CUTLASS-style can_implement, see op_checks.h) the
+//    device, dtype and shape of each argument and returns InvalidArgument on a
+//    mismatch before touching memory; it never crashes on a bad shape. Index
+//    inputs (token ids, slots, block tables) are also range-checked where they
+//    live in host-visible memory (the CPU backend always).
+//  * Ops are enqueued on a Stream and run in order. Outputs may be read only
+//    after Stream::Synchronize() (the CPU backend runs each op at enqueue time,
+//    so the data is ready on return, but portable callers synchronise).
+//  * Unless an op says "may alias", outputs must not overlap inputs.
+//
+// Thread safety: a Backend may be shared by threads; a Stream must be used by
+// one thread at a time.
+#ifndef MOESERVE_KERNELS_BACKEND_H_
+#define MOESERVE_KERNELS_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/tensor.h"
+
+namespace moeserve::kernels {
+
+// An in-order queue of ops on one device (a CUDA stream; on the CPU a handle
+// that runs each op synchronously on the backend's thread pool).
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual Device device() const = 0;
+  // Blocks until every op enqueued so far has finished; returns the first
+  // asynchronous error, if any.
+  virtual absl::Status Synchronize() = 0;
+};
+
+// Paged KV cache of one layer (vLLM layout). A token at absolute position p of
+// a sequence lives in block block_table[p / block_size], row p % block_size;
+// its "slot" is block * block_size + p % block_size.
+//   k_pool, v_pool: F32[num_blocks, block_size, kv_heads, head_dim]
+// Owned by the caller (the engine's KV cache manager).
+struct PagedKvCache {
+  Tensor k_pool;
+  Tensor v_pool;
+};
+
+// Describes a batch of sequences for Attention. Query rows of sequence s are
+// [query_start[s], query_start[s+1]); a query at absolute position p attends
+// to cache positions 0..p of its sequence (causal), which must already have
+// been written with KvWrite.
+//   query_start:  I32[num_seqs + 1], query_start[0] = 0, non-decreasing,
+//                 query_start[num_seqs] = n_q
+//   positions:    I32[n_q], absolute position of each query token
+//   block_tables: I32[num_seqs, max_blocks_per_seq], ids into the pools
+struct AttentionBatch {
+  Tensor query_start;
+  Tensor positions;
+  Tensor block_tables;
+};
+
+// Elements of the F32 workspace that ExpertFfn needs for m tokens.
+inline int64_t ExpertFfnWorkspaceElems(int64_t m, int64_t ffn) {
+  return 3 * m * ffn;
+}
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+  virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+
+  // out[i, :] = table[ids[i], :].  ids I32[n], table BF16[vocab, d],
+  // out F32[n, d]. Ids outside [0, vocab) -> InvalidArgument.
+  virtual absl::Status Embedding(Stream& s, const Tensor& ids,
+                                 const Tensor& table, const Tensor& out) = 0;
+
+  // out = x / sqrt(mean(x^2) + eps) * w.  x F32[n, d], w BF16[d],
+  // out F32[n, d] (may alias x). Per-head q/k norm: pass the [n*heads, hd]
+  // view.
+  virtual absl::Status RmsNorm(Stream& s, const Tensor& x, const Tensor& w,
+                               float eps, const Tensor& out) = 0;
+
+  // out = x * W^T (+ bias): the Linear layer in Hugging Face layout.
+  // x F32[m, k], w BF16[n, k], bias BF16[n] or empty, out F32[m, n].
+  virtual absl::Status MatMul(Stream& s, const Tensor& x, const Tensor& w,
+                              const Tensor& bias, const Tensor& out) = 0;
+
+  // In-place rotate-half RoPE (HF LlamaRotaryEmbedding): for i < hd/2,
+  // inv_freq_i = 1 / theta^(2i/hd) (fp32), angle = pos * inv_freq_i (fp32),
+  // (x_i, x_{i+hd/2}) <- (x_i cos - x_{i+hd/2} sin, x_{i+hd/2} cos + x_i sin).
+  // x F32[n, heads, hd] (hd even), positions I32[n] (>= 0).
+  virtual absl::Status RopeRotateHalf(Stream& s, const Tensor& x,
+                                      const Tensor& positions, float theta) = 0;
+
+  // Writes k[i], v[i] into slot slot_mapping[i] of the pools; a negative slot
+  // skips the row (padding). k, v F32[n, kv_heads, hd]; slot_mapping I32[n].
+  virtual absl::Status KvWrite(Stream& s, const Tensor& k, const Tensor& v,
+                               const Tensor& slot_mapping,
+                               const PagedKvCache& cache) = 0;
+
+  // Causal grouped-query attention over the paged cache: q head h reads kv
+  // head h / (heads / kv_heads); scores scaled by 1/sqrt(hd); fp32 softmax
+  // with max subtraction. q F32[n_q, heads, hd], out F32[n_q, heads * hd].
+  virtual absl::Status Attention(Stream& s, const Tensor& q,
+                                 const PagedKvCache& cache,
+                                 const AttentionBatch& batch,
+                                 const Tensor& out) = 0;
+
+  // fp32 softmax over all E experts, then the k largest probabilities (ties:
+  // lower expert index first), in descending order; with `normalize` the k
+  // weights are divided by their sum. logits F32[n, E], weights F32[n, k],
+  // ids I32[n, k], 1 <= k <= E.
+  virtual absl::Status RouterTopK(Stream& s, const Tensor& logits, int k,
+                                  bool normalize, const Tensor& weights,
+                                  const Tensor& ids) = 0;
+
+  // out = silu(gate) * up. All F32[m, f]; out may alias gate or up.
+  virtual absl::Status SiluMul(Stream& s, const Tensor& gate, const Tensor& up,
+                               const Tensor& out) = 0;
+
+  // out = a + b (residual). All F32, same shape; out may alias a or b.
+  virtual absl::Status Add(Stream& s, const Tensor& a, const Tensor& b,
+                           const Tensor& out) = 0;
+
+  // out[i, :] = x[rows[i], :]: gathers the tokens routed to one expert.
+  // x F32[n, d], rows I32[m] in [0, n), out F32[m, d].
+  virtual absl::Status GatherRows(Stream& s, const Tensor& x,
+                                  const Tensor& rows, const Tensor& out) = 0;
+
+  // y[rows[i], :] += weights[i] * x[i, :]: combines one expert's outputs into
+  // the tokens' residual stream with their router weights. x F32[m, d],
+  // rows I32[m] in [0, n) (empty tensor: rows[i] = i), weights F32[m],
+  // y F32[n, d]. Repeated rows accumulate.
+  virtual absl::Status ScaleAddRows(Stream& s, const Tensor& x,
+                                    const Tensor& rows, const Tensor& weights,
+                                    const Tensor& y) = 0;
+
+  // y[i, :] += sigmoid(gate[i]) * x[i, :]: the gated shared expert of
+  // qwen2_moe. x, y F32[n, d]; gate F32[n] or F32[n, 1].
+  virtual absl::Status SigmoidGatedAdd(Stream& s, const Tensor& x,
+                                       const Tensor& gate, const Tensor& y) = 0;
+
+  // One SwiGLU expert on all m tokens routed to it:
+  //   out = (silu(x Wg^T) * (x Wu^T)) Wd^T
+  // blob BF16[3 * ffn * hidden] is the packed expert: Wg [ffn, hidden], then
+  // Wu [ffn, hidden], then Wd [hidden, ffn], each row-major.
+  // x F32[m, hidden], workspace F32 with >= ExpertFfnWorkspaceElems(m, ffn)
+  // elements (any shape), out F32[m, hidden].
+  virtual absl::Status ExpertFfn(Stream& s, const Tensor& x, const Tensor& blob,
+                                 int64_t ffn, const Tensor& workspace,
+                                 const Tensor& out) = 0;
+
+  // Row-wise softmax (sampler). x, out F32[n, V]; out may alias x.
+  virtual absl::Status Softmax(Stream& s, const Tensor& x,
+                               const Tensor& out) = 0;
+
+  // Row-wise argmax, ties to the lower index (greedy sampling).
+  // x F32[n, V] (V >= 1), out I32[n].
+  virtual absl::Status Argmax(Stream& s, const Tensor& x,
+                              const Tensor& out) = 0;
+};
+
+}  // namespace moeserve::kernels
+
+#endif  // MOESERVE_KERNELS_BACKEND_H_

@@ -1,0 +1,65 @@
+// can_implement checks shared by every backend: device, dtype and shape rules
+// of each Backend op (see backend.h for the contracts). A backend calls the
+// check first and runs the op only on OkStatus, so a bad call is refused with
+// InvalidArgument instead of reading out of bounds. Value checks on index
+// tensors (ids, slots, block tables) need host access and live in the backend.
+//
+// Thread safety: pure functions.
+#ifndef MOESERVE_KERNELS_OP_CHECKS_H_
+#define MOESERVE_KERNELS_OP_CHECKS_H_
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "absl/status/status.h"
+#include "kernels/backend.h"
+#include "kernels/tensor.h"
+
+namespace moeserve::kernels {
+
+// Wildcard for CheckTensor dims.
+inline constexpr int64_t kAnyDim = -1;
+
+// OK iff t is valid, on `device`, of `dtype`, of rank dims.size() and each dim
+// equal to the given one (kAnyDim matches anything), with non-null data when
+// it has elements.
+absl::Status CheckTensor(const Tensor& t, const char* name, Device device,
+                         DType dtype, std::initializer_list<int64_t> dims);
+
+// True if the byte ranges of a and b intersect.
+bool Overlaps(const Tensor& a, const Tensor& b);
+
+absl::Status CheckEmbedding(Device d, const Tensor& ids, const Tensor& table,
+                            const Tensor& out);
+absl::Status CheckRmsNorm(Device d, const Tensor& x, const Tensor& w, float eps,
+                          const Tensor& out);
+absl::Status CheckMatMul(Device d, const Tensor& x, const Tensor& w,
+                         const Tensor& bias, const Tensor& out);
+absl::Status CheckRope(Device d, const Tensor& x, const Tensor& positions,
+                       float theta);
+absl::Status CheckKvWrite(Device d, const Tensor& k, const Tensor& v,
+                          const Tensor& slot_mapping,
+                          const PagedKvCache& cache);
+absl::Status CheckAttention(Device d, const Tensor& q,
+                            const PagedKvCache& cache,
+                            const AttentionBatch& batch, const Tensor& out);
+absl::Status CheckRouterTopK(Device d, const Tensor& logits, int k,
+                             const Tensor& weights, const Tensor& ids);
+// SiluMul and Add: three F32 tensors of one shape.
+absl::Status CheckSameShapeF32(Device d, const Tensor& a, const Tensor& b,
+                               const Tensor& out);
+absl::Status CheckGatherRows(Device d, const Tensor& x, const Tensor& rows,
+                             const Tensor& out);
+absl::Status CheckScaleAddRows(Device d, const Tensor& x, const Tensor& rows,
+                               const Tensor& weights, const Tensor& y);
+absl::Status CheckSigmoidGatedAdd(Device d, const Tensor& x, const Tensor& gate,
+                                  const Tensor& y);
+absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
+                            int64_t ffn, const Tensor& workspace,
+                            const Tensor& out);
+absl::Status CheckSoftmax(Device d, const Tensor& x, const Tensor& out);
+absl::Status CheckArgmax(Device d, const Tensor& x, const Tensor& out);
+
+}  // namespace moeserve::kernels
+
+#endif  // MOESERVE_KERNELS_OP_CHECKS_H_
