@@ -1,0 +1,53 @@
+// Validation of client requests before any work is done.
+//
+// Validation is pure (no model needed) so that bad input is answered with
+// INVALID_ARGUMENT even while no model is loaded. Checks that need the model
+// (token ids inside the vocabulary, tokenized prompt length) take the model's
+// numbers as arguments and run once it is there.
+#ifndef MOESERVE_SERVER_REQUEST_VALIDATOR_H_
+#define MOESERVE_SERVER_REQUEST_VALIDATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "proto/moeserve.pb.h"
+
+namespace moeserve::server {
+
+// Server-wide caps, resolved once from flags.
+struct RequestLimits {
+  // Default: --max_new_tokens_cap. Also the value used when a request leaves
+  // max_new_tokens at 0.
+  uint32_t max_new_tokens_cap = 512;
+  // Default: --max_input_tokens.
+  uint32_t max_input_tokens = 2048;
+  uint32_t max_stop_strings = 16;
+  uint32_t max_stop_string_bytes = 256;
+  uint32_t max_stop_token_ids = 64;
+  uint32_t max_logprobs = 20;
+  uint32_t max_request_id_bytes = 256;
+  // A bound on the prompt text itself, checked before tokenizing it.
+  size_t max_prompt_bytes = 1 << 20;
+};
+
+// Checks every field of `request` that can be checked without a model.
+// Returns INVALID_ARGUMENT whose message starts with the offending field's
+// path, e.g. "sampling.top_p: must be in (0, 1], got 1.5".
+absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
+                                     const RequestLimits& limits);
+
+// Checks the parts that need the loaded model: token ids inside the
+// vocabulary and the tokenized prompt length.
+// REQUIRES: ValidateGenerateRequest(request, limits).ok().
+absl::Status ValidateAgainstModel(const v1::GenerateRequest& request,
+                                  size_t prompt_tokens, uint32_t vocab_size,
+                                  const RequestLimits& limits);
+
+// Tokenize takes text or token ids (not both), bounded like a prompt.
+absl::Status ValidateTokenizeRequest(const v1::TokenizeRequest& request,
+                                     const RequestLimits& limits);
+
+}  // namespace moeserve::server
+
+#endif  // MOESERVE_SERVER_REQUEST_VALIDATOR_H_

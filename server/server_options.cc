@@ -1,0 +1,150 @@
+#include "server/server_options.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address the gRPC and metrics servers listen on.");
+ABSL_FLAG(int, port, 50051, "gRPC port (0 picks a free one).");
+ABSL_FLAG(int, metrics_port, 9400,
+          "HTTP port for /metrics and /healthz (0 picks a free one).");
+ABSL_FLAG(std::string, model_dir, "models/demo",
+          "Hugging Face model directory (config.json, *.safetensors, "
+          "tokenizer.model). Relative paths resolve against the working "
+          "directory.");
+ABSL_FLAG(std::string, policy, "lru",
+          "Offload policy of the default engine instance.");
+ABSL_FLAG(std::string, ab, "",
+          "Weighted A/B split over engine instances, e.g. "
+          "lru=0.5,overlap=0.5. Empty: every request without a policy goes "
+          "to --policy.");
+ABSL_FLAG(int, drain_seconds, 30,
+          "On SIGTERM/SIGINT, how long in-flight streams may run on before "
+          "they are cancelled.");
+ABSL_FLAG(int, max_receive_message_mb, 4,
+          "Largest request message the gRPC server accepts, in MiB.");
+ABSL_FLAG(int, keepalive_time_ms, 60000,
+          "Interval of HTTP/2 keepalive pings the server sends.");
+ABSL_FLAG(int, keepalive_timeout_ms, 20000,
+          "How long the server waits for a keepalive ping's ack.");
+ABSL_FLAG(uint32_t, max_new_tokens_cap, 512,
+          "Largest max_new_tokens a request may ask for (and the default).");
+ABSL_FLAG(uint32_t, max_input_tokens, 2048, "Longest prompt, in tokens.");
+ABSL_FLAG(uint32_t, max_stop_strings, 16, "Most stop strings per request.");
+ABSL_FLAG(uint32_t, max_stop_string_bytes, 256,
+          "Longest stop string, in bytes.");
+
+namespace moeserve::server {
+namespace {
+
+absl::Status FlagError(absl::string_view flag, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", what));
+}
+
+bool IsValidEngineName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+absl::Status CheckPort(absl::string_view flag, int port) {
+  if (port < 0 || port > 65535) {
+    return FlagError(flag, absl::StrCat("must be in [0, 65535], got ", port));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> ServerOptions::EngineNames() const {
+  std::vector<std::string> names = {policy};
+  for (const AbArm& arm : ab) {
+    if (std::find(names.begin(), names.end(), arm.policy) == names.end()) {
+      names.push_back(arm.policy);
+    }
+  }
+  return names;
+}
+
+absl::StatusOr<std::vector<AbArm>> ParseAbSplit(absl::string_view text) {
+  std::vector<AbArm> arms;
+  if (absl::StripAsciiWhitespace(text).empty()) return arms;
+  double total = 0;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(part, absl::MaxSplits('=', 1));
+    AbArm arm;
+    arm.policy = std::string(absl::StripAsciiWhitespace(kv.first));
+    if (!IsValidEngineName(arm.policy)) {
+      return FlagError("ab", absl::StrCat("bad engine name '", arm.policy,
+                                          "' (want [a-z0-9_]+)"));
+    }
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(kv.second), &arm.weight) ||
+        !(arm.weight > 0) || !std::isfinite(arm.weight)) {
+      return FlagError(
+          "ab", absl::StrCat("weight of '", arm.policy,
+                             "' must be a number > 0, got '", kv.second, "'"));
+    }
+    for (const AbArm& seen : arms) {
+      if (seen.policy == arm.policy) {
+        return FlagError("ab", absl::StrCat("'", arm.policy, "' twice"));
+      }
+    }
+    total += arm.weight;
+    arms.push_back(std::move(arm));
+  }
+  for (AbArm& arm : arms) arm.weight /= total;
+  return arms;
+}
+
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
+  ServerOptions o;
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port = absl::GetFlag(FLAGS_port);
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (auto st = CheckPort("port", o.port); !st.ok()) return st;
+  if (auto st = CheckPort("metrics_port", o.metrics_port); !st.ok()) return st;
+  o.model_dir = absl::GetFlag(FLAGS_model_dir);
+  o.policy = absl::GetFlag(FLAGS_policy);
+  if (!IsValidEngineName(o.policy)) {
+    return FlagError(
+        "policy", absl::StrCat("bad name '", o.policy, "' (want [a-z0-9_]+)"));
+  }
+  absl::StatusOr<std::vector<AbArm>> ab = ParseAbSplit(absl::GetFlag(FLAGS_ab));
+  if (!ab.ok()) return ab.status();
+  o.ab = *std::move(ab);
+  const int drain = absl::GetFlag(FLAGS_drain_seconds);
+  if (drain < 0) return FlagError("drain_seconds", "must be >= 0");
+  o.drain = absl::Seconds(drain);
+  const int mb = absl::GetFlag(FLAGS_max_receive_message_mb);
+  if (mb < 1 || mb > 1024) {
+    return FlagError("max_receive_message_mb", "must be in [1, 1024]");
+  }
+  o.max_receive_message_bytes = mb << 20;
+  o.keepalive_time_ms = absl::GetFlag(FLAGS_keepalive_time_ms);
+  o.keepalive_timeout_ms = absl::GetFlag(FLAGS_keepalive_timeout_ms);
+  if (o.keepalive_time_ms < 1000 || o.keepalive_timeout_ms < 1000) {
+    return FlagError("keepalive_time_ms",
+                     "keepalive time and timeout must be >= 1000 ms");
+  }
+  o.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
+  o.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
+  o.limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  o.limits.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  if (o.limits.max_new_tokens_cap == 0) {
+    return FlagError("max_new_tokens_cap", "must be > 0");
+  }
+  if (o.limits.max_input_tokens == 0) {
+    return FlagError("max_input_tokens", "must be > 0");
+  }
+  return o;
+}
+
+}  // namespace moeserve::server

@@ -1,0 +1,54 @@
+#include "server/server_options.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moeserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ParseAbSplit, NormalisesWeights) {
+  absl::StatusOr<std::vector<AbArm>> arms = ParseAbSplit("lru=1, overlap=3");
+  ASSERT_TRUE(arms.ok()) << arms.status();
+  ASSERT_EQ(arms->size(), 2u);
+  EXPECT_EQ((*arms)[0].policy, "lru");
+  EXPECT_DOUBLE_EQ((*arms)[0].weight, 0.25);
+  EXPECT_EQ((*arms)[1].policy, "overlap");
+  EXPECT_DOUBLE_EQ((*arms)[1].weight, 0.75);
+}
+
+TEST(ParseAbSplit, EmptyMeansNoSplit) {
+  absl::StatusOr<std::vector<AbArm>> arms = ParseAbSplit("");
+  ASSERT_TRUE(arms.ok());
+  EXPECT_TRUE(arms->empty());
+}
+
+TEST(ParseAbSplit, RefusesBadInput) {
+  for (const char* bad : {"lru", "lru=0", "lru=-1", "lru=x", "LRU=1",
+                          "lru=1,lru=2", "=1", "lru=nan"}) {
+    absl::StatusOr<std::vector<AbArm>> arms = ParseAbSplit(bad);
+    EXPECT_FALSE(arms.ok()) << bad;
+    EXPECT_THAT(std::string(arms.status().message()), HasSubstr("--ab")) << bad;
+  }
+}
+
+TEST(ServerOptions, EngineNamesDefaultFirstNoDuplicates) {
+  ServerOptions o;
+  o.policy = "lru";
+  o.ab = {{"overlap", 0.5}, {"lru", 0.5}};
+  EXPECT_THAT(o.EngineNames(), ::testing::ElementsAre("lru", "overlap"));
+}
+
+TEST(ServerOptions, DefaultsFollowDesign) {
+  absl::StatusOr<ServerOptions> o = ServerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->host, "127.0.0.1");
+  EXPECT_EQ(o->port, 50051);
+  EXPECT_EQ(o->metrics_port, 9400);
+  EXPECT_EQ(o->policy, "lru");
+  EXPECT_EQ(o->max_receive_message_bytes, 4 << 20);
+}
+
+}  // namespace
+}  // namespace moeserve::server
