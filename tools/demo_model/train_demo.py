@@ -1,0 +1,477 @@
+#!/usr/bin/python3
+"""Train and export the moeserve demo model (Mixtral architecture, tiny).
+
+Steps (all deterministic given --seed and the installed Debian packages):
+  1. build the corpus: fortunes + fortunes-min (BSD) and the King James Bible
+     dumped with the `bible` program of bible-kjv (public domain text);
+  2. train a SentencePiece BPE tokenizer (Llama-style: identity normalisation,
+     no whitespace collapsing, dummy prefix, byte fallback, unk=0 bos=1 eos=2);
+  3. train a Mixtral-architecture decoder (RMSNorm, rotate-half RoPE, GQA,
+     top-2 softmax router, SwiGLU experts, Switch/HF load-balancing loss);
+  4. export a Hugging Face directory (config.json, model.safetensors in bf16,
+     tokenizer.model, generation_config.json, tokenizer_config.json).
+
+Run:  nice -n 19 /usr/bin/python3 tools/demo_model/train_demo.py --out models/demo
+Quick smoke run: add --steps 20 --out /tmp/demo_smoke
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st_io  # noqa: E402
+
+FORTUNE_DIR = "/usr/share/games/fortunes"
+
+
+# ----------------------------------------------------------------------------
+# corpus
+# ----------------------------------------------------------------------------
+def load_fortunes():
+    docs = []
+    for path in sorted(glob.glob(os.path.join(FORTUNE_DIR, "*"))):
+        if os.path.isdir(path) or "." in os.path.basename(path):
+            continue  # skip *.dat / *.u8 / directories
+        with open(path, "rb") as f:
+            txt = f.read().decode("utf-8", errors="replace")
+        for d in re.split(r"\n%\n", txt):
+            d = d.strip("\n")
+            if d.strip():
+                docs.append(d)
+    return docs
+
+
+def load_bible():
+    out = subprocess.run(["bible", "-m", "16384", "Gen1:1-Rev22:21"],
+                         capture_output=True, check=True).stdout.decode("utf-8", "replace")
+    # Join the 80-column wrapped lines back into one line per verse; one doc per chapter.
+    docs, cur, chapter = [], [], None
+    for line in out.split("\n"):
+        if not line.strip():
+            continue
+        m = re.match(r"^\s+(\d+) (.*)$", line)
+        if m:
+            cur.append(f"{m.group(1)} {m.group(2).strip()}")
+        elif line.startswith(" ") or (cur and not re.match(r"^[1-3]?\s?[A-Z][A-Za-z ]+ \d+$", line)):
+            cur[-1] += " " + line.strip()
+        else:  # chapter heading like "Genesis 1"
+            if chapter is not None and cur:
+                docs.append(chapter + "\n\n" + "\n".join(cur))
+            chapter, cur = line.strip(), []
+    if chapter is not None and cur:
+        docs.append(chapter + "\n\n" + "\n".join(cur))
+    return docs
+
+
+# ----------------------------------------------------------------------------
+# tokenizer
+# ----------------------------------------------------------------------------
+def train_tokenizer(docs, prefix, vocab_size, seed):
+    import sentencepiece as spm
+    lines = [l for d in docs for l in d.split("\n") if l.strip()]
+    random.Random(seed).shuffle(lines)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=prefix,
+        model_type="bpe",
+        vocab_size=vocab_size,
+        character_coverage=0.9995,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=True,
+        byte_fallback=True,
+        split_digits=True,
+        allow_whitespace_only_pieces=True,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        input_sentence_size=2_000_000,
+        shuffle_input_sentence=False,
+        num_threads=2,
+        max_sentence_length=16384,
+        minloglevel=2,
+    )
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    for s in ["hello\nworld", "a\n\nb  c", "Ünïcödé ✓ 日本語 \t tab", "\n", "The LORD said"]:
+        ids = sp.encode(s)
+        back = sp.decode(ids)
+        assert back == s, (s, back, ids)
+    print(f"tokenizer ok: vocab={sp.get_piece_size()} bos={sp.bos_id()} eos={sp.eos_id()} "
+          f"'\\n' -> {sp.encode(chr(10), out_type=str)}", flush=True)
+    return sp
+
+
+# ----------------------------------------------------------------------------
+# model (Hugging Face Mixtral semantics)
+# ----------------------------------------------------------------------------
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope_cos_sin(seq, head_dim, theta, device=None):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    t = torch.arange(seq, dtype=torch.float32)
+    freqs = torch.outer(t, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.nh, self.nkv, self.hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        H = c["hidden_size"]
+        self.q_proj = nn.Linear(H, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(H, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(H, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, H, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = self.nh // self.nkv
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd)
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        att = torch.softmax((att + mask).float(), dim=-1).to(q.dtype)
+        y = (att @ v).transpose(1, 2).reshape(B, T, self.nh * self.hd)
+        return self.o_proj(y)
+
+
+class Expert(nn.Module):
+    def __init__(self, H, I):
+        super().__init__()
+        self.w1 = nn.Linear(H, I, bias=False)  # gate
+        self.w2 = nn.Linear(I, H, bias=False)  # down
+        self.w3 = nn.Linear(H, I, bias=False)  # up
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class SparseMoe(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.E, self.k = c["num_local_experts"], c["num_experts_per_tok"]
+        self.gate = nn.Linear(c["hidden_size"], self.E, bias=False)
+        self.experts = nn.ModuleList([Expert(c["hidden_size"], c["intermediate_size"]) for _ in range(self.E)])
+
+    def forward(self, x):
+        B, T, H = x.shape
+        h = x.reshape(-1, H)
+        logits = self.gate(h)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+        w, sel = torch.topk(probs, self.k, dim=-1)
+        w = (w / w.sum(-1, keepdim=True)).to(h.dtype)
+        out = torch.zeros_like(h)
+        for e in range(self.E):
+            tok, slot = torch.where(sel == e)
+            if tok.numel() == 0:
+                continue
+            y = self.experts[e](h[tok]) * w[tok, slot, None]
+            out.index_add_(0, tok, y)
+        return out.view(B, T, H), logits, sel
+
+
+class Layer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.self_attn = Attention(c)
+        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.block_sparse_moe = SparseMoe(c)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        y, logits, sel = self.block_sparse_moe(self.post_attention_layernorm(x))
+        return x + y, logits, sel
+
+
+class Inner(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
+        self.layers = nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
+        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+
+
+class MixtralForCausalLM(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.model = Inner(c)
+        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
+        std = c["initializer_range"]
+        for n, p in self.named_parameters():
+            if n.endswith("norm.weight"):
+                continue
+            nn.init.normal_(p, 0.0, std)
+        # scaled init for residual-branch outputs (GPT-2 style)
+        for l in self.model.layers:
+            nn.init.normal_(l.self_attn.o_proj.weight, 0.0, std / math.sqrt(2 * c["num_hidden_layers"]))
+            for e in l.block_sparse_moe.experts:
+                nn.init.normal_(e.w2.weight, 0.0, std / math.sqrt(2 * c["num_hidden_layers"]))
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        cos, sin = rope_cos_sin(T, self.c["head_dim"], self.c["rope_theta"])
+        x = self.model.embed_tokens(ids)
+        all_logits, all_sel = [], []
+        for l in self.model.layers:
+            x, rl, sel = l(x, cos, sin)
+            all_logits.append(rl)
+            all_sel.append(sel)
+        return self.lm_head(self.model.norm(x)), all_logits, all_sel
+
+
+def load_balancing_loss(gate_logits, num_experts, top_k):
+    """HF transformers load_balancing_loss_func (no attention mask)."""
+    cat = torch.cat(gate_logits, dim=0)
+    rw = torch.softmax(cat, dim=-1)
+    _, sel = torch.topk(rw, top_k, dim=-1)
+    mask = F.one_hot(sel, num_experts).float()  # [N, k, E]
+    tokens_per_expert = mask.mean(0)  # [k, E]
+    prob_per_expert = rw.mean(0)  # [E]
+    return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * num_experts
+
+
+# ----------------------------------------------------------------------------
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="models/demo")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--ffn", type=int, default=384)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--topk", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--aux-coef", type=float, default=0.002)
+    ap.add_argument("--max-seconds", type=float, default=1620.0,
+                    help="safety stop for the training loop (breaks determinism if hit)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workdir", default="/tmp/moeserve_demo_work")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    os.makedirs(args.workdir, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    t_start = time.time()
+
+    fort = load_fortunes()
+    bib = load_bible()
+    docs = fort + bib
+    print(f"corpus: {len(fort)} fortunes, {len(bib)} bible chapters, "
+          f"{sum(len(d) for d in docs) / 1e6:.2f} M chars", flush=True)
+    order = list(range(len(docs)))
+    random.Random(args.seed).shuffle(order)
+    n_held = max(1, len(docs) // 50)  # 2% of documents held out
+    held_idx, train_idx = order[:n_held], order[n_held:]
+
+    prefix = os.path.join(args.workdir, "tok")
+    sp = train_tokenizer([docs[i] for i in train_idx], prefix, args.vocab, args.seed)
+    print(f"tokenizer trained in {time.time() - t_start:.0f}s", flush=True)
+
+    def encode(idx):
+        ids = []
+        for i in idx:
+            ids.append(sp.bos_id())
+            ids.extend(sp.encode(docs[i]))
+            ids.append(sp.eos_id())
+        return torch.tensor(ids, dtype=torch.long)
+
+    train_ids, held_ids = encode(train_idx), encode(held_idx)
+    print(f"tokens: train {len(train_ids)}, held-out {len(held_ids)} (encoded at {time.time() - t_start:.0f}s)",
+          flush=True)
+
+    c = dict(
+        architectures=["MixtralForCausalLM"], model_type="mixtral",
+        vocab_size=sp.get_piece_size(), hidden_size=args.hidden, intermediate_size=args.ffn,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads, head_dim=args.hidden // args.heads,
+        hidden_act="silu", max_position_embeddings=2048, initializer_range=0.02,
+        rms_norm_eps=1e-5, use_cache=True, pad_token_id=None,
+        bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id(), tie_word_embeddings=False,
+        rope_theta=10000.0, sliding_window=None, attention_dropout=0.0,
+        num_experts_per_tok=args.topk, num_local_experts=args.experts,
+        output_router_logits=False, router_aux_loss_coef=args.aux_coef, router_jitter_noise=0.0,
+        torch_dtype="bfloat16", transformers_version="4.40.0",
+    )
+    model = MixtralForCausalLM(c)
+    nparam = sum(p.numel() for p in model.parameters())
+    expert_params = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    active = nparam - expert_params + expert_params * args.topk // args.experts
+    print(f"model: {nparam / 1e6:.2f} M params ({active / 1e6:.2f} M active/token)", flush=True)
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    nodecay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": nodecay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    warm = max(1, min(50, args.steps // 10))
+
+    def lr_at(s):
+        if s < warm:
+            return args.lr * (s + 1) / warm
+        p = (s - warm) / max(1, args.steps - warm)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+
+    g = torch.Generator().manual_seed(args.seed)
+
+    def batch(src, n, gen):
+        ix = torch.randint(0, len(src) - args.seq - 1, (n,), generator=gen)
+        x = torch.stack([src[i:i + args.seq] for i in ix])
+        y = torch.stack([src[i + 1:i + 1 + args.seq] for i in ix])
+        return x, y
+
+    # fixed held-out eval set
+    eg = torch.Generator().manual_seed(args.seed + 1)
+    held_batches = [batch(held_ids, 8, eg) for _ in range(4)]
+
+    def evaluate(m):
+        m.eval()
+        tot = 0.0
+        with torch.no_grad():
+            for x, y in held_batches:
+                lo, _, _ = m(x)
+                tot += F.cross_entropy(lo.view(-1, lo.shape[-1]), y.view(-1)).item()
+        m.train()
+        return tot / len(held_batches)
+
+    t0 = time.time()
+    tokens = 0
+    ema = None
+    step = 0
+    log = []
+    for step in range(args.steps):
+        for gr in opt.param_groups:
+            gr["lr"] = lr_at(step)
+        x, y = batch(train_ids, args.batch, g)
+        logits, rl, _ = model(x)
+        ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+        aux = load_balancing_loss(rl, args.experts, args.topk)
+        loss = ce + args.aux_coef * aux
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        tokens += x.numel()
+        ema = ce.item() if ema is None else 0.95 * ema + 0.05 * ce.item()
+        el = time.time() - t0
+        if step % 25 == 0 or step == args.steps - 1:
+            print(f"step {step} ce {ce.item():.3f} ema {ema:.3f} aux {aux.item():.3f} "
+                  f"lr {lr_at(step):.2e} tok/s {tokens / el:.0f} elapsed {el:.0f}s", flush=True)
+        if step % 200 == 0 and step > 0:
+            hl = evaluate(model)
+            print(f"  held-out loss {hl:.3f}", flush=True)
+            log.append({"step": step, "train_ema": ema, "held_out": hl})
+        if el > args.max_seconds:
+            print(f"!! max-seconds reached at step {step}; stopping early", flush=True)
+            break
+    train_time = time.time() - t0
+
+    # ------------------------------------------------------------------ export
+    sd = {k: v for k, v in model.state_dict().items()}
+    st_io.save_bf16(os.path.join(args.out, "model.safetensors"), sd, {"format": "pt"})
+    back = st_io.load(os.path.join(args.out, "model.safetensors"))
+    assert set(back) == set(sd), set(back) ^ set(sd)
+    for k, v in sd.items():
+        assert torch.equal(back[k], st_io.bf16_round(v)), k
+    # bf16-rounded model for the final numbers
+    model.load_state_dict(back)
+    final_held = evaluate(model)
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+    with open(os.path.join(args.out, "generation_config.json"), "w") as f:
+        json.dump({"_from_model_config": True, "bos_token_id": c["bos_token_id"],
+                   "eos_token_id": c["eos_token_id"], "transformers_version": "4.40.0"}, f, indent=2)
+    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+                   "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None,
+                   "model_max_length": c["max_position_embeddings"], "legacy": True,
+                   "clean_up_tokenization_spaces": False}, f, indent=2)
+    with open(os.path.join(args.out, "special_tokens_map.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, f, indent=2)
+    shutil.copy(prefix + ".model", os.path.join(args.out, "tokenizer.model"))
+
+    # ------------------------------------------------------------------ routing skew
+    model.eval()
+    counts = torch.zeros(args.layers, args.experts)
+    with torch.no_grad():
+        for x, _ in held_batches:
+            _, _, sels = model(x)
+            for li, s in enumerate(sels):
+                counts[li] += torch.bincount(s.flatten(), minlength=args.experts).float()
+    q = max(1, args.experts // 4)
+    skew = []
+    for li in range(args.layers):
+        share = counts[li] / counts[li].sum()
+        top = share.sort(descending=True).values[:q].sum().item()
+        skew.append(top)
+        print(f"layer {li}: top-25% ({q} of {args.experts}) experts' share of routings = {top:.3f} "
+              f"(uniform {q / args.experts:.3f}); shares {[round(v, 3) for v in share.tolist()]}", flush=True)
+
+    # ------------------------------------------------------------------ sample
+    with torch.no_grad():
+        ids = [sp.bos_id()] + sp.encode("The LORD")
+        for _ in range(48):
+            lo, _, _ = model(torch.tensor([ids]))
+            ids.append(int(lo[0, -1].argmax()))
+    sample = sp.decode(ids)
+    print("greedy sample:", repr(sample), flush=True)
+
+    summary = {
+        "params": nparam, "active_params_per_token": active, "steps": step + 1,
+        "tokens_trained": tokens, "train_seconds": round(train_time, 1),
+        "tokens_per_second": round(tokens / train_time, 1), "final_train_ce_ema": ema,
+        "final_held_out_loss_bf16": final_held, "eval_log": log,
+        "routing_top25pct_share_per_layer": skew, "seed": args.seed, "args": vars(args),
+        "corpus_train_tokens": len(train_ids), "corpus_heldout_tokens": len(held_ids),
+        "greedy_sample_The_LORD": sample,
+    }
+    with open(os.path.join(args.out, "training_summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(json.dumps({k: v for k, v in summary.items() if k != "eval_log"}, indent=1), flush=True)
+    print(f"total wall {time.time() - t_start:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
