@@ -1,0 +1,54 @@
+#ifndef MOESERVE_ENGINE_JSON_UTIL_H_
+#define MOESERVE_ENGINE_JSON_UTIL_H_
+
+// Exception-free helpers around nlohmann::json for the parsers in engine/.
+//
+// nlohmann::json reports errors by throwing; these helpers are the boundary:
+// they parse with exceptions disabled, bound the nesting depth (the parser is
+// recursive, so a hostile "[[[[..." would otherwise overflow the stack), and
+// read typed fields with checks instead of get<T>(). Every error names the
+// field. Thread-safe (pure functions).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace moeserve::engine::json_util {
+
+// Deepest nesting of arrays/objects accepted by Parse.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses `text` as JSON. `what` names the source in error messages.
+// Errors: InvalidArgument (not JSON, or nested deeper than kMaxJsonDepth).
+absl::StatusOr<nlohmann::json> Parse(absl::string_view text,
+                                     absl::string_view what);
+
+// Reads integer `key` from object `obj`. Missing -> NotFound-style
+// InvalidArgument "missing field"; wrong type -> InvalidArgument.
+// When `default_value` is set, a missing (or null) field yields it.
+absl::StatusOr<int64_t> GetInt(const nlohmann::json& obj, absl::string_view key,
+                               std::optional<int64_t> default_value = {});
+absl::StatusOr<double> GetDouble(const nlohmann::json& obj,
+                                 absl::string_view key,
+                                 std::optional<double> default_value = {});
+absl::StatusOr<bool> GetBool(const nlohmann::json& obj, absl::string_view key,
+                             std::optional<bool> default_value = {});
+absl::StatusOr<std::string> GetString(
+    const nlohmann::json& obj, absl::string_view key,
+    std::optional<std::string> default_value = {});
+
+// Converts an integer JSON value (signed or unsigned) to int64_t; nullopt for
+// non-integers and for unsigned values above INT64_MAX.
+std::optional<int64_t> AsInt64(const nlohmann::json& value);
+
+// True when `obj` has `key` with a non-null value.
+bool HasNonNull(const nlohmann::json& obj, absl::string_view key);
+
+}  // namespace moeserve::engine::json_util
+
+#endif  // MOESERVE_ENGINE_JSON_UTIL_H_

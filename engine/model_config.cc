@@ -1,0 +1,195 @@
+#include "engine/model_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/architecture.h"
+#include "engine/internal/status_macros.h"
+#include "engine/json_util.h"
+
+namespace moeserve::engine {
+namespace {
+
+using json_util::GetBool;
+using json_util::GetDouble;
+using json_util::GetInt;
+using json_util::GetString;
+using nlohmann::json;
+
+absl::StatusOr<const Architecture*> ResolveArchitecture(const json& j) {
+  ENGINE_ASSIGN_OR_RETURN(std::string type, GetString(j, "model_type"));
+  const Architecture* arch = FindArchitecture(type);
+  if (arch == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unsupported model_type \"", type,
+        "\"; supported: ", absl::StrJoin(SupportedModelTypes(), ", ")));
+  }
+  return arch;
+}
+
+absl::Status ParseTokenIds(const json& j, ModelConfig* c) {
+  if (json_util::HasNonNull(j, "bos_token_id")) {
+    ENGINE_ASSIGN_OR_RETURN(c->bos_token_id, GetInt(j, "bos_token_id"));
+  }
+  c->eos_token_ids.clear();
+  if (!json_util::HasNonNull(j, "eos_token_id")) return absl::OkStatus();
+  const json& eos = j["eos_token_id"];
+  if (!eos.is_array()) {
+    ENGINE_ASSIGN_OR_RETURN(int64_t id, GetInt(j, "eos_token_id"));
+    c->eos_token_ids.push_back(id);
+    return absl::OkStatus();
+  }
+  for (const json& e : eos) {
+    std::optional<int64_t> id = json_util::AsInt64(e);
+    if (!id) {
+      return absl::InvalidArgumentError(
+          "field \"eos_token_id\" must be an integer or a list of integers");
+    }
+    c->eos_token_ids.push_back(*id);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseDims(const json& j, ModelConfig* c) {
+  ENGINE_ASSIGN_OR_RETURN(c->hidden_size, GetInt(j, "hidden_size"));
+  ENGINE_ASSIGN_OR_RETURN(c->num_hidden_layers, GetInt(j, "num_hidden_layers"));
+  ENGINE_ASSIGN_OR_RETURN(c->num_attention_heads,
+                          GetInt(j, "num_attention_heads"));
+  ENGINE_ASSIGN_OR_RETURN(
+      c->num_key_value_heads,
+      GetInt(j, "num_key_value_heads", c->num_attention_heads));
+  if (c->num_attention_heads <= 0) {
+    return absl::InvalidArgumentError(
+        "field \"num_attention_heads\" must be positive");
+  }
+  if (!json_util::HasNonNull(j, "head_dim") &&
+      c->hidden_size % c->num_attention_heads != 0) {
+    return absl::InvalidArgumentError(
+        "hidden_size must be divisible by num_attention_heads when head_dim "
+        "is not given");
+  }
+  ENGINE_ASSIGN_OR_RETURN(
+      c->head_dim,
+      GetInt(j, "head_dim", c->hidden_size / c->num_attention_heads));
+  ENGINE_ASSIGN_OR_RETURN(c->vocab_size, GetInt(j, "vocab_size"));
+  ENGINE_ASSIGN_OR_RETURN(c->max_position_embeddings,
+                          GetInt(j, "max_position_embeddings"));
+  return absl::OkStatus();
+}
+
+// Refuses features we do not implement yet.
+absl::Status RefuseUnsupported(const json& j, const ModelConfig& c) {
+  if (json_util::HasNonNull(j, "rope_scaling")) {
+    return absl::InvalidArgumentError(
+        "field \"rope_scaling\" is set; RoPE scaling is not supported yet");
+  }
+  ENGINE_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", true));
+  if (use_sw && json_util::HasNonNull(j, "sliding_window")) {
+    ENGINE_ASSIGN_OR_RETURN(int64_t window, GetInt(j, "sliding_window"));
+    if (window < c.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "field \"sliding_window\" = ", window,
+          " < max_position_embeddings; sliding-window attention is not "
+          "supported yet"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseCommon(const json& j, ModelConfig* c) {
+  ENGINE_RETURN_IF_ERROR(ParseDims(j, c));
+  ENGINE_ASSIGN_OR_RETURN(c->rms_norm_eps, GetDouble(j, "rms_norm_eps"));
+  ENGINE_ASSIGN_OR_RETURN(c->rope_theta, GetDouble(j, "rope_theta"));
+  ENGINE_ASSIGN_OR_RETURN(c->tie_word_embeddings,
+                          GetBool(j, "tie_word_embeddings", false));
+  ENGINE_ASSIGN_OR_RETURN(c->torch_dtype, GetString(j, "torch_dtype", ""));
+  ENGINE_RETURN_IF_ERROR(ParseTokenIds(j, c));
+  return RefuseUnsupported(j, *c);
+}
+
+absl::Status Positive(int64_t v, absl::string_view field) {
+  if (v > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("field \"", field, "\" must be positive, got ", v));
+}
+
+absl::Status Validate(const ModelConfig& c) {
+  ENGINE_RETURN_IF_ERROR(Positive(c.hidden_size, "hidden_size"));
+  ENGINE_RETURN_IF_ERROR(Positive(c.num_hidden_layers, "num_hidden_layers"));
+  ENGINE_RETURN_IF_ERROR(
+      Positive(c.num_key_value_heads, "num_key_value_heads"));
+  ENGINE_RETURN_IF_ERROR(Positive(c.head_dim, "head_dim"));
+  ENGINE_RETURN_IF_ERROR(Positive(c.vocab_size, "vocab_size"));
+  ENGINE_RETURN_IF_ERROR(
+      Positive(c.max_position_embeddings, "max_position_embeddings"));
+  ENGINE_RETURN_IF_ERROR(Positive(c.num_experts, "num_experts"));
+  ENGINE_RETURN_IF_ERROR(
+      Positive(c.num_experts_per_tok, "num_experts_per_tok"));
+  ENGINE_RETURN_IF_ERROR(
+      Positive(c.expert_intermediate_size, "expert intermediate size"));
+  if (c.shared_expert_intermediate_size < 0) {
+    return absl::InvalidArgumentError(
+        "field \"shared_expert_intermediate_size\" must be >= 0");
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_attention_heads (", c.num_attention_heads,
+                     ") must be divisible by num_key_value_heads (",
+                     c.num_key_value_heads, ")"));
+  }
+  if (c.num_experts_per_tok > c.num_experts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_experts_per_tok (", c.num_experts_per_tok,
+                     ") exceeds the number of experts (", c.num_experts, ")"));
+  }
+  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) {
+    return absl::InvalidArgumentError(
+        "fields \"rms_norm_eps\" and \"rope_theta\" must be positive");
+  }
+  // Keep every dimension small enough that products of two fit easily.
+  constexpr int64_t kMaxDim = int64_t{1} << 24;
+  for (int64_t d :
+       {c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.head_dim,
+        c.vocab_size, c.num_experts, c.expert_intermediate_size,
+        c.shared_expert_intermediate_size}) {
+    if (d > kMaxDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dimension ", d, " exceeds the limit of 2^24"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
+  ENGINE_ASSIGN_OR_RETURN(json j, json_util::Parse(json_text, "config.json"));
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError("config.json is not a JSON object");
+  }
+  ModelConfig c;
+  ENGINE_ASSIGN_OR_RETURN(c.architecture, ResolveArchitecture(j));
+  c.model_type = std::string(c.architecture->model_type());
+  ENGINE_RETURN_IF_ERROR(ParseCommon(j, &c));
+  ENGINE_RETURN_IF_ERROR(c.architecture->ParseHparams(j, &c));
+  ENGINE_RETURN_IF_ERROR(Validate(c));
+  return c;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(ss.str());
+  if (!c.ok()) {
+    return absl::Status(c.status().code(),
+                        absl::StrCat(path, ": ", c.status().message()));
+  }
+  return c;
+}
+
+}  // namespace moeserve::engine
