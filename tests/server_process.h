@@ -1,0 +1,49 @@
+// Test helper: runs the real `moeserve` binary as a child process on free
+// loopback ports and stops it with a signal, the way an operator would.
+#ifndef MOESERVE_TESTS_SERVER_PROCESS_H_
+#define MOESERVE_TESTS_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/channel.h"
+
+namespace moeserve::testing {
+
+// Returns a TCP port on 127.0.0.1 that was free a moment ago.
+int PickFreePort();
+
+class ServerProcess {
+ public:
+  // Starts `binary` with --port and --metrics_port set to free ports plus
+  // `extra_flags`, and waits (up to 60 s) until its gRPC port accepts a
+  // channel.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      const std::string& binary, const std::vector<std::string>& extra_flags);
+  ~ServerProcess();  // SIGKILLs the child if it is still running
+
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+
+  // Sends `signal` and waits for exit; returns the exit status as
+  // waitpid's WEXITSTATUS, or -signal if it was killed by one.
+  int StopWith(int signal);
+
+ private:
+  pid_t pid_ = -1;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+// Plain HTTP/1.0 GET against 127.0.0.1:port; returns "<status>\n<body>".
+absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
+
+}  // namespace moeserve::testing
+
+#endif  // MOESERVE_TESTS_SERVER_PROCESS_H_
