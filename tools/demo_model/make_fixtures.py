@@ -31,6 +31,8 @@ golden.json format (version 1)
       "last_logits_top5": [[id, logit], ...],  # convenience: 5 largest, descending
       "greedy_ids": [32 ints],                 # argmax decoding (lowest id wins ties), each
                                                # token fed back; EOS is NOT treated as a stop
+      "greedy_margins": [32 floats],           # top1 - top2 logit at each greedy step (a tiny
+                                               # margin means that step may legitimately flip)
       "greedy_text": "...",                    # sp.decode(greedy_ids)
       "full_text": "...",                      # sp.decode(prompt_ids + greedy_ids)
       "prompt_router_topk": [[[e, ...] x pos] x layer],   # selected experts per prompt position,
@@ -191,20 +193,23 @@ def make_golden(model_dir, rel_dir, sp, out_path, n_new=32):
             logits, routers = forward(cfg, W, ids)
             last = logits[-1]
             seq = list(ids)
-            gen = []
-            nxt = int(torch.argmax(last))
+            gen, margins = [], []
+            cur = last
             for i in range(n_new):
+                t2 = torch.topk(cur, 2)
+                nxt = int(torch.argmax(cur))
                 gen.append(nxt)
+                margins.append(fmt(t2.values[0] - t2.values[1]))
                 seq.append(nxt)
                 if i + 1 < n_new:
                     lo, _ = forward(cfg, W, seq)
-                    nxt = int(torch.argmax(lo[-1]))
+                    cur = lo[-1]
         top = torch.topk(last, 5)
         cases.append({
             "name": name, "prompt": text, "prompt_ids": ids,
             "last_logits": [fmt(v) for v in last.tolist()],
             "last_logits_top5": [[int(i), fmt(v)] for v, i in zip(top.values.tolist(), top.indices.tolist())],
-            "greedy_ids": gen, "greedy_text": sp.decode(gen), "full_text": sp.decode(ids + gen),
+            "greedy_ids": gen, "greedy_margins": margins, "greedy_text": sp.decode(gen), "full_text": sp.decode(ids + gen),
             "prompt_router_topk": [s.tolist() for s, _ in routers],
             "prompt_router_weights": [[[fmt(v) for v in row] for row in w.tolist()] for _, w in routers],
         })
@@ -274,7 +279,7 @@ def random_weights(c, seed):
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or H // nh
     W = {"model.embed_tokens.weight": n(V, H, std=0.5), "model.norm.weight": norm(H),
-         "lm_head.weight": n(V, H, std=0.15)}
+         "lm_head.weight": n(V, H, std=0.4)}
     for L in range(c["num_hidden_layers"]):
         p = f"model.layers.{L}."
         a = p + "self_attn."

@@ -282,8 +282,9 @@ def main():
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--aux-coef", type=float, default=0.002)
-    ap.add_argument("--max-seconds", type=float, default=1620.0,
-                    help="safety stop for the training loop (breaks determinism if hit)")
+    ap.add_argument("--max-seconds", type=float, default=1560.0,
+                    help="wall-clock budget of the training loop; if the step-based schedule would "
+                         "overrun it, the LR schedule follows elapsed time instead (not deterministic)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workdir", default="/tmp/moeserve_demo_work")
     args = ap.parse_args()
@@ -348,10 +349,12 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     warm = max(1, min(50, args.steps // 10))
 
-    def lr_at(s):
+    def lr_at(s, progress):
+        # linear warmup over `warm` steps, then cosine to 10% over the run's progress
         if s < warm:
             return args.lr * (s + 1) / warm
-        p = (s - warm) / max(1, args.steps - warm)
+        p0 = warm / args.steps
+        p = min(1.0, max(0.0, (progress - p0) / max(1e-9, 1 - p0)))
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
     g = torch.Generator().manual_seed(args.seed)
@@ -381,9 +384,21 @@ def main():
     ema = None
     step = 0
     log = []
+    time_limited = False
     for step in range(args.steps):
+        # Progress is step-based (deterministic) unless the wall-clock budget runs out
+        # first; then the cosine schedule follows elapsed time so the run still anneals.
+        progress = max(step / args.steps, (time.time() - t0) / args.max_seconds)
+        if progress >= 1.0:
+            time_limited = True
+            print(f"!! --max-seconds reached at step {step}; stopping (schedule was time-driven)", flush=True)
+            step -= 1
+            break
+        if (time.time() - t0) / args.max_seconds > step / args.steps:
+            time_limited = True
+        cur_lr = lr_at(step, progress)
         for gr in opt.param_groups:
-            gr["lr"] = lr_at(step)
+            gr["lr"] = cur_lr
         x, y = batch(train_ids, args.batch, g)
         logits, rl, _ = model(x)
         ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
@@ -398,14 +413,11 @@ def main():
         el = time.time() - t0
         if step % 25 == 0 or step == args.steps - 1:
             print(f"step {step} ce {ce.item():.3f} ema {ema:.3f} aux {aux.item():.3f} "
-                  f"lr {lr_at(step):.2e} tok/s {tokens / el:.0f} elapsed {el:.0f}s", flush=True)
+                  f"lr {cur_lr:.2e} tok/s {tokens / el:.0f} elapsed {el:.0f}s", flush=True)
         if step % 200 == 0 and step > 0:
             hl = evaluate(model)
             print(f"  held-out loss {hl:.3f}", flush=True)
             log.append({"step": step, "train_ema": ema, "held_out": hl})
-        if el > args.max_seconds:
-            print(f"!! max-seconds reached at step {step}; stopping early", flush=True)
-            break
     train_time = time.time() - t0
 
     # ------------------------------------------------------------------ export
@@ -460,6 +472,7 @@ def main():
 
     summary = {
         "params": nparam, "active_params_per_token": active, "steps": step + 1,
+        "schedule_time_limited": time_limited,
         "tokens_trained": tokens, "train_seconds": round(train_time, 1),
         "tokens_per_second": round(tokens / train_time, 1), "final_train_ce_ema": ema,
         "final_held_out_loss_bf16": final_held, "eval_log": log,
