@@ -1,0 +1,179 @@
+#include "engine/model_weights.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/architecture.h"
+#include "engine/internal/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace moeserve::engine {
+namespace {
+
+constexpr size_t kAlign = 64;
+
+size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Finds `spec` in the shards and checks dtype and shape.
+absl::StatusOr<WeightView> CheckTensor(const ShardedSafetensors& files,
+                                       const TensorSpec& spec,
+                                       absl::string_view model_type) {
+  std::optional<ShardedSafetensors::Located> loc = files.Find(spec.name);
+  if (!loc) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("missing tensor \"", spec.name, "\" (", model_type,
+                     " config implies shape ", ShapeString(spec.shape), ")"));
+  }
+  const TensorInfo& t = *loc->info;
+  const std::string where = absl::StrCat(files.shard(loc->shard).path(),
+                                         ": tensor \"", spec.name, "\": ");
+  if (t.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "dtype ", DTypeName(t.dtype),
+                     " is not supported; only BF16 is"));
+  }
+  if (t.shape != spec.shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "wrong shape ", ShapeString(t.shape),
+                     ", config implies ", ShapeString(spec.shape)));
+  }
+  return WeightView{t.data,        t.dtype,     t.shape,
+                    t.file_offset, t.byte_size, loc->shard};
+}
+
+ExpertSource SourceOf(const WeightView& v) {
+  return {v.shard, v.file_offset, v.bytes};
+}
+
+// Layout shared by every expert of a model (see the header).
+ExpertBlob Layout(const ModelConfig& c) {
+  ExpertBlob b;
+  b.gate_bytes = static_cast<size_t>(c.expert_intermediate_size) *
+                 c.hidden_size * DTypeSize(DType::kBF16);
+  b.up_bytes = b.gate_bytes;
+  b.down_bytes = b.gate_bytes;
+  b.gate_offset = 0;
+  b.up_offset = RoundUp(b.gate_bytes);
+  b.down_offset = b.up_offset + RoundUp(b.up_bytes);
+  b.bytes = b.down_offset + RoundUp(b.down_bytes);
+  return b;
+}
+
+}  // namespace
+
+void ModelWeights::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
+    const std::string& model_dir, const LoadOptions& options) {
+  std::unique_ptr<ModelWeights> w(new ModelWeights());
+  ENGINE_ASSIGN_OR_RETURN(w->config_, LoadModelConfig(model_dir));
+  ENGINE_ASSIGN_OR_RETURN(w->files_, ShardedSafetensors::Open(model_dir));
+  ENGINE_RETURN_IF_ERROR(w->LoadNonExperts());
+  ENGINE_RETURN_IF_ERROR(w->LoadExperts(options.pack_experts));
+  w->FindUnexpected();
+  return w;
+}
+
+absl::Status ModelWeights::LoadNonExperts() {
+  const Architecture& arch = *config_.architecture;
+  for (const TensorSpec& spec : arch.NonExpertTensors(config_)) {
+    ENGINE_ASSIGN_OR_RETURN(WeightView v,
+                            CheckTensor(*files_, spec, config_.model_type));
+    non_expert_bytes_ += v.bytes;
+    weights_.emplace(spec.name, std::move(v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeights::LoadExperts(bool pack) {
+  const ModelConfig& c = config_;
+  const ExpertBlob layout = Layout(c);
+  const size_t count = static_cast<size_t>(c.num_hidden_layers) * c.num_experts;
+  if (pack) {
+    arena_.reset(static_cast<std::byte*>(
+        std::aligned_alloc(kAlign, count * layout.bytes)));
+    if (arena_ == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot allocate ", count * layout.bytes, " bytes for experts"));
+    }
+  }
+  const int64_t ffn = c.expert_intermediate_size, hidden = c.hidden_size;
+  experts_.reserve(count);
+  for (int layer = 0; layer < num_layers(); ++layer) {
+    for (int e = 0; e < num_experts(); ++e) {
+      const ExpertTensorNames n = c.architecture->ExpertNames(layer, e);
+      ENGINE_ASSIGN_OR_RETURN(
+          WeightView gate,
+          CheckTensor(*files_, {n.gate, {ffn, hidden}}, c.model_type));
+      ENGINE_ASSIGN_OR_RETURN(
+          WeightView up,
+          CheckTensor(*files_, {n.up, {ffn, hidden}}, c.model_type));
+      ENGINE_ASSIGN_OR_RETURN(
+          WeightView down,
+          CheckTensor(*files_, {n.down, {hidden, ffn}}, c.model_type));
+      ExpertBlob b = layout;
+      b.gate_source = SourceOf(gate);
+      b.up_source = SourceOf(up);
+      b.down_source = SourceOf(down);
+      if (pack) {
+        std::byte* dst = arena_.get() + experts_.size() * layout.bytes;
+        std::memset(dst, 0, layout.bytes);
+        std::memcpy(dst + b.gate_offset, gate.data, b.gate_bytes);
+        std::memcpy(dst + b.up_offset, up.data, b.up_bytes);
+        std::memcpy(dst + b.down_offset, down.data, b.down_bytes);
+        b.data = dst;
+      }
+      experts_.push_back(b);
+      expert_bytes_ += b.bytes;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ModelWeights::FindUnexpected() {
+  std::set<std::string> expected;
+  for (const auto& [name, view] : weights_) expected.insert(name);
+  for (int layer = 0; layer < num_layers(); ++layer) {
+    for (int e = 0; e < num_experts(); ++e) {
+      ExpertTensorNames n = config_.architecture->ExpertNames(layer, e);
+      expected.insert({n.gate, n.up, n.down});
+    }
+  }
+  for (const std::string& name : files_->TensorNames()) {
+    if (!expected.count(name)) unexpected_.push_back(name);
+  }
+  if (!unexpected_.empty()) {
+    spdlog::warn(
+        "model has {} tensors the config does not use (ignored), "
+        "first: {}",
+        unexpected_.size(), unexpected_.front());
+  }
+}
+
+const WeightView* ModelWeights::Find(absl::string_view name) const {
+  auto it = weights_.find(name);
+  return it == weights_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> ModelWeights::NonExpertNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, view] : weights_) names.push_back(name);
+  return names;
+}
+
+const ExpertBlob& ModelWeights::expert(ExpertId id) const {
+  return experts_[static_cast<size_t>(id.layer) * num_experts() + id.expert];
+}
+
+const std::string& ModelWeights::shard_path(int shard) const {
+  return files_->shard(shard).path();
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,142 @@
+#ifndef MOESERVE_ENGINE_MODEL_WEIGHTS_H_
+#define MOESERVE_ENGINE_MODEL_WEIGHTS_H_
+
+// ModelWeights: every weight of a Hugging Face MoE model directory
+// (config.json + model.safetensors or sharded *.safetensors with an index),
+// checked against the shapes its config implies.
+//
+// Ownership: owns the ModelConfig, the mmapped shard files and one 64-byte
+// aligned arena holding every packed expert. Non-expert weights are
+// WeightViews into the mmapped files (zero copy); they and the expert blobs
+// stay valid for the object's lifetime.
+//
+// Expert blob layout (the unit a slow tier moves in one transfer), all bf16,
+// row-major exactly as the Hugging Face Linear weight [out, in]:
+//
+//   offset 0            gate  [ffn, hidden]
+//   up_offset           up    [ffn, hidden]
+//   down_offset         down  [hidden, ffn]
+//   bytes               (end, padded)
+//
+// Each matrix starts on a 64-byte boundary (offsets are the previous end
+// rounded up to 64); `bytes` is a multiple of 64. All experts of a model share
+// the same offsets and size; blob (layer, expert) lives at arena +
+// (layer * num_experts + expert) * bytes.
+//
+// Checks (every refusal is an absl::Status naming file, tensor and reason):
+//   - every tensor the config implies exists, with dtype BF16 (other dtypes
+//     are refused: "only BF16 is supported"), and exactly the implied shape;
+//   - tensors the config does not imply are ignored with a warning and
+//     listed by unexpected_tensors() (older checkpoints carry e.g. rotary
+//     inv_freq buffers).
+//
+// Thread-safety: immutable after Load; all const methods are thread-safe.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/dtype.h"
+#include "engine/model_config.h"
+#include "engine/safetensors.h"
+
+namespace moeserve::engine {
+
+// A non-expert weight: a view into the mmapped file.
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::kBF16;
+  std::vector<int64_t> shape;
+  uint64_t file_offset = 0;  // Absolute offset in shard_path(shard).
+  size_t bytes = 0;
+  int shard = 0;
+};
+
+struct ExpertId {
+  int layer = 0;
+  int expert = 0;
+  friend bool operator==(const ExpertId&, const ExpertId&) = default;
+};
+
+// Where one expert matrix lives in the model files (for pread).
+struct ExpertSource {
+  int shard = 0;
+  uint64_t file_offset = 0;
+  size_t bytes = 0;
+};
+
+struct ExpertBlob {
+  const std::byte* data = nullptr;  // 64-byte aligned; null if not packed.
+  size_t bytes = 0;                 // Padded size, multiple of 64.
+  size_t gate_offset = 0;           // Always 0.
+  size_t up_offset = 0;
+  size_t down_offset = 0;
+  size_t gate_bytes = 0;  // == up_bytes == ffn * hidden * 2.
+  size_t up_bytes = 0;
+  size_t down_bytes = 0;  // hidden * ffn * 2.
+  ExpertSource gate_source, up_source, down_source;
+};
+
+struct LoadOptions {
+  // Copy every expert into the packed arena. When false (a disk slow tier
+  // that preads the ExpertSources), blobs carry layout and sources only and
+  // `data` is null. Default: true.
+  bool pack_experts = true;
+};
+
+class ModelWeights {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(
+      const std::string& model_dir, const LoadOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+
+  // nullptr when `name` is not a (non-expert) weight of the model.
+  const WeightView* Find(absl::string_view name) const;
+  // Names of the non-expert weights, sorted.
+  std::vector<std::string> NonExpertNames() const;
+
+  // REQUIRES: 0 <= id.layer < num_layers(), 0 <= id.expert < num_experts().
+  const ExpertBlob& expert(ExpertId id) const;
+  int num_layers() const { return static_cast<int>(config_.num_hidden_layers); }
+  int num_experts() const { return static_cast<int>(config_.num_experts); }
+
+  // Sum of the padded expert blob sizes.
+  uint64_t expert_bytes() const { return expert_bytes_; }
+  // Sum of the non-expert weight sizes.
+  uint64_t non_expert_bytes() const { return non_expert_bytes_; }
+
+  const std::string& shard_path(int shard) const;
+  const ShardedSafetensors& files() const { return *files_; }
+  const std::vector<std::string>& unexpected_tensors() const {
+    return unexpected_;
+  }
+
+ private:
+  struct FreeDeleter {
+    void operator()(std::byte* p) const;
+  };
+
+  ModelWeights() = default;
+  absl::Status LoadNonExperts();
+  absl::Status LoadExperts(bool pack);
+  void FindUnexpected();
+
+  ModelConfig config_;
+  std::unique_ptr<ShardedSafetensors> files_;
+  std::map<std::string, WeightView, std::less<>> weights_;
+  std::vector<ExpertBlob> experts_;  // [layer * num_experts + expert]
+  std::unique_ptr<std::byte, FreeDeleter> arena_;
+  uint64_t expert_bytes_ = 0;
+  uint64_t non_expert_bytes_ = 0;
+  std::vector<std::string> unexpected_;
+};
+
+}  // namespace moeserve::engine
+
+#endif  // MOESERVE_ENGINE_MODEL_WEIGHTS_H_

@@ -1,0 +1,171 @@
+#include "engine/model_weights.h"
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "engine/architecture.h"
+#include "engine/testing/model_writer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moeserve::engine {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using testing::TestTensor;
+
+TestTensor* FindTensor(std::vector<TestTensor>* ts, const std::string& name) {
+  for (TestTensor& t : *ts) {
+    if (t.name == name) return &t;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return &ts->front();
+}
+
+absl::Status LoadWith(
+    const std::function<void(std::vector<TestTensor>*)>& mutate) {
+  const std::string dir = testing::MakeTempDir();
+  absl::Status s =
+      testing::WriteTinyModel(dir, testing::TinyMixtralConfig(), mutate);
+  if (!s.ok()) return s;
+  return ModelWeights::Load(dir).status();
+}
+
+TEST(ModelWeightsTest, LoadsTinyMixtralAndPacksExperts) {
+  const std::string dir = testing::MakeTempDir();
+  const json config = testing::TinyMixtralConfig();
+  ASSERT_TRUE(testing::WriteTinyModel(dir, config).ok());
+  auto w = ModelWeights::Load(dir);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const ModelWeights& m = **w;
+  EXPECT_EQ(m.num_layers(), 2);
+  EXPECT_EQ(m.num_experts(), 4);
+  EXPECT_TRUE(m.unexpected_tensors().empty());
+
+  auto tensors = testing::TensorsForConfig(config);
+  ASSERT_TRUE(tensors.ok());
+  const size_t matrix = 32 * 64 * 2;
+  std::ifstream in(dir + "/model.safetensors", std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  for (int layer = 0; layer < 2; ++layer) {
+    for (int e = 0; e < 4; ++e) {
+      const ExpertBlob& b = m.expert({layer, e});
+      ASSERT_NE(b.data, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % 64, 0u);
+      EXPECT_EQ(b.bytes % 64, 0u);
+      EXPECT_EQ(b.gate_bytes, matrix);
+      EXPECT_EQ(b.down_bytes, matrix);
+      EXPECT_EQ(b.up_offset % 64, 0u);
+      EXPECT_EQ(b.down_offset % 64, 0u);
+      ExpertTensorNames n = m.config().architecture->ExpertNames(layer, e);
+      const std::string& gate = FindTensor(&*tensors, n.gate)->data;
+      const std::string& up = FindTensor(&*tensors, n.up)->data;
+      const std::string& down = FindTensor(&*tensors, n.down)->data;
+      EXPECT_EQ(std::memcmp(b.data + b.gate_offset, gate.data(), matrix), 0);
+      EXPECT_EQ(std::memcmp(b.data + b.up_offset, up.data(), matrix), 0);
+      EXPECT_EQ(std::memcmp(b.data + b.down_offset, down.data(), matrix), 0);
+      // The recorded source offsets point at the same bytes in the file.
+      EXPECT_EQ(m.shard_path(b.down_source.shard), dir + "/model.safetensors");
+      EXPECT_EQ(file.substr(b.gate_source.file_offset, matrix), gate);
+      EXPECT_EQ(file.substr(b.up_source.file_offset, matrix), up);
+      EXPECT_EQ(file.substr(b.down_source.file_offset, matrix), down);
+    }
+  }
+  EXPECT_EQ(m.expert_bytes(), 2u * 4u * m.expert({0, 0}).bytes);
+  const WeightView* embed = m.Find("model.embed_tokens.weight");
+  ASSERT_NE(embed, nullptr);
+  EXPECT_EQ(embed->shape, (std::vector<int64_t>{96, 64}));
+  EXPECT_EQ(std::memcmp(
+                embed->data,
+                FindTensor(&*tensors, "model.embed_tokens.weight")->data.data(),
+                embed->bytes),
+            0);
+  EXPECT_GT(m.non_expert_bytes(), 2u * 96 * 64 * 2);
+  EXPECT_EQ(m.Find("model.layers.0.block_sparse_moe.experts.0.w1.weight"),
+            nullptr);
+}
+
+TEST(ModelWeightsTest, WithoutPackingKeepsSourcesOnly) {
+  const std::string dir = testing::MakeTempDir();
+  ASSERT_TRUE(testing::WriteTinyModel(dir, testing::TinyMixtralConfig()).ok());
+  auto w = ModelWeights::Load(dir, {.pack_experts = false});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const ExpertBlob& b = (*w)->expert({1, 3});
+  EXPECT_EQ(b.data, nullptr);
+  EXPECT_EQ(b.up_source.bytes, 32u * 64 * 2);
+  EXPECT_GT(b.up_source.file_offset, 8u);
+}
+
+TEST(ModelWeightsTest, RefusesMissingTensor) {
+  absl::Status s = LoadWith([](std::vector<TestTensor>* ts) {
+    std::erase_if(*ts, [](const TestTensor& t) {
+      return t.name == "model.layers.1.block_sparse_moe.experts.2.w3.weight";
+    });
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              HasSubstr("missing tensor \"model.layers.1.block_sparse_moe."
+                        "experts.2.w3.weight\""));
+}
+
+TEST(ModelWeightsTest, RefusesWrongShapeVsConfig) {
+  absl::Status s = LoadWith([](std::vector<TestTensor>* ts) {
+    TestTensor* t = FindTensor(ts, "model.layers.0.self_attn.k_proj.weight");
+    t->shape = {64, 32};  // Same bytes, transposed.
+  });
+  EXPECT_THAT(s.message(),
+              HasSubstr("k_proj.weight\": wrong shape [64, 32], config "
+                        "implies [32, 64]"));
+}
+
+TEST(ModelWeightsTest, RefusesNonBf16) {
+  absl::Status s = LoadWith([](std::vector<TestTensor>* ts) {
+    TestTensor* t = FindTensor(ts, "model.norm.weight");
+    t->dtype = "F16";
+  });
+  EXPECT_THAT(s.message(), HasSubstr("model.norm.weight\": dtype F16 is not "
+                                     "supported; only BF16"));
+}
+
+TEST(ModelWeightsTest, ToleratesExtraTensors) {
+  const std::string dir = testing::MakeTempDir();
+  ASSERT_TRUE(testing::WriteTinyModel(
+                  dir, testing::TinyMixtralConfig(),
+                  [](std::vector<TestTensor>* ts) {
+                    ts->push_back(
+                        {"model.layers.0.self_attn.rotary_emb.inv_freq",
+                         "F32",
+                         {2},
+                         std::string(8, '\0')});
+                  })
+                  .ok());
+  auto w = ModelWeights::Load(dir);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(
+      (*w)->unexpected_tensors(),
+      std::vector<std::string>{"model.layers.0.self_attn.rotary_emb.inv_freq"});
+}
+
+// Every supported architecture loads from a generated directory.
+TEST(ModelWeightsTest, LoadsEveryArchitecture) {
+  for (const char* type : {"qwen2_moe", "qwen3_moe", "olmoe"}) {
+    json j = testing::TinyMixtralConfig();
+    j.erase("num_local_experts");
+    j["model_type"] = type;
+    j["num_experts"] = 3;
+    j["moe_intermediate_size"] = 16;
+    j["shared_expert_intermediate_size"] = 24;
+    const std::string dir = testing::MakeTempDir();
+    ASSERT_TRUE(testing::WriteTinyModel(dir, j).ok()) << type;
+    auto w = ModelWeights::Load(dir);
+    ASSERT_TRUE(w.ok()) << type << ": " << w.status();
+    EXPECT_EQ((*w)->num_experts(), 3);
+    EXPECT_TRUE((*w)->unexpected_tensors().empty()) << type;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::engine
