@@ -1,0 +1,293 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/op_checks.h"
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+// Ops run at enqueue time, so there is never anything to wait for.
+class CpuStream final : public Stream {
+ public:
+  explicit CpuStream(const CpuBackend* owner) : owner_(owner) {}
+  Device device() const override { return Device::kCpu; }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  const CpuBackend* owner() const { return owner_; }
+
+ private:
+  const CpuBackend* owner_;
+};
+
+#define MOESERVE_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    absl::Status _st = (expr);         \
+    if (!_st.ok()) return _st;         \
+  } while (0)
+
+// OK iff every ids[i] is in [lo, hi).
+absl::Status CheckIndices(const char* op, const char* name, const Tensor& ids,
+                          int64_t lo, int64_t hi) {
+  const int32_t* p = ids.data<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    if (p[i] < lo || p[i] >= hi) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, "[", i,
+                                                     "] = ", p[i], " not in [",
+                                                     lo, ", ", hi, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TooLarge(const char* op, const char* what, int64_t value,
+                      int64_t limit) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", what, " ", value, " exceeds the CPU limit ", limit));
+}
+
+// The value checks of Attention: well-formed query_start, positions within
+// the block tables, and every block a query can reach inside the pool.
+absl::Status CheckAttentionValues(const Tensor& q, const PagedKvCache& cache,
+                                  const AttentionBatch& batch) {
+  const char* kOp = "Attention";
+  const int32_t* qs = batch.query_start.data<int32_t>();
+  const int64_t num_seqs = batch.query_start.dim(0) - 1;
+  const int64_t block_size = cache.k_pool.dim(1);
+  const int64_t max_blocks = batch.block_tables.dim(1);
+  const int32_t* pos = batch.positions.data<int32_t>();
+  const int32_t* tables = batch.block_tables.data<int32_t>();
+  if (qs[0] != 0 || qs[num_seqs] != q.dim(0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": query_start must run from 0 to n_q = ", q.dim(0)));
+  }
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    if (qs[s + 1] < qs[s]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": query_start decreases at ", s));
+    }
+    int64_t max_pos = -1;
+    for (int64_t r = qs[s]; r < qs[s + 1]; ++r) {
+      if (pos[r] < 0 || pos[r] >= max_blocks * block_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kOp, ": positions[", r, "] = ", pos[r], " outside the ",
+            max_blocks * block_size, " slots of its block table"));
+      }
+      max_pos = std::max<int64_t>(max_pos, pos[r]);
+    }
+    for (int64_t blk = 0; blk <= max_pos / block_size && max_pos >= 0; ++blk) {
+      const int32_t id = tables[s * max_blocks + blk];
+      if (id < 0 || id >= cache.k_pool.dim(0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kOp, ": block_tables[", s, ", ", blk, "] = ", id,
+                         " not in [0, ", cache.k_pool.dim(0), ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const CpuBackendOptions& options)
+    : pool_(options.num_threads),
+      isa_(options.use_simd ? BestIsa() : Isa::kScalar) {}
+
+std::string CpuBackend::name() const {
+  return absl::StrCat("cpu-", IsaName(isa_), "-", pool_.num_threads(), "t");
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> CpuBackend::CreateStream() {
+  return std::make_unique<CpuStream>(this);
+}
+
+absl::Status CpuBackend::CheckStream(const Stream& s) const {
+  const auto* cpu = dynamic_cast<const CpuStream*>(&s);
+  if (cpu == nullptr || cpu->owner() != this) {
+    return absl::InvalidArgumentError("stream does not belong to this backend");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Embedding(Stream& s, const Tensor& ids,
+                                   const Tensor& table, const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckEmbedding(Device::kCpu, ids, table, out));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckIndices("Embedding", "ids", ids, 0, table.dim(0)));
+  EmbeddingRows(pool_, ids.data<int32_t>(), ids.dim(0), table.data<bf16>(),
+                table.dim(1), out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::RmsNorm(Stream& s, const Tensor& x, const Tensor& w,
+                                 float eps, const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckRmsNorm(Device::kCpu, x, w, eps, out));
+  RmsNormRows(pool_, x.data<float>(), x.dim(0), x.dim(1), w.data<bf16>(), eps,
+              out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::MatMul(Stream& s, const Tensor& x, const Tensor& w,
+                                const Tensor& bias, const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckMatMul(Device::kCpu, x, w, bias, out));
+  MatMulBf16(pool_, isa_, x.data<float>(), x.dim(0), x.dim(1), w.data<bf16>(),
+             w.dim(0), bias.valid() ? bias.data<bf16>() : nullptr,
+             out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::RopeRotateHalf(Stream& s, const Tensor& x,
+                                        const Tensor& positions, float theta) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckRope(Device::kCpu, x, positions, theta));
+  if (x.dim(2) > kMaxHeadDim) {
+    return TooLarge("RopeRotateHalf", "head_dim", x.dim(2), kMaxHeadDim);
+  }
+  MOESERVE_RETURN_IF_ERROR(CheckIndices("RopeRotateHalf", "positions",
+                                        positions, 0, int64_t{1} << 31));
+  RopeRotateHalfRows(pool_, x.data<float>(), x.dim(0), x.dim(1), x.dim(2),
+                     positions.data<int32_t>(), theta);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::KvWrite(Stream& s, const Tensor& k, const Tensor& v,
+                                 const Tensor& slot_mapping,
+                                 const PagedKvCache& cache) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckKvWrite(Device::kCpu, k, v, slot_mapping, cache));
+  const int64_t slots = cache.k_pool.dim(0) * cache.k_pool.dim(1);
+  MOESERVE_RETURN_IF_ERROR(
+      CheckIndices("KvWrite", "slot_mapping", slot_mapping, INT32_MIN, slots));
+  KvWriteRows(pool_, k, v, slot_mapping.data<int32_t>(), cache);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Attention(Stream& s, const Tensor& q,
+                                   const PagedKvCache& cache,
+                                   const AttentionBatch& batch,
+                                   const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckAttention(Device::kCpu, q, cache, batch, out));
+  if (q.dim(2) > kMaxHeadDim) {
+    return TooLarge("Attention", "head_dim", q.dim(2), kMaxHeadDim);
+  }
+  if (cache.k_pool.dim(1) > kMaxBlockSize) {
+    return TooLarge("Attention", "block_size", cache.k_pool.dim(1),
+                    kMaxBlockSize);
+  }
+  MOESERVE_RETURN_IF_ERROR(CheckAttentionValues(q, cache, batch));
+  PagedAttention(pool_, q, cache, batch, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::RouterTopK(Stream& s, const Tensor& logits, int k,
+                                    bool normalize, const Tensor& weights,
+                                    const Tensor& ids) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckRouterTopK(Device::kCpu, logits, k, weights, ids));
+  if (logits.dim(1) > kMaxExperts) {
+    return TooLarge("RouterTopK", "experts", logits.dim(1), kMaxExperts);
+  }
+  RouterTopKRows(pool_, logits.data<float>(), logits.dim(0), logits.dim(1), k,
+                 normalize, weights.data<float>(), ids.data<int32_t>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SiluMul(Stream& s, const Tensor& gate,
+                                 const Tensor& up, const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCpu, gate, up, out));
+  const int64_t f = gate.dim(1);
+  SiluMulRows(pool_, gate.data<float>(), f, up.data<float>(), f, gate.dim(0), f,
+              out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Add(Stream& s, const Tensor& a, const Tensor& b,
+                             const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCpu, a, b, out));
+  AddElems(pool_, a.data<float>(), b.data<float>(), a.numel(),
+           out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::GatherRows(Stream& s, const Tensor& x,
+                                    const Tensor& rows, const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckGatherRows(Device::kCpu, x, rows, out));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckIndices("GatherRows", "rows", rows, 0, x.dim(0)));
+  GatherRowsF32(pool_, x.data<float>(), x.dim(1), rows.data<int32_t>(),
+                rows.dim(0), out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ScaleAddRows(Stream& s, const Tensor& x,
+                                      const Tensor& rows, const Tensor& weights,
+                                      const Tensor& y) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckScaleAddRows(Device::kCpu, x, rows, weights, y));
+  if (rows.valid()) {
+    MOESERVE_RETURN_IF_ERROR(
+        CheckIndices("ScaleAddRows", "rows", rows, 0, y.dim(0)));
+  }
+  ScaleAddRowsF32(pool_, x.data<float>(), x.dim(0), x.dim(1),
+                  rows.valid() ? rows.data<int32_t>() : nullptr,
+                  weights.data<float>(), y.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SigmoidGatedAdd(Stream& s, const Tensor& x,
+                                         const Tensor& gate, const Tensor& y) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckSigmoidGatedAdd(Device::kCpu, x, gate, y));
+  SigmoidGatedAddRows(pool_, x.data<float>(), x.dim(0), x.dim(1),
+                      gate.data<float>(), y.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ExpertFfn(Stream& s, const Tensor& x,
+                                   const Tensor& blob, int64_t ffn,
+                                   const Tensor& workspace, const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckExpertFfn(Device::kCpu, x, blob, ffn, workspace, out));
+  const int64_t m = x.dim(0), hidden = x.dim(1);
+  const bf16* w = blob.data<bf16>();
+  float* gate_up = workspace.data<float>();  // [m, 2 * ffn]
+  float* act = gate_up + m * 2 * ffn;        // [m, ffn]
+  // Gate and up are adjacent in the blob: one [2*ffn, hidden] weight, so one
+  // pass over the weights and one thread split for both.
+  MatMulBf16(pool_, isa_, x.data<float>(), m, hidden, w, 2 * ffn, nullptr,
+             gate_up);
+  SiluMulRows(pool_, gate_up, 2 * ffn, gate_up + ffn, 2 * ffn, m, ffn, act);
+  MatMulBf16(pool_, isa_, act, m, ffn, w + 2 * ffn * hidden, hidden, nullptr,
+             out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Softmax(Stream& s, const Tensor& x,
+                                 const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckSoftmax(Device::kCpu, x, out));
+  SoftmaxRows(pool_, x.data<float>(), x.dim(0), x.dim(1), out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Argmax(Stream& s, const Tensor& x, const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(CheckArgmax(Device::kCpu, x, out));
+  ArgmaxRows(pool_, x.data<float>(), x.dim(0), x.dim(1), out.data<int32_t>());
+  return absl::OkStatus();
+}
+
+}  // namespace moeserve::kernels::cpu

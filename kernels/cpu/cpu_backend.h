@@ -1,0 +1,87 @@
+// CpuBackend: the Backend (kernels/backend.h) on host memory. Each op checks
+// its arguments (op_checks.h plus range checks of index values), then runs at
+// once on the backend's thread pool: a CPU Stream is a handle whose ops have
+// completed when the enqueueing call returns, and Synchronize() is a no-op
+// that returns OK. Vectorised kernels (AVX2+FMA) are picked at runtime with a
+// scalar fallback, so the binary needs no -march flag.
+//
+// Extra CPU limits (InvalidArgument beyond them): head_dim <= 512, KV
+// block_size <= 1024, router experts <= 1024.
+//
+// Ownership: the backend owns its thread pool; streams borrow the backend and
+// must not outlive it. Thread safety: ops may be called from several threads;
+// they then take turns on the pool.
+#ifndef MOESERVE_KERNELS_CPU_CPU_BACKEND_H_
+#define MOESERVE_KERNELS_CPU_CPU_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace moeserve::kernels::cpu {
+
+struct CpuBackendOptions {
+  // Threads that run kernels, counting the caller. Default: 1.
+  int num_threads = 1;
+  // Use the best SIMD kernels the CPU supports; false forces the scalar ones
+  // (tests compare both). Default: true.
+  bool use_simd = true;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options);
+
+  Device device() const override { return Device::kCpu; }
+  std::string name() const override;
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override;
+  Isa isa() const { return isa_; }
+  int num_threads() const { return pool_.num_threads(); }
+
+  absl::Status Embedding(Stream& s, const Tensor& ids, const Tensor& table,
+                         const Tensor& out) override;
+  absl::Status RmsNorm(Stream& s, const Tensor& x, const Tensor& w, float eps,
+                       const Tensor& out) override;
+  absl::Status MatMul(Stream& s, const Tensor& x, const Tensor& w,
+                      const Tensor& bias, const Tensor& out) override;
+  absl::Status RopeRotateHalf(Stream& s, const Tensor& x,
+                              const Tensor& positions, float theta) override;
+  absl::Status KvWrite(Stream& s, const Tensor& k, const Tensor& v,
+                       const Tensor& slot_mapping,
+                       const PagedKvCache& cache) override;
+  absl::Status Attention(Stream& s, const Tensor& q, const PagedKvCache& cache,
+                         const AttentionBatch& batch,
+                         const Tensor& out) override;
+  absl::Status RouterTopK(Stream& s, const Tensor& logits, int k,
+                          bool normalize, const Tensor& weights,
+                          const Tensor& ids) override;
+  absl::Status SiluMul(Stream& s, const Tensor& gate, const Tensor& up,
+                       const Tensor& out) override;
+  absl::Status Add(Stream& s, const Tensor& a, const Tensor& b,
+                   const Tensor& out) override;
+  absl::Status GatherRows(Stream& s, const Tensor& x, const Tensor& rows,
+                          const Tensor& out) override;
+  absl::Status ScaleAddRows(Stream& s, const Tensor& x, const Tensor& rows,
+                            const Tensor& weights, const Tensor& y) override;
+  absl::Status SigmoidGatedAdd(Stream& s, const Tensor& x, const Tensor& gate,
+                               const Tensor& y) override;
+  absl::Status ExpertFfn(Stream& s, const Tensor& x, const Tensor& blob,
+                         int64_t ffn, const Tensor& workspace,
+                         const Tensor& out) override;
+  absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
+  absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
+
+ private:
+  // OK iff s is a stream of this backend.
+  absl::Status CheckStream(const Stream& s) const;
+
+  ThreadPool pool_;
+  Isa isa_;
+};
+
+}  // namespace moeserve::kernels::cpu
+
+#endif  // MOESERVE_KERNELS_CPU_CPU_BACKEND_H_

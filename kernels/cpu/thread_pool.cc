@@ -1,0 +1,133 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <algorithm>
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+// The pool whose job the current thread is running, to detect nesting.
+thread_local const ThreadPool* current_pool = nullptr;
+
+// Iterations a worker polls for the next job before sleeping on the mutex.
+// About 50-100 us: long enough to bridge the gap between the ops of one
+// forward step, short enough not to burn a core when the server is idle.
+constexpr int kSpinIterations = 20000;
+
+// One polling step. Yielding now and then keeps spinning cheap when there are
+// more runnable threads than cores (another process, or an oversized pool).
+inline void CpuRelax(int iteration) {
+  if (iteration % 64 == 63) {
+    std::this_thread::yield();
+    return;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  const int workers = std::max(num_threads, 1) - 1;
+  workers_.reserve(workers);
+  for (int i = 0; i < workers; ++i) {
+    workers_.emplace_back([this, i] { WorkerLoop(i); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_.store(true, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::Range(int64_t n, int parts, int part, int64_t* begin,
+                       int64_t* end) {
+  const int64_t base = n / parts, extra = n % parts;
+  *begin = part * base + std::min<int64_t>(part, extra);
+  *end = *begin + base + (part < extra ? 1 : 0);
+}
+
+void ThreadPool::ParallelFor(int64_t n,
+                             absl::FunctionRef<void(int64_t, int64_t)> fn,
+                             int64_t min_chunk) {
+  if (n <= 0) return;
+  min_chunk = std::max<int64_t>(min_chunk, 1);
+  const int64_t by_size = (n + min_chunk - 1) / min_chunk;
+  const int parts = static_cast<int>(std::min<int64_t>(num_threads(), by_size));
+  if (parts <= 1 || current_pool != nullptr) {
+    // Nothing to share, or nested inside a job: run inline.
+    fn(0, n);
+    return;
+  }
+  absl::MutexLock run_lock(&run_mu_);
+  job_fn_ = &fn;
+  job_n_ = n;
+  job_parts_ = parts;
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  {
+    absl::MutexLock lock(&mu_);  // Pairs with the workers' sleep condition.
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  current_pool = this;
+  int64_t begin, end;
+  Range(n, parts, 0, &begin, &end);
+  fn(begin, end);
+  current_pool = nullptr;
+  // Wait for the workers: spin first (ranges are balanced, so they finish at
+  // about the same time as we do), then sleep.
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (pending_.load(std::memory_order_acquire) == 0) return;
+    CpuRelax(i);
+  }
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](std::atomic<int>* p) {
+        return p->load(std::memory_order_acquire) == 0;
+      },
+      &pending_));
+}
+
+void ThreadPool::WorkerLoop(int index) {
+  uint64_t seen = 0;
+  current_pool = this;
+  while (true) {
+    // Wait for a new generation: spin, then sleep under the mutex.
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int i = 0; i < kSpinIterations && gen == seen; ++i) {
+      CpuRelax(i);
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen) {
+      absl::MutexLock lock(&mu_);
+      struct Args {
+        std::atomic<uint64_t>* generation;
+        uint64_t seen;
+      } args{&generation_, seen};
+      mu_.Await(absl::Condition(
+          +[](Args* a) {
+            return a->generation->load(std::memory_order_acquire) != a->seen;
+          },
+          &args));
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    seen = gen;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    const int part = index + 1;  // Part 0 is the caller's.
+    if (part < job_parts_) {
+      int64_t begin, end;
+      Range(job_n_, job_parts_, part, &begin, &end);
+      (*job_fn_)(begin, end);
+    }
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Last one: wake the caller if it went to sleep. Taking the mutex makes
+      // absl re-evaluate the caller's Await condition.
+      absl::MutexLock lock(&mu_);
+    }
+  }
+}
+
+}  // namespace moeserve::kernels::cpu
