@@ -65,8 +65,16 @@ class CollectingSink final : public GenerateSink {
 
 }  // namespace
 
-InferenceService::InferenceService(ModelHost* host, RequestLimits limits)
-    : host_(host), limits_(limits) {}
+InferenceService::InferenceService(ModelHost* host, RequestLimits limits,
+                                   ServerMetrics* metrics)
+    : host_(host), limits_(limits), metrics_(metrics) {}
+
+grpc::Status InferenceService::Finish(const std::string& method,
+                                      const absl::Status& status) {
+  grpc::Status result = ToGrpcStatus(status);
+  metrics_->CountRpc(method, result);
+  return result;
+}
 
 absl::Status InferenceService::CheckAccepting() const {
   if (draining_.load()) {
@@ -100,45 +108,45 @@ grpc::Status InferenceService::Generate(
     grpc::ServerContext* context, const v1::GenerateRequest* request,
     grpc::ServerWriter<v1::GenerateResponse>* writer) {
   StreamSink sink(context, writer);
-  return ToGrpcStatus(RunGenerate(context, *request, &sink));
+  return Finish("Generate", RunGenerate(context, *request, &sink));
 }
 
 grpc::Status InferenceService::GenerateUnary(
     grpc::ServerContext* context, const v1::GenerateRequest* request,
     v1::GenerateUnaryResponse* response) {
   CollectingSink sink(context, response);
-  return ToGrpcStatus(RunGenerate(context, *request, &sink));
+  return Finish("GenerateUnary", RunGenerate(context, *request, &sink));
 }
 
 grpc::Status InferenceService::Abort(grpc::ServerContext* /*context*/,
                                      const v1::AbortRequest* request,
                                      v1::AbortResponse* response) {
   if (request->request_id().empty()) {
-    return ToGrpcStatus(
-        absl::InvalidArgumentError("request_id: must not be empty"));
+    return Finish("Abort",
+                  absl::InvalidArgumentError("request_id: must not be empty"));
   }
   response->set_found(host_->Abort(request->request_id()));
-  return grpc::Status::OK;
+  return Finish("Abort", absl::OkStatus());
 }
 
 grpc::Status InferenceService::Tokenize(grpc::ServerContext* /*context*/,
                                         const v1::TokenizeRequest* request,
                                         v1::TokenizeResponse* response) {
   if (auto st = ValidateTokenizeRequest(*request, limits_); !st.ok()) {
-    return ToGrpcStatus(st);
+    return Finish("Tokenize", st);
   }
-  if (auto st = CheckAccepting(); !st.ok()) return ToGrpcStatus(st);
+  if (auto st = CheckAccepting(); !st.ok()) return Finish("Tokenize", st);
   absl::StatusOr<v1::TokenizeResponse> result = host_->Tokenize(*request);
-  if (!result.ok()) return ToGrpcStatus(result.status());
+  if (!result.ok()) return Finish("Tokenize", result.status());
   *response = *std::move(result);
-  return grpc::Status::OK;
+  return Finish("Tokenize", absl::OkStatus());
 }
 
 grpc::Status InferenceService::ListModels(
     grpc::ServerContext* /*context*/, const v1::ListModelsRequest* /*request*/,
     v1::ListModelsResponse* response) {
   *response = host_->ListModels();
-  return grpc::Status::OK;
+  return Finish("ListModels", absl::OkStatus());
 }
 
 }  // namespace moeserve::server

@@ -16,13 +16,15 @@
 #include "proto/moeserve.grpc.pb.h"
 #include "server/model_host.h"
 #include "server/request_validator.h"
+#include "server/server_metrics.h"
 
 namespace moeserve::server {
 
 class InferenceService final : public v1::Inference::Service {
  public:
-  // `host` must outlive the service.
-  InferenceService(ModelHost* host, RequestLimits limits);
+  // `host` and `metrics` must outlive the service.
+  InferenceService(ModelHost* host, RequestLimits limits,
+                   ServerMetrics* metrics);
 
   // After this, new Generate/Tokenize calls get UNAVAILABLE; calls already
   // running go on (the server's Shutdown deadline bounds them).
@@ -51,9 +53,12 @@ class InferenceService final : public v1::Inference::Service {
                            const v1::GenerateRequest& request,
                            GenerateSink* sink);
   absl::Status CheckAccepting() const;
+  // Converts, counts and returns the RPC's final status.
+  grpc::Status Finish(const std::string& method, const absl::Status& status);
 
   ModelHost* const host_;
   const RequestLimits limits_;
+  ServerMetrics* const metrics_;
   std::atomic<bool> draining_{false};
 };
 

@@ -11,9 +11,12 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "metrics/http_exporter.h"
+#include "metrics/registry.h"
 #include "server/grpc_server.h"
 #include "server/inference_service.h"
 #include "server/model_host_factory.h"
+#include "server/server_metrics.h"
 #include "server/server_options.h"
 #include "spdlog/spdlog.h"
 
@@ -29,8 +32,17 @@ sigset_t ShutdownSignals() {
 
 int Run(const moeserve::server::ServerOptions& options) {
   using namespace moeserve::server;
+  namespace metrics = moeserve::metrics;
   std::unique_ptr<ModelHost> host = CreateModelHost(options);
-  InferenceService service(host.get(), options.limits);
+  metrics::Registry registry;
+  absl::StatusOr<std::unique_ptr<ServerMetrics>> server_metrics =
+      ServerMetrics::Create(&registry, options,
+                            [&host] { return host->CheckReady().ok(); });
+  if (!server_metrics.ok()) {
+    spdlog::critical("metrics: {}", server_metrics.status().ToString());
+    return EXIT_FAILURE;
+  }
+  InferenceService service(host.get(), options.limits, server_metrics->get());
 
   absl::StatusOr<std::unique_ptr<GrpcServer>> grpc_server =
       GrpcServer::Start(options, &service);
@@ -39,6 +51,16 @@ int Run(const moeserve::server::ServerOptions& options) {
     return EXIT_FAILURE;
   }
   spdlog::info("gRPC listening on {}:{}", options.host, (*grpc_server)->port());
+  absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> http =
+      metrics::MetricsHttpServer::Start(
+          options.host, options.metrics_port, &registry,
+          [&host] { return host->CheckReady().ok(); });
+  if (!http.ok()) {
+    spdlog::critical("metrics endpoint: {}", http.status().ToString());
+    return EXIT_FAILURE;
+  }
+  spdlog::info("metrics on http://{}:{}/metrics", options.host,
+               (*http)->port());
   if (absl::Status ready = host->CheckReady(); ready.ok()) {
     (*grpc_server)->SetServing(true);
     spdlog::info("model ready; health SERVING");
@@ -52,6 +74,7 @@ int Run(const moeserve::server::ServerOptions& options) {
   spdlog::info("signal {}: draining for up to {}", strsignal(signal_number),
                absl::FormatDuration(options.drain));
   (*grpc_server)->Shutdown(options.drain);
+  (*http)->Stop();
   spdlog::info("shut down cleanly");
   return EXIT_SUCCESS;
 }

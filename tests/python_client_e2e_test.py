@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 SERVER = None
 STUBS_DIR = None
@@ -38,8 +40,9 @@ class PythonClientE2eTest(unittest.TestCase):
         from proto import moeserve_pb2 as pb
         from proto import moeserve_pb2_grpc as pb_grpc
         cls.port = free_port()
+        cls.metrics_port = free_port()
         cls.proc = subprocess.Popen(
-            [SERVER, f"--port={cls.port}", f"--metrics_port={free_port()}",
+            [SERVER, f"--port={cls.port}", f"--metrics_port={cls.metrics_port}",
              "--model_dir=/nonexistent/model", "--drain_seconds=2"])
         cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.port}")
         grpc.channel_ready_future(cls.channel).result(timeout=60)
@@ -98,6 +101,26 @@ class PythonClientE2eTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as caught:
             self.stub.Tokenize(pb.TokenizeRequest(text="hi"), timeout=10)
         self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAVAILABLE)
+
+    def test_metrics_pass_promtool(self):
+        self.stub.ListModels(pb.ListModelsRequest(), timeout=10)
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            self.assertIn("version=0.0.4", reply.headers["Content-Type"])
+            body = reply.read()
+        self.assertIn(b'moeserve_grpc_requests_total{method="ListModels"',
+                      body)
+        check = subprocess.run(["promtool", "check", "metrics"], input=body,
+                               capture_output=True)
+        self.assertEqual(check.returncode, 0,
+                         check.stdout.decode() + check.stderr.decode())
+        self.assertEqual(check.stdout + check.stderr, b"")
+
+    def test_healthz_503_without_model(self):
+        url = f"http://127.0.0.1:{self.metrics_port}/healthz"
+        with self.assertRaises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(url, timeout=10)
+        self.assertEqual(caught.exception.code, 503)
 
     def test_zz_sigint_exits_zero(self):
         self.proc.send_signal(signal.SIGINT)

@@ -169,6 +169,26 @@ TEST_F(ServerE2eTest, OversizedMessageIsRefusedByTheTransport) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
+TEST_F(ServerE2eTest, MetricsEndpointCountsRpcsAndReportsHealth) {
+  v1::GenerateRequest empty;
+  std::vector<v1::GenerateResponse> out;
+  ASSERT_EQ(Generate(empty, &out).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  absl::StatusOr<std::string> metrics =
+      testing::HttpGet(server_->metrics_port(), "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, StartsWith("200\n"));
+  EXPECT_THAT(*metrics,
+              HasSubstr("moeserve_grpc_requests_total{method=\"Generate\","
+                        "code=\"INVALID_ARGUMENT\"} 1"));
+  EXPECT_THAT(*metrics, HasSubstr("moeserve_model_loaded 0"));
+  EXPECT_THAT(*metrics, HasSubstr("moeserve_engine_info{policy=\"overlap\""));
+  absl::StatusOr<std::string> health =
+      testing::HttpGet(server_->metrics_port(), "/healthz");
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_THAT(*health, StartsWith("503\n"));
+}
+
 TEST_F(ServerE2eTest, SigtermDrainsAndExitsZero) {
   EXPECT_EQ(server_->StopWith(SIGTERM), 0);
 }
