@@ -1,0 +1,51 @@
+#!/bin/bash
+# README command 2 (and what .ci/run calls): set everything up and run every
+# test: all Bazel test targets, the unit tests again under AddressSanitizer,
+# and the parser fuzzers for a few seconds each. The last line is
+# "N passed, N failed", counting test targets (one per target and config)
+# plus one per fuzzer run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+deploy/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+passed=0
+failed=0
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+
+# Runs one `bazel test` invocation and adds its targets to the counts. A
+# failure before any target ran (a broken BUILD file, say) counts as one.
+run_bazel_tests() {
+  echo "== bazel test $*"
+  bazel test --test_output=errors "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local p f
+  p=$(grep -cE '^//\S+\s+(\(cached\) )?PASSED' "$log")
+  f=$(grep -cE '^//\S+\s+(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log")
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  passed=$((passed + p))
+  failed=$((failed + f))
+}
+
+# Every test target.
+run_bazel_tests //...
+
+# Unit tests of validation, metrics and kernels under ASan (and UBSan).
+SANITIZED=(//server:all //metrics:all)
+if [ -f kernels/cpu/BUILD ]; then SANITIZED+=(//kernels/...); fi
+if [ -f engine/BUILD ]; then SANITIZED+=(//engine/...); fi
+run_bazel_tests --config=asan -- "${SANITIZED[@]}"
+
+# Parser fuzzers (built with clang outside Bazel), briefly.
+if [ -x engine/fuzz/run_fuzzers.sh ]; then
+  echo "== fuzzers"
+  if engine/fuzz/run_fuzzers.sh 10; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+fi
+
+if [ "${CI:-}" = "true" ]; then bazel shutdown; fi
+echo "${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]

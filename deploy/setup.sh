@@ -1,0 +1,37 @@
+#!/bin/bash
+# Installs what moeserve needs from Debian packages, and nothing else.
+# Safe to run again: it only calls apt-get when a package is missing, and
+# then runs `apt-get update` once before installing.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  bazel-bootstrap g++ clang clang-format
+  protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
+  libabsl-dev libspdlog-dev libfmt-dev libcivetweb-dev nlohmann-json3-dev
+  libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # tests
+  python3 python3-grpcio python3-protobuf prometheus sentencepiece
+  python3-sentencepiece
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != \
+       "install ok installed" ]; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} Debian packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+  --no-install-recommends "${missing[@]}"
+echo "setup: done"
