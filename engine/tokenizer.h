@@ -1,0 +1,108 @@
+#ifndef MOESERVE_ENGINE_TOKENIZER_H_
+#define MOESERVE_ENGINE_TOKENIZER_H_
+
+// Tokenizer: a sentencepiece model (tokenizer.model of a Hugging Face
+// directory) behind absl::Status APIs; IncrementalDetokenizer: streaming
+// detokenization for token-by-token responses.
+//
+// Tokenizer owns the sentencepiece processor. Thread-safety: immutable after
+// Load; Encode/Decode/IdToPiece may be called concurrently.
+// IncrementalDetokenizer is per sequence and not thread-safe; it borrows the
+// Tokenizer, which must outlive it.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace moeserve::engine {
+
+namespace internal {
+class SpmWrapper;
+}
+
+class Tokenizer {
+ public:
+  // Loads `path` (a sentencepiece model file). NotFound when it is missing,
+  // InvalidArgument when sentencepiece refuses it.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
+      const std::string& path);
+  // Loads `<model_dir>/tokenizer.model`.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFromModelDir(
+      const std::string& model_dir);
+
+  ~Tokenizer();
+
+  // Token ids of `text`, preceded by bos_id() when `add_bos` (and the model
+  // has a bos piece).
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text,
+                                              bool add_bos) const;
+  // Text of `ids`; InvalidArgument for ids outside [0, vocab_size()).
+  // Control pieces (bos/eos) decode to nothing.
+  absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
+  // The piece (e.g. "▁the", "<0xE2>"); InvalidArgument when out of range.
+  absl::StatusOr<std::string> IdToPiece(int32_t id) const;
+
+  int32_t bos_id() const;  // -1 when the model defines none.
+  int32_t eos_id() const;
+  int32_t vocab_size() const;
+
+ private:
+  Tokenizer();
+  friend class IncrementalDetokenizer;
+  absl::Status CheckIds(const std::vector<int32_t>& ids) const;
+  void FindAnchor();
+
+  std::unique_ptr<internal::SpmWrapper> spm_;
+  // A normal piece without a leading "▁" and its text; -1 if none exists.
+  int32_t anchor_id_ = -1;
+  std::string anchor_text_;
+};
+
+// Turns a stream of token ids into a stream of text deltas, each valid UTF-8,
+// whose concatenation equals tokenizer.Decode(all ids) (once Flush is
+// called).
+//
+// Approach (as in vLLM/TGI): keep two offsets into the id list,
+// prefix_offset <= read_offset. On each token decode ids[prefix_offset:] and
+// ids[prefix_offset:read_offset]; the new text is the difference, and the
+// window keeps the cost per token bounded. sentencepiece drops *all* leading
+// whitespace of a decode (decode("▁", "▁the") == "the"), which is right for
+// the start of the sequence but wrong mid-sequence; so a window that does not
+// start at 0 is decoded behind an anchor piece (a plain piece such as "a"
+// that absorbs the leading-whitespace rule) whose text is then cut off. When
+// the new text ends in U+FFFD (what sentencepiece emits for an incomplete
+// byte-fallback sequence such as <0xE4><0xB8>) or in an incomplete UTF-8
+// sequence, nothing is emitted and the window grows until the character
+// completes.
+class IncrementalDetokenizer {
+ public:
+  explicit IncrementalDetokenizer(const Tokenizer* tokenizer)
+      : tokenizer_(tokenizer) {}
+
+  // Appends `id`; returns the text that became stable (possibly empty).
+  absl::StatusOr<std::string> Next(int32_t id);
+  // Returns whatever is still held back (an unfinished character decodes as
+  // U+FFFD). Call once at the end of the sequence.
+  absl::StatusOr<std::string> Flush();
+
+  const std::vector<int32_t>& ids() const { return ids_; }
+
+ private:
+  absl::StatusOr<std::string> DecodeRange(size_t begin, size_t end) const;
+
+  const Tokenizer* tokenizer_;
+  std::vector<int32_t> ids_;
+  size_t prefix_offset_ = 0;
+  size_t read_offset_ = 0;
+};
+
+// True when `text` ends inside a multi-byte UTF-8 sequence.
+bool EndsWithIncompleteUtf8(absl::string_view text);
+
+}  // namespace moeserve::engine
+
+#endif  // MOESERVE_ENGINE_TOKENIZER_H_
