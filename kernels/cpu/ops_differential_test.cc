@@ -1,0 +1,633 @@
+// Differential test of the CPU backend against the scalar reference
+// (reference_ops.h), in the spirit of llama.cpp's test-backend-ops: every op
+// runs on random inputs at the model's real shapes (plus odd sizes for SIMD
+// tails) on several backend configurations (SIMD / scalar, 1-3 threads), and
+// the outputs must match the reference within a per-op tolerance relative to
+// the output's scale. A second group checks that bad calls are refused with
+// InvalidArgument rather than crashing.
+//
+// How to add an op:
+//  1. Declare it in kernels/backend.h, its check in kernels/op_checks.h.
+//  2. Write the obviously-correct version in reference_ops.{h,cc} (double
+//     accumulation, no threads).
+//  3. Implement it in CpuBackend (and later CUDA).
+//  4. Here: a TEST_P that builds inputs with Rng, runs Backend() and ref::,
+//     and compares with ExpectClose(got, want, tolerance). Pick the
+//     tolerance from the table below by how the op accumulates; exact ops
+//     (copies, ids) compare with ==. Cover m in {1, 3, 8, 17} and a size
+//     that is not a multiple of 8.
+//  5. Add its refusals (wrong dtype, shape, device, index) to the Refuses*
+//     tests.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/reference_ops.h"
+#include "kernels/tensor.h"
+
+namespace moeserve::kernels::cpu {
+namespace {
+
+// Tolerances: max |got - want| / max |want|.
+// fp32 accumulation of up to 14336 products vs double: ~1e-6 observed.
+constexpr double kTolDot = 2e-5;
+// Transcendentals in fp32 (exp, sin, cos) vs double: a few ulp.
+constexpr double kTolPointwise = 2e-6;
+
+// splitmix64: fast enough to fill hundreds of MB in unoptimised builds.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [lo, hi).
+  float Uniform(float lo, float hi) {
+    return lo + (hi - lo) * static_cast<float>(Next() >> 40) / (1 << 24);
+  }
+  int32_t Int(int32_t n) { return static_cast<int32_t>(Next() % n); }
+  std::vector<float> F32(int64_t n, float lo = -1, float hi = 1) {
+    std::vector<float> v(n);
+    for (float& x : v) x = Uniform(lo, hi);
+    return v;
+  }
+  std::vector<bf16> Bf16(int64_t n, float lo = -1, float hi = 1) {
+    std::vector<bf16> v(n);
+    for (bf16& x : v) x = FloatToBf16(Uniform(lo, hi));
+    return v;
+  }
+
+ private:
+  uint64_t s_;
+};
+
+Tensor T(std::vector<float>& v, std::initializer_list<int64_t> shape) {
+  return Tensor(v.data(), DType::kF32, shape);
+}
+Tensor T(std::vector<bf16>& v, std::initializer_list<int64_t> shape) {
+  return Tensor(v.data(), DType::kBF16, shape);
+}
+Tensor T(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
+  return Tensor(v.data(), DType::kI32, shape);
+}
+
+// Max error relative to the output's scale; fails on any NaN mismatch.
+::testing::AssertionResult Close(const std::vector<float>& got,
+                                 const std::vector<float>& want, double tol) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure()
+           << "size " << got.size() << " vs " << want.size();
+  }
+  double scale = 0, worst = 0;
+  size_t worst_i = 0;
+  for (float w : want) scale = std::max(scale, std::fabs(double{w}));
+  scale = std::max(scale, 1e-30);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double{got[i]} - want[i]) / scale;
+    if (!(err <= worst)) {  // Also catches NaN.
+      worst = std::isnan(err) ? INFINITY : err;
+      worst_i = i;
+    }
+  }
+  if (worst <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "relative error " << worst << " > " << tol << " at " << worst_i
+         << ": got " << got[worst_i] << ", want " << want[worst_i] << " (scale "
+         << scale << ")";
+}
+
+// The harness itself must be able to fail: a single wrong element of a
+// realistic MatMul output, off by 1e-4 of the scale, is caught.
+TEST(Harness, CatchesASmallError) {
+  Rng rng(1);
+  std::vector<float> want = rng.F32(2048, -30, 30);
+  std::vector<float> got = want;
+  EXPECT_TRUE(Close(got, want, kTolDot));
+  got[777] += 30 * 1e-4f;
+  EXPECT_FALSE(Close(got, want, kTolDot));
+  got = want;
+  got[5] = NAN;
+  EXPECT_FALSE(Close(got, want, kTolDot));
+}
+
+struct Config {
+  int threads;
+  bool simd;
+};
+
+class Ops : public ::testing::TestWithParam<Config> {
+ public:
+  Backend& B() { return *backend_; }
+  Stream& S() { return *stream_; }
+
+ protected:
+  void SetUp() override {
+    backend_ = std::make_unique<CpuBackend>(
+        CpuBackendOptions{GetParam().threads, GetParam().simd});
+    auto s = backend_->CreateStream();
+    ASSERT_TRUE(s.ok());
+    stream_ = std::move(*s);
+  }
+
+  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<Stream> stream_;
+};
+
+void RunMatMul(Ops& t, int64_t m, int64_t k, int64_t n, bool bias, Rng& rng) {
+  SCOPED_TRACE(absl::StrCat("m=", m, " k=", k, " n=", n, " bias=", bias));
+  auto x = rng.F32(m * k);
+  auto w = rng.Bf16(n * k);
+  auto b = rng.Bf16(n);
+  std::vector<float> got(m * n, NAN), want(m * n);
+  Tensor bt = bias ? T(b, {n}) : Tensor();
+  ASSERT_TRUE(
+      t.B().MatMul(t.S(), T(x, {m, k}), T(w, {n, k}), bt, T(got, {m, n})).ok());
+  ASSERT_TRUE(t.S().Synchronize().ok());
+  ref::MatMul(T(x, {m, k}), T(w, {n, k}), bt, T(want, {m, n}));
+  EXPECT_TRUE(Close(got, want, kTolDot));
+}
+
+TEST_P(Ops, MatMulModelShapes) {
+  Rng rng(2);
+  // (k, n): attention/expert projections of the demo model, Qwen-MoE and
+  // Mixtral sizes; m = decode batch sizes and an odd prefill chunk.
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {256, 512}, {512, 256}, {2048, 1408}, {1408, 2048}, {4096, 1024}};
+  for (auto [k, n] : shapes) {
+    for (int64_t m : {1, 3, 8, 17}) RunMatMul(*this, m, k, n, false, rng);
+  }
+}
+
+TEST_P(Ops, MatMulMixtralExpertShape) {
+  Rng rng(3);
+  RunMatMul(*this, 1, 4096, 14336, false, rng);  // w1 / w3
+  RunMatMul(*this, 3, 14336, 4096, false, rng);  // w2
+}
+
+TEST_P(Ops, MatMulTailsAndBias) {
+  Rng rng(4);
+  for (int64_t k : {1, 7, 8, 9, 37, 263}) {
+    for (int64_t n : {1, 3, 5, 13}) {
+      for (int64_t m : {1, 2, 3, 17, 33}) RunMatMul(*this, m, k, n, true, rng);
+    }
+  }
+  RunMatMul(*this, 0, 64, 8, true, rng);
+}
+
+void RunExpertFfn(Ops& t, int64_t m, int64_t hidden, int64_t ffn, Rng& rng) {
+  SCOPED_TRACE(absl::StrCat("m=", m, " hidden=", hidden, " ffn=", ffn));
+  auto x = rng.F32(m * hidden);
+  // Scale like a trained model so silu sees both signs and magnitudes.
+  auto blob = rng.Bf16(3 * ffn * hidden, -0.1f, 0.1f);
+  std::vector<float> ws(ExpertFfnWorkspaceElems(m, ffn));
+  std::vector<float> got(m * hidden, NAN), want(m * hidden);
+  ASSERT_TRUE(t.B()
+                  .ExpertFfn(t.S(), T(x, {m, hidden}),
+                             T(blob, {3 * ffn * hidden}), ffn,
+                             T(ws, {int64_t(ws.size())}), T(got, {m, hidden}))
+                  .ok());
+  ref::ExpertFfn(T(x, {m, hidden}), T(blob, {3 * ffn * hidden}), ffn,
+                 T(want, {m, hidden}));
+  EXPECT_TRUE(Close(got, want, kTolDot));
+}
+
+TEST_P(Ops, ExpertFfn) {
+  Rng rng(5);
+  for (int64_t m : {1, 3, 8, 17}) {
+    RunExpertFfn(*this, m, 256, 512, rng);
+    RunExpertFfn(*this, m, 2048, 1408, rng);
+  }
+  RunExpertFfn(*this, 5, 52, 37, rng);  // Odd sizes: SIMD tails everywhere.
+}
+
+TEST_P(Ops, RmsNormIncludingPerHeadView) {
+  Rng rng(6);
+  for (int64_t d : {256, 2048, 4096, 33}) {
+    for (int64_t n : {1, 3, 17}) {
+      auto x = rng.F32(n * d, -3, 3);
+      auto w = rng.Bf16(d, 0.5f, 1.5f);
+      std::vector<float> got(n * d), want(n * d);
+      ASSERT_TRUE(
+          B().RmsNorm(S(), T(x, {n, d}), T(w, {d}), 1e-6f, T(got, {n, d}))
+              .ok());
+      ref::RmsNorm(T(x, {n, d}), T(w, {d}), 1e-6f, T(want, {n, d}));
+      EXPECT_TRUE(Close(got, want, kTolPointwise)) << n << "x" << d;
+      // In place gives the same result.
+      ASSERT_TRUE(
+          B().RmsNorm(S(), T(x, {n, d}), T(w, {d}), 1e-6f, T(x, {n, d})).ok());
+      EXPECT_EQ(x, got);
+    }
+  }
+  // q/k norm: [n, heads * hd] seen as [n * heads, hd].
+  const int64_t n = 3, heads = 8, hd = 128;
+  auto q = rng.F32(n * heads * hd);
+  auto w = rng.Bf16(hd, 0.5f, 1.5f);
+  std::vector<float> got(q.size()), want(q.size());
+  Tensor view = *T(q, {n, heads * hd}).Reshape({n * heads, hd});
+  ASSERT_TRUE(
+      B().RmsNorm(S(), view, T(w, {hd}), 1e-5f, T(got, {n * heads, hd})).ok());
+  ref::RmsNorm(view, T(w, {hd}), 1e-5f, T(want, {n * heads, hd}));
+  EXPECT_TRUE(Close(got, want, kTolPointwise));
+}
+
+TEST_P(Ops, RopeRotateHalf) {
+  Rng rng(7);
+  for (int64_t hd : {32, 128, 6}) {
+    for (float theta : {10000.0f, 1e6f}) {
+      const int64_t n = 17, heads = 8;
+      auto x = rng.F32(n * heads * hd);
+      std::vector<int32_t> pos(n);
+      for (int64_t i = 0; i < n; ++i) pos[i] = i < 2 ? i : rng.Int(32768);
+      auto want = x;
+      ASSERT_TRUE(
+          B().RopeRotateHalf(S(), T(x, {n, heads, hd}), T(pos, {n}), theta)
+              .ok());
+      ref::RopeRotateHalf(T(want, {n, heads, hd}), T(pos, {n}), theta);
+      EXPECT_TRUE(Close(x, want, kTolPointwise)) << hd << " " << theta;
+    }
+  }
+}
+
+TEST(RopeSemantics, MatchesHandComputedRotation) {
+  // hd = 4, position 1, theta 100: inv_freq = {1, 0.1}; pairs (0,2), (1,3).
+  CpuBackend b({1, true});
+  auto s = *b.CreateStream();
+  std::vector<float> x = {1, 2, 3, 4};
+  std::vector<int32_t> pos = {1};
+  ASSERT_TRUE(b.RopeRotateHalf(*s, T(x, {1, 1, 4}), T(pos, {1}), 100.0f).ok());
+  const double c0 = std::cos(1.0), s0 = std::sin(1.0);
+  const double c1 = std::cos(0.1), s1 = std::sin(0.1);
+  EXPECT_NEAR(x[0], 1 * c0 - 3 * s0, 1e-6);
+  EXPECT_NEAR(x[2], 3 * c0 + 1 * s0, 1e-6);
+  EXPECT_NEAR(x[1], 2 * c1 - 4 * s1, 1e-6);
+  EXPECT_NEAR(x[3], 4 * c1 + 2 * s1, 1e-6);
+}
+
+// A paged cache with shuffled blocks and several sequences of different
+// lengths: one decoding (1 query), one prefilling a chunk, one fresh prompt.
+void RunAttention(Ops& t, int64_t heads, int64_t kv_heads, int64_t hd,
+                  int64_t block_size, Rng& rng) {
+  SCOPED_TRACE(absl::StrCat("heads=", heads, " kv=", kv_heads, " hd=", hd,
+                            " block=", block_size));
+  const std::vector<int64_t> ctx = {37, 20, 5, 1};  // Length after writes.
+  const std::vector<int64_t> n_new = {1, 7, 5, 1};  // Queries this step.
+  const int64_t num_seqs = ctx.size();
+  const int64_t max_blocks = (37 + block_size - 1) / block_size + 1;
+  const int64_t num_blocks = num_seqs * max_blocks + 3;
+  std::vector<int32_t> perm(num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int64_t i = num_blocks - 1; i > 0; --i)
+    std::swap(perm[i], perm[rng.Int(i + 1)]);
+  std::vector<int32_t> tables(num_seqs * max_blocks);
+  std::copy(perm.begin(), perm.begin() + tables.size(), tables.begin());
+  const int64_t row = kv_heads * hd;
+  auto k_pool = rng.F32(num_blocks * block_size * row);  // Garbage elsewhere.
+  auto v_pool = rng.F32(k_pool.size());
+  auto k_ref = k_pool, v_ref = v_pool;
+  // Every cached position is written: old ones and this step's.
+  int64_t total = std::accumulate(ctx.begin(), ctx.end(), int64_t{0});
+  std::vector<int32_t> slots;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    for (int64_t p = 0; p < ctx[s]; ++p) {
+      slots.push_back(tables[s * max_blocks + p / block_size] * block_size +
+                      p % block_size);
+    }
+  }
+  slots.push_back(-1);  // A padding row is skipped.
+  ++total;
+  auto k_new = rng.F32(total * row, -2, 2), v_new = rng.F32(total * row);
+  PagedKvCache cache{Tensor(k_pool.data(), DType::kF32,
+                            {num_blocks, block_size, kv_heads, hd}),
+                     Tensor(v_pool.data(), DType::kF32,
+                            {num_blocks, block_size, kv_heads, hd})};
+  PagedKvCache ref_cache{
+      Tensor(k_ref.data(), DType::kF32, {num_blocks, block_size, kv_heads, hd}),
+      Tensor(v_ref.data(), DType::kF32,
+             {num_blocks, block_size, kv_heads, hd})};
+  ASSERT_TRUE(t.B()
+                  .KvWrite(t.S(), T(k_new, {total, kv_heads, hd}),
+                           T(v_new, {total, kv_heads, hd}), T(slots, {total}),
+                           cache)
+                  .ok());
+  ref::KvWrite(T(k_new, {total, kv_heads, hd}), T(v_new, {total, kv_heads, hd}),
+               T(slots, {total}), ref_cache);
+  EXPECT_EQ(k_pool, k_ref);
+  EXPECT_EQ(v_pool, v_ref);
+
+  std::vector<int32_t> qstart = {0}, pos;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    qstart.push_back(qstart.back() + n_new[s]);
+    for (int64_t i = 0; i < n_new[s]; ++i) pos.push_back(ctx[s] - n_new[s] + i);
+  }
+  const int64_t n_q = pos.size();
+  auto q = rng.F32(n_q * heads * hd, -2, 2);
+  AttentionBatch batch{T(qstart, {num_seqs + 1}), T(pos, {n_q}),
+                       T(tables, {num_seqs, max_blocks})};
+  std::vector<float> got(n_q * heads * hd, NAN), want(got.size());
+  ASSERT_TRUE(t.B()
+                  .Attention(t.S(), T(q, {n_q, heads, hd}), cache, batch,
+                             T(got, {n_q, heads * hd}))
+                  .ok());
+  ref::Attention(T(q, {n_q, heads, hd}), ref_cache, batch,
+                 T(want, {n_q, heads * hd}));
+  EXPECT_TRUE(Close(got, want, kTolDot));
+}
+
+TEST_P(Ops, PagedAttention) {
+  Rng rng(8);
+  RunAttention(*this, 8, 4, 32, 16, rng);
+  RunAttention(*this, 8, 4, 128, 16, rng);
+  RunAttention(*this, 8, 8, 32, 5, rng);  // MHA, odd block size.
+  RunAttention(*this, 8, 1, 40, 3, rng);  // MQA, odd head_dim.
+}
+
+TEST_P(Ops, AttentionSingleTokenIsItsValue) {
+  // With one cached position the softmax is 1: out = v.
+  const int64_t hd = 8;
+  std::vector<float> k_pool(2 * 4 * hd, 0.5f), v_pool(2 * 4 * hd);
+  for (size_t i = 0; i < v_pool.size(); ++i) v_pool[i] = float(i);
+  std::vector<int32_t> qs = {0, 1}, pos = {0}, table = {1};
+  std::vector<float> q(2 * hd, 1.0f), out(2 * hd);
+  PagedKvCache c{T(k_pool, {2, 4, 1, hd}), T(v_pool, {2, 4, 1, hd})};
+  ASSERT_TRUE(B().Attention(S(), T(q, {1, 2, hd}), c,
+                            {T(qs, {2}), T(pos, {1}), T(table, {1, 1})},
+                            T(out, {1, 2 * hd}))
+                  .ok());
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t d = 0; d < hd; ++d) EXPECT_EQ(out[h * hd + d], 4 * hd + d);
+  }
+}
+
+TEST_P(Ops, RouterTopK) {
+  Rng rng(9);
+  const int64_t n = 17;
+  for (auto [e, k] : std::vector<std::pair<int64_t, int>>{
+           {8, 2}, {60, 4}, {64, 8}, {128, 8}}) {
+    for (bool normalize : {false, true}) {
+      // Distinct logits (gaps >= 0.3) so both sides must pick the same ids.
+      std::vector<float> logits(n * e);
+      for (int64_t t = 0; t < n; ++t) {
+        std::vector<int> perm(e);
+        std::iota(perm.begin(), perm.end(), 0);
+        for (int64_t i = e - 1; i > 0; --i)
+          std::swap(perm[i], perm[rng.Int(i + 1)]);
+        for (int64_t j = 0; j < e; ++j) {
+          logits[t * e + j] = 0.35f * perm[j] - 5 + rng.Uniform(-0.02f, 0.02f);
+        }
+      }
+      std::vector<float> w(n * k), w_ref(n * k);
+      std::vector<int32_t> ids(n * k), ids_ref(n * k);
+      ASSERT_TRUE(B().RouterTopK(S(), T(logits, {n, e}), k, normalize,
+                                 T(w, {n, k}), T(ids, {n, k}))
+                      .ok());
+      ref::RouterTopK(T(logits, {n, e}), k, normalize, T(w_ref, {n, k}),
+                      T(ids_ref, {n, k}));
+      EXPECT_EQ(ids, ids_ref) << e << " " << k;
+      EXPECT_TRUE(Close(w, w_ref, kTolPointwise));
+    }
+  }
+}
+
+TEST_P(Ops, RouterTopKTiesGoToLowerIndex) {
+  std::vector<float> logits = {1, 3, 3, 0, 3, 3};
+  std::vector<float> w(3);
+  std::vector<int32_t> ids(3);
+  ASSERT_TRUE(B().RouterTopK(S(), T(logits, {1, 6}), 3, true, T(w, {1, 3}),
+                             T(ids, {1, 3}))
+                  .ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 2, 4}));
+  for (float x : w) EXPECT_FLOAT_EQ(x, 1.0f / 3);
+}
+
+TEST_P(Ops, PointwiseOps) {
+  Rng rng(10);
+  for (auto [m, f] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1408}, {3, 14336}, {17, 37}, {8, 4096}}) {
+    auto g = rng.F32(m * f, -8, 8), u = rng.F32(m * f, -2, 2);
+    std::vector<float> got(m * f), want(m * f);
+    ASSERT_TRUE(
+        B().SiluMul(S(), T(g, {m, f}), T(u, {m, f}), T(got, {m, f})).ok());
+    ref::SiluMul(T(g, {m, f}), T(u, {m, f}), T(want, {m, f}));
+    EXPECT_TRUE(Close(got, want, kTolPointwise));
+
+    ASSERT_TRUE(B().Add(S(), T(g, {m, f}), T(u, {m, f}), T(got, {m, f})).ok());
+    ref::Add(T(g, {m, f}), T(u, {m, f}), T(want, {m, f}));
+    EXPECT_EQ(got, want);  // One rounding: exact.
+    ASSERT_TRUE(B().Add(S(), T(g, {m, f}), T(u, {m, f}), T(g, {m, f})).ok());
+    EXPECT_EQ(g, want);  // In place.
+
+    auto gate = rng.F32(m, -4, 4);
+    auto y = rng.F32(m * f), y_ref = y;
+    ASSERT_TRUE(
+        B().SigmoidGatedAdd(S(), T(u, {m, f}), T(gate, {m, 1}), T(y, {m, f}))
+            .ok());
+    ref::SigmoidGatedAdd(T(u, {m, f}), T(gate, {m}), T(y_ref, {m, f}));
+    EXPECT_TRUE(Close(y, y_ref, kTolPointwise));
+  }
+}
+
+TEST_P(Ops, GatherAndScaleAddRows) {
+  Rng rng(11);
+  const int64_t n = 17, d = 2048, m = 9;
+  auto x = rng.F32(n * d);
+  std::vector<int32_t> rows = {3, 0, 16, 3, 5, 5, 5, 11, 2};  // Repeats.
+  std::vector<float> got(m * d), want(m * d);
+  ASSERT_TRUE(
+      B().GatherRows(S(), T(x, {n, d}), T(rows, {m}), T(got, {m, d})).ok());
+  ref::GatherRows(T(x, {n, d}), T(rows, {m}), T(want, {m, d}));
+  EXPECT_EQ(got, want);
+
+  auto w = rng.F32(m, 0, 1);
+  auto y = rng.F32(n * d), y_ref = y;
+  ASSERT_TRUE(B().ScaleAddRows(S(), T(got, {m, d}), T(rows, {m}), T(w, {m}),
+                               T(y, {n, d}))
+                  .ok());
+  ref::ScaleAddRows(T(got, {m, d}), T(rows, {m}), T(w, {m}), T(y_ref, {n, d}));
+  EXPECT_TRUE(Close(y, y_ref, kTolPointwise));
+  // Without rows: identity mapping.
+  auto y2 = rng.F32(m * d), y2_ref = y2;
+  ASSERT_TRUE(
+      B().ScaleAddRows(S(), T(got, {m, d}), Tensor(), T(w, {m}), T(y2, {m, d}))
+          .ok());
+  ref::ScaleAddRows(T(got, {m, d}), Tensor(), T(w, {m}), T(y2_ref, {m, d}));
+  EXPECT_TRUE(Close(y2, y2_ref, kTolPointwise));
+}
+
+TEST_P(Ops, EmbeddingSoftmaxArgmax) {
+  Rng rng(12);
+  const int64_t vocab = 1001, d = 256, n = 17;
+  auto table = rng.Bf16(vocab * d);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = rng.Int(vocab);
+  ids[0] = 0;
+  ids[1] = vocab - 1;
+  std::vector<float> got(n * d), want(n * d);
+  ASSERT_TRUE(
+      B().Embedding(S(), T(ids, {n}), T(table, {vocab, d}), T(got, {n, d}))
+          .ok());
+  ref::Embedding(T(ids, {n}), T(table, {vocab, d}), T(want, {n, d}));
+  EXPECT_EQ(got, want);
+
+  for (int64_t v : {32000, 1001, 1}) {
+    auto logits = rng.F32(3 * v, -20, 20);
+    std::vector<float> p(3 * v), p_ref(3 * v);
+    ASSERT_TRUE(B().Softmax(S(), T(logits, {3, v}), T(p, {3, v})).ok());
+    ref::Softmax(T(logits, {3, v}), T(p_ref, {3, v}));
+    EXPECT_TRUE(Close(p, p_ref, kTolPointwise));
+    std::vector<int32_t> am(3), am_ref(3);
+    ASSERT_TRUE(B().Argmax(S(), T(logits, {3, v}), T(am, {3})).ok());
+    ref::Argmax(T(logits, {3, v}), T(am_ref, {3}));
+    EXPECT_EQ(am, am_ref);
+  }
+  std::vector<float> tied = {0, 5, 1, 5};
+  std::vector<int32_t> am(1);
+  ASSERT_TRUE(B().Argmax(S(), T(tied, {1, 4}), T(am, {1})).ok());
+  EXPECT_EQ(am[0], 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Ops,
+                         ::testing::Values(Config{2, true}, Config{2, false},
+                                           Config{1, true}, Config{3, true}),
+                         [](const ::testing::TestParamInfo<Config>& info) {
+                           return absl::StrCat(
+                               info.param.simd ? "simd" : "scalar", "_",
+                               info.param.threads, "t");
+                         });
+
+// ---- Refusals: bad calls return InvalidArgument, never crash. ----------
+
+class Refuses : public ::testing::Test {
+ protected:
+  Refuses() : b_({2, true}), s_(*b_.CreateStream()) {}
+  void ExpectInvalid(const absl::Status& st) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  }
+  CpuBackend b_;
+  std::unique_ptr<Stream> s_;
+};
+
+TEST_F(Refuses, MatMulBadDtypeShapeDeviceAlias) {
+  std::vector<float> x(4 * 8), y(4 * 6), wf(6 * 8);
+  std::vector<bf16> w(6 * 8), bias(5);
+  Stream& s = *s_;
+  ExpectInvalid(b_.MatMul(s, T(x, {4, 8}), T(wf, {6, 8}), {}, T(y, {4, 6})));
+  ExpectInvalid(b_.MatMul(s, T(x, {4, 8}), T(w, {8, 6}), {}, T(y, {4, 6})));
+  ExpectInvalid(b_.MatMul(s, T(x, {4, 8}), T(w, {6, 8}), {}, T(y, {6, 4})));
+  ExpectInvalid(b_.MatMul(s, T(x, {32}), T(w, {6, 8}), {}, T(y, {4, 6})));
+  ExpectInvalid(
+      b_.MatMul(s, T(x, {4, 8}), T(w, {6, 8}), T(bias, {5}), T(y, {4, 6})));
+  ExpectInvalid(b_.MatMul(s, T(x, {4, 8}),
+                          Tensor(w.data(), DType::kBF16, {6, 8}, Device::kCuda),
+                          {}, T(y, {4, 6})));
+  ExpectInvalid(b_.MatMul(s, T(x, {4, 8}), Tensor(w.data(), DType::kI4, {6, 8}),
+                          {}, T(y, {4, 6})));
+  ExpectInvalid(b_.MatMul(s, T(x, {4, 8}), T(w, {6, 8}), {},
+                          Tensor(x.data(), DType::kF32, {4, 6})));  // Alias.
+  ExpectInvalid(b_.MatMul(s, Tensor(nullptr, DType::kF32, {4, 8}), T(w, {6, 8}),
+                          {}, T(y, {4, 6})));
+  // A stream of another backend.
+  CpuBackend other({1, true});
+  auto foreign = *other.CreateStream();
+  ExpectInvalid(
+      b_.MatMul(*foreign, T(x, {4, 8}), T(w, {6, 8}), {}, T(y, {4, 6})));
+  EXPECT_TRUE(b_.MatMul(s, T(x, {4, 8}), T(w, {6, 8}), {}, T(y, {4, 6})).ok());
+}
+
+TEST_F(Refuses, IndexValuesOutOfRange) {
+  Stream& s = *s_;
+  std::vector<bf16> table(10 * 4);
+  std::vector<float> out(2 * 4), x(3 * 4);
+  std::vector<int32_t> bad_ids = {3, 10}, neg_ids = {-1, 0};
+  ExpectInvalid(
+      b_.Embedding(s, T(bad_ids, {2}), T(table, {10, 4}), T(out, {2, 4})));
+  ExpectInvalid(
+      b_.Embedding(s, T(neg_ids, {2}), T(table, {10, 4}), T(out, {2, 4})));
+  ExpectInvalid(
+      b_.GatherRows(s, T(x, {3, 4}), T(bad_ids, {2}), T(out, {2, 4})));
+  std::vector<float> w(2);
+  ExpectInvalid(b_.ScaleAddRows(s, T(out, {2, 4}), T(bad_ids, {2}), T(w, {2}),
+                                T(x, {3, 4})));
+  std::vector<float> rope(2 * 1 * 4);
+  ExpectInvalid(
+      b_.RopeRotateHalf(s, T(rope, {2, 1, 4}), T(neg_ids, {2}), 1e4f));
+  std::vector<float> odd(2 * 1 * 5);
+  std::vector<int32_t> pos = {0, 1};
+  ExpectInvalid(b_.RopeRotateHalf(s, T(odd, {2, 1, 5}), T(pos, {2}), 1e4f));
+  ExpectInvalid(b_.RopeRotateHalf(s, T(rope, {2, 1, 4}), T(pos, {2}), -1.0f));
+}
+
+TEST_F(Refuses, RouterAndExpertFfn) {
+  Stream& s = *s_;
+  std::vector<float> logits(2 * 8), w(2 * 9);
+  std::vector<int32_t> ids(2 * 9);
+  ExpectInvalid(b_.RouterTopK(s, T(logits, {2, 8}), 9, true, T(w, {2, 9}),
+                              T(ids, {2, 9})));
+  ExpectInvalid(b_.RouterTopK(s, T(logits, {2, 8}), 0, true, T(w, {2, 0}),
+                              T(ids, {2, 0})));
+  ExpectInvalid(b_.RouterTopK(s, T(logits, {2, 8}), 2, true, T(w, {2, 3}),
+                              T(ids, {2, 2})));
+  std::vector<float> x(3 * 16), out(3 * 16), ws(3 * 3 * 8);
+  std::vector<bf16> blob(3 * 8 * 16);
+  ExpectInvalid(b_.ExpertFfn(s, T(x, {3, 16}), T(blob, {3 * 8 * 16}), 7,
+                             T(ws, {72}), T(out, {3, 16})));  // Wrong ffn.
+  ExpectInvalid(b_.ExpertFfn(s, T(x, {3, 16}), T(blob, {3 * 8 * 16}), 8,
+                             T(ws, {71}), T(out, {3, 16})));  // Small ws.
+  ExpectInvalid(b_.ExpertFfn(s, T(x, {3, 16}), T(blob, {3 * 8 * 16}), 8,
+                             T(ws, {72}), T(ws, {3, 16})));  // Out aliases ws.
+  EXPECT_TRUE(b_.ExpertFfn(s, T(x, {3, 16}), T(blob, {3 * 8 * 16}), 8,
+                           T(ws, {72}), T(out, {3, 16}))
+                  .ok());
+}
+
+TEST_F(Refuses, KvCacheAndAttention) {
+  Stream& s = *s_;
+  const int64_t nb = 4, bs = 4, kvh = 2, hd = 8;
+  std::vector<float> kp(nb * bs * kvh * hd), vp(kp.size());
+  PagedKvCache c{T(kp, {nb, bs, kvh, hd}), T(vp, {nb, bs, kvh, hd})};
+  std::vector<float> k(2 * kvh * hd), v(k.size());
+  std::vector<int32_t> slots = {0, nb * bs};  // Second is one past the end.
+  ExpectInvalid(
+      b_.KvWrite(s, T(k, {2, kvh, hd}), T(v, {2, kvh, hd}), T(slots, {2}), c));
+  PagedKvCache mixed{T(kp, {nb, bs, kvh, hd}), T(vp, {nb, bs, kvh, hd + 0})};
+  mixed.v_pool = Tensor(vp.data(), DType::kF32, {nb, bs, hd, kvh});
+  slots = {0, 1};
+  ExpectInvalid(b_.KvWrite(s, T(k, {2, kvh, hd}), T(v, {2, kvh, hd}),
+                           T(slots, {2}), mixed));
+
+  const int64_t heads = 4;
+  std::vector<float> q(2 * heads * hd), out(2 * heads * hd);
+  std::vector<int32_t> qs = {0, 2}, pos = {3, 4}, table = {1, 2};
+  auto run = [&](int64_t q_heads) {
+    return b_.Attention(s, Tensor(q.data(), DType::kF32, {2, q_heads, hd}), c,
+                        {T(qs, {2}), T(pos, {2}), T(table, {1, 2})},
+                        Tensor(out.data(), DType::kF32, {2, q_heads * hd}));
+  };
+  EXPECT_TRUE(run(heads).ok());
+  ExpectInvalid(run(3));  // Not a multiple of kv_heads.
+  pos = {3, 8};           // Beyond the 2 blocks of the table.
+  ExpectInvalid(run(heads));
+  pos = {3, 4};
+  table = {1, nb};  // Block id outside the pool.
+  ExpectInvalid(run(heads));
+  table = {1, 2};
+  qs = {0, 1};  // Does not cover all query rows.
+  ExpectInvalid(run(heads));
+  qs = {0, 2};
+  ExpectInvalid(b_.Attention(s, T(q, {2, heads, hd}), c,
+                             {T(qs, {2}), T(pos, {2}), T(table, {2, 1})},
+                             T(out, {2, heads * hd})));
+}
+
+}  // namespace
+}  // namespace moeserve::kernels::cpu
