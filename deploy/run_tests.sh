@@ -17,7 +17,7 @@ trap 'rm -f "$log"' EXIT
 # failure before any target ran (a broken BUILD file, say) counts as one.
 run_bazel_tests() {
   echo "== bazel test $*"
-  bazel test --test_output=errors "$@" 2>&1 | tee "$log"
+  bazel test --keep_going --test_output=errors "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   local p f
   p=$(grep -cE '^//\S+\s+(\(cached\) )?PASSED' "$log")
