@@ -1,0 +1,144 @@
+#include "engine/sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace moeserve::engine {
+namespace {
+
+constexpr float kMasked = -std::numeric_limits<float>::infinity();
+
+// Uniform double in [0, 1) from 53 random bits: the same on every platform,
+// unlike std::uniform_real_distribution.
+double UniformDouble(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+}  // namespace
+
+int32_t Argmax(std::span<const float> values) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(values.size()); ++i) {
+    if (values[i] > values[best]) best = i;
+  }
+  return best;
+}
+
+Sampler::Sampler(const SamplingConfig& config, std::span<const int32_t> prompt,
+                 int32_t vocab_size)
+    : config_(config),
+      rng_(config.seed),
+      prompt_counts_(vocab_size, 0),
+      output_counts_(vocab_size, 0) {
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= vocab_size) continue;
+    if (prompt_counts_[t]++ == 0 && output_counts_[t] == 0) seen_.push_back(t);
+  }
+}
+
+void Sampler::Accept(int32_t token) {
+  if (token < 0 || token >= static_cast<int32_t>(output_counts_.size())) {
+    return;
+  }
+  if (output_counts_[token]++ == 0 && prompt_counts_[token] == 0) {
+    seen_.push_back(token);
+  }
+}
+
+void Sampler::ApplyPenalties(std::span<float> logits) const {
+  const float rep = config_.repetition_penalty;
+  for (int32_t t : seen_) {
+    float& l = logits[t];
+    if (rep != 1) l = l > 0 ? l / rep : l * rep;
+    const uint32_t out = output_counts_[t];
+    if (out > 0) {
+      l -= config_.presence_penalty + config_.frequency_penalty * out;
+    }
+  }
+}
+
+int32_t Sampler::Sample(std::span<float> logits) {
+  ApplyPenalties(logits);
+  const int32_t token =
+      config_.temperature == 0 ? Argmax(logits) : Draw(logits);
+  Accept(token);
+  return token;
+}
+
+// Temperature, then the top-k / top-p / min-p filters on the sorted
+// distribution, then one uniform draw.
+int32_t Sampler::Draw(std::span<float> logits) {
+  const int32_t n = static_cast<int32_t>(logits.size());
+  const float inv_t = 1.0f / config_.temperature;
+  float max_logit = kMasked;
+  for (float& l : logits) {
+    l *= inv_t;
+    max_logit = std::max(max_logit, l);
+  }
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  int32_t keep = n;
+  if (config_.top_k > 0) keep = std::min(keep, config_.top_k);
+  // Sort only as much as the filters can look at; stable so ties keep the
+  // lower id first, which makes the draw reproducible.
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logits[a] > logits[b] ||
+                             (logits[a] == logits[b] && a < b);
+                    });
+  std::vector<double> probs(keep);
+  double total = 0;
+  for (int32_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp(static_cast<double>(logits[order[i]]) - max_logit);
+    total += probs[i];
+  }
+  // top-p: smallest prefix whose mass reaches top_p (always >= 1 token).
+  double mass = 0;
+  int32_t cut = keep;
+  for (int32_t i = 0; i < keep; ++i) {
+    mass += probs[i] / total;
+    if (mass >= config_.top_p) {
+      cut = i + 1;
+      break;
+    }
+  }
+  // min-p: drop tokens below min_p x the most likely one's probability.
+  if (config_.min_p > 0) {
+    const double floor = config_.min_p * probs[0];
+    while (cut > 1 && probs[cut - 1] < floor) --cut;
+  }
+  double kept = 0;
+  for (int32_t i = 0; i < cut; ++i) kept += probs[i];
+  const double u = UniformDouble(rng_) * kept;
+  double acc = 0;
+  for (int32_t i = 0; i < cut; ++i) {
+    acc += probs[i];
+    if (u < acc) return order[i];
+  }
+  return order[cut - 1];
+}
+
+std::pair<TokenLogprob, std::vector<TokenLogprob>> TopLogprobs(
+    std::span<const float> logits, int32_t token, int n) {
+  float max_logit = kMasked;
+  for (float l : logits) max_logit = std::max(max_logit, l);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+  const float log_z = max_logit + static_cast<float>(std::log(sum));
+  TokenLogprob chosen{token, logits[token] - log_z};
+  const int32_t size = static_cast<int32_t>(logits.size());
+  n = std::clamp(n, 0, size);
+  std::vector<int32_t> order(size);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(
+      order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      });
+  std::vector<TokenLogprob> top(n);
+  for (int i = 0; i < n; ++i) top[i] = {order[i], logits[order[i]] - log_z};
+  return {chosen, top};
+}
+
+}  // namespace moeserve::engine
