@@ -9,8 +9,8 @@ namespace moeserve::engine {
 namespace {
 
 // Feeds `deltas` and returns everything emitted (and whether it stopped).
-std::pair<std::string, bool> Run(std::vector<std::string> stops,
-                                 const std::vector<std::string>& deltas) {
+std::pair<std::string, bool> Feed(std::vector<std::string> stops,
+                                  const std::vector<std::string>& deltas) {
   StopStringMatcher m(std::move(stops));
   std::string out;
   for (const std::string& d : deltas) {
@@ -22,7 +22,7 @@ std::pair<std::string, bool> Run(std::vector<std::string> stops,
 }
 
 TEST(StopStringMatcher, StopInsideOneDelta) {
-  EXPECT_EQ(Run({"END"}, {"abcENDdef"}),
+  EXPECT_EQ(Feed({"END"}, {"abcENDdef"}),
             std::make_pair(std::string("abc"), true));
 }
 
@@ -45,14 +45,15 @@ TEST(StopStringMatcher, HeldTextIsReleasedWhenItDiverges) {
 }
 
 TEST(StopStringMatcher, EarliestOfSeveralStops) {
-  EXPECT_EQ(Run({"cd", "b"}, {"abcd"}), std::make_pair(std::string("a"), true));
+  EXPECT_EQ(Feed({"cd", "b"}, {"abcd"}),
+            std::make_pair(std::string("a"), true));
 }
 
 TEST(StopStringMatcher, MultiByteStopsKeepUtf8Whole) {
-  auto [out, stopped] = Run({"世界"}, {"你好", "世", "界!"});
+  auto [out, stopped] = Feed({"世界"}, {"你好", "世", "界!"});
   EXPECT_TRUE(stopped);
   EXPECT_EQ(out, "你好");
-  auto [out2, stopped2] = Run({"世界"}, {"你好", "世", "人"});
+  auto [out2, stopped2] = Feed({"世界"}, {"你好", "世", "人"});
   EXPECT_FALSE(stopped2);
   EXPECT_EQ(out2, "你好世人");
 }
