@@ -1,45 +1,156 @@
-// Only sentencepiece and std headers here: see spm_wrapper.h.
+// Calls sentencepiece through the libmoeserve_spm.so plugin (see
+// spm_plugin.cc for why it is loaded privately).
 #include "engine/internal/spm_wrapper.h"
 
-#include <sentencepiece_processor.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <mutex>
 
 namespace moeserve::engine::internal {
+namespace {
+
+constexpr char kPluginName[] = "libmoeserve_spm.so";
+
+// The plugin's entry points, resolved once per process.
+struct PluginApi {
+  void* (*create)() = nullptr;
+  void (*destroy)(void*) = nullptr;
+  bool (*load)(void*, const std::string*, std::string*) = nullptr;
+  bool (*encode)(const void*, const std::string*, std::vector<int>*,
+                 std::string*) = nullptr;
+  bool (*decode)(const void*, const std::vector<int>*, std::string*,
+                 std::string*) = nullptr;
+  void (*id_to_piece)(const void*, int, std::string*) = nullptr;
+  int (*special)(const void*, int) = nullptr;
+  bool (*is)(const void*, int, int) = nullptr;
+  std::string error;  // non-empty when the plugin could not be loaded
+};
+
+std::string ExecutablePath() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// Where the plugin may be: an explicit override, Bazel runfiles (tests and
+// `bazel run`), beside the binary (installs), and bazel-bin's layout.
+std::vector<std::string> CandidatePaths() {
+  std::vector<std::string> paths;
+  if (const char* env = getenv("MOESERVE_SPM_PLUGIN")) paths.push_back(env);
+  const std::string runfile = std::string("moeserve/engine/") + kPluginName;
+  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* dir = getenv(var)) paths.push_back(dir + ("/" + runfile));
+  }
+  const std::string exe = ExecutablePath();
+  if (!exe.empty()) {
+    paths.push_back(exe + ".runfiles/" + runfile);
+    paths.push_back(Dirname(exe) + "/" + kPluginName);
+    paths.push_back(Dirname(exe) + "/../engine/" + kPluginName);
+  }
+  return paths;
+}
+
+template <typename F>
+bool Resolve(void* handle, const char* name, F* fn, std::string* error) {
+  *fn = reinterpret_cast<F>(dlsym(handle, name));
+  if (*fn == nullptr) *error = std::string("missing symbol ") + name;
+  return *fn != nullptr;
+}
+
+PluginApi LoadPlugin() {
+  PluginApi api;
+  // ASan refuses RTLD_DEEPBIND; sanitized test binaries do not link
+  // protobuf next to the tokenizer, so local binding alone suffices there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  constexpr int kFlags = RTLD_NOW | RTLD_LOCAL;
+#else
+  constexpr int kFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#endif
+  void* handle = nullptr;
+  std::string tried;
+  for (const std::string& path : CandidatePaths()) {
+    if (access(path.c_str(), R_OK) != 0) continue;
+    handle = dlopen(path.c_str(), kFlags);
+    if (handle != nullptr) break;
+    tried += path + ": " + dlerror() + "; ";
+  }
+  if (handle == nullptr) {
+    api.error = std::string("cannot load the sentencepiece plugin ") +
+                kPluginName + " (set MOESERVE_SPM_PLUGIN) " + tried;
+    return api;
+  }
+  std::string& e = api.error;
+  Resolve(handle, "moeserve_spm_new", &api.create, &e) &&
+      Resolve(handle, "moeserve_spm_delete", &api.destroy, &e) &&
+      Resolve(handle, "moeserve_spm_load", &api.load, &e) &&
+      Resolve(handle, "moeserve_spm_encode", &api.encode, &e) &&
+      Resolve(handle, "moeserve_spm_decode", &api.decode, &e) &&
+      Resolve(handle, "moeserve_spm_id_to_piece", &api.id_to_piece, &e) &&
+      Resolve(handle, "moeserve_spm_special", &api.special, &e) &&
+      Resolve(handle, "moeserve_spm_is", &api.is, &e);
+  return api;  // the handle stays open for the life of the process
+}
+
+const PluginApi& Api() {
+  static const PluginApi* api = new PluginApi(LoadPlugin());
+  return *api;
+}
+
+}  // namespace
 
 struct SpmWrapper::Impl {
-  sentencepiece::SentencePieceProcessor sp;
+  void* processor = nullptr;
+  ~Impl() {
+    if (processor != nullptr) Api().destroy(processor);
+  }
 };
 
 SpmWrapper::SpmWrapper() : impl_(std::make_unique<Impl>()) {}
 SpmWrapper::~SpmWrapper() = default;
 
 bool SpmWrapper::Load(const std::string& path, std::string* error) {
-  sentencepiece::util::Status s = impl_->sp.Load(path);
-  if (!s.ok()) *error = s.ToString();
-  return s.ok();
+  if (!Api().error.empty()) {
+    *error = Api().error;
+    return false;
+  }
+  if (impl_->processor == nullptr) impl_->processor = Api().create();
+  return Api().load(impl_->processor, &path, error);
 }
 
 bool SpmWrapper::Encode(const std::string& text, std::vector<int>* ids,
                         std::string* error) const {
-  sentencepiece::util::Status s = impl_->sp.Encode(text, ids);
-  if (!s.ok()) *error = s.ToString();
-  return s.ok();
+  return Api().encode(impl_->processor, &text, ids, error);
 }
 
 bool SpmWrapper::Decode(const std::vector<int>& ids, std::string* text,
                         std::string* error) const {
-  sentencepiece::util::Status s = impl_->sp.Decode(ids, text);
-  if (!s.ok()) *error = s.ToString();
-  return s.ok();
+  return Api().decode(impl_->processor, &ids, text, error);
 }
 
 std::string SpmWrapper::IdToPiece(int id) const {
-  return impl_->sp.IdToPiece(id);
+  std::string piece;
+  Api().id_to_piece(impl_->processor, id, &piece);
+  return piece;
 }
-int SpmWrapper::vocab_size() const { return impl_->sp.GetPieceSize(); }
-int SpmWrapper::bos_id() const { return impl_->sp.bos_id(); }
-int SpmWrapper::eos_id() const { return impl_->sp.eos_id(); }
-int SpmWrapper::unk_id() const { return impl_->sp.unk_id(); }
-bool SpmWrapper::IsControl(int id) const { return impl_->sp.IsControl(id); }
-bool SpmWrapper::IsByte(int id) const { return impl_->sp.IsByte(id); }
+int SpmWrapper::vocab_size() const {
+  return Api().special(impl_->processor, 0);
+}
+int SpmWrapper::bos_id() const { return Api().special(impl_->processor, 1); }
+int SpmWrapper::eos_id() const { return Api().special(impl_->processor, 2); }
+int SpmWrapper::unk_id() const { return Api().special(impl_->processor, 3); }
+bool SpmWrapper::IsControl(int id) const {
+  return Api().is(impl_->processor, id, 0);
+}
+bool SpmWrapper::IsByte(int id) const {
+  return Api().is(impl_->processor, id, 1);
+}
 
 }  // namespace moeserve::engine::internal
