@@ -15,10 +15,13 @@ constexpr char kMetricsContentType[] =
     "text/plain; version=0.0.4; charset=utf-8";
 constexpr char kTextContentType[] = "text/plain; charset=utf-8";
 
-// civetweb wants one library init per process before the first mg_start.
+// civetweb wants one library init per process before the first mg_start;
+// it is never undone, since other servers in the process may still run. Its
+// result is the mask of features initialised, 0 here since we request none
+// (no TLS), so it carries no error to report.
 void InitCivetwebOnce() {
   static std::once_flag once;
-  std::call_once(once, [] { mg_init_library(0); });
+  std::call_once(once, [] { (void)mg_init_library(0); });
 }
 
 // civetweb's "listening_ports" syntax: "1.2.3.4:80" or "[::1]:80".

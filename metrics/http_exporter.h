@@ -42,7 +42,8 @@ class MetricsHttpServer {
   // The bound port (the chosen one when started with port 0).
   int port() const { return port_; }
 
-  // Stops accepting and waits for in-flight requests. Idempotent.
+  // Stops accepting and waits for in-flight requests. Idempotent. Takes up
+  // to about two seconds: civetweb's accept loop polls with that timeout.
   void Stop();
 
  private:

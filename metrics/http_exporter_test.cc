@@ -54,23 +54,39 @@ HttpResponse Fetch(int port, const std::string& method,
   return response;
 }
 
+// One server for the suite: each civetweb shutdown costs about two seconds.
 class HttpExporterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    Counter* c = *(*registry_.AddCounter("moeserve_x_total", "X.", {"policy"}))
+  static void SetUpTestSuite() {
+    registry_ = new Registry;
+    healthy_ = new std::atomic<bool>(true);
+    Counter* c = *(*registry_->AddCounter("moeserve_x_total", "X.", {"policy"}))
                       ->WithLabels({"lru"});
     c->Inc(42);
-    auto server = MetricsHttpServer::Start("127.0.0.1", 0, &registry_,
-                                           [this] { return healthy_.load(); });
+    auto server = MetricsHttpServer::Start("127.0.0.1", 0, registry_,
+                                           [] { return healthy_->load(); });
     ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
+    server_ = server->release();
     ASSERT_GT(server_->port(), 0);
   }
+  static void TearDownTestSuite() {
+    delete server_;  // before what its handlers use
+    delete healthy_;
+    delete registry_;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    *healthy_ = true;
+  }
 
-  Registry registry_;
-  std::atomic<bool> healthy_{true};
-  std::unique_ptr<MetricsHttpServer> server_;
+  static Registry* registry_;
+  static std::atomic<bool>* healthy_;
+  static MetricsHttpServer* server_;
 };
+
+Registry* HttpExporterTest::registry_ = nullptr;
+std::atomic<bool>* HttpExporterTest::healthy_ = nullptr;
+MetricsHttpServer* HttpExporterTest::server_ = nullptr;
 
 TEST_F(HttpExporterTest, ServesMetrics) {
   const HttpResponse r = Fetch(server_->port(), "GET", "/metrics");
@@ -78,14 +94,14 @@ TEST_F(HttpExporterTest, ServesMetrics) {
   EXPECT_TRUE(absl::StrContains(
       r.headers, "Content-Type: text/plain; version=0.0.4; charset=utf-8"))
       << r.headers;
-  EXPECT_EQ(r.body, registry_.Serialize());
+  EXPECT_EQ(r.body, registry_->Serialize());
   EXPECT_TRUE(
       absl::StrContains(r.body, "moeserve_x_total{policy=\"lru\"} 42\n"))
       << r.body;
 }
 
 TEST_F(HttpExporterTest, MetricsReflectLaterUpdates) {
-  (*(*registry_.AddGauge("later", "L.", {}))->WithLabels({}))->Set(7);
+  (*(*registry_->AddGauge("later", "L.", {}))->WithLabels({}))->Set(7);
   const HttpResponse r = Fetch(server_->port(), "GET", "/metrics");
   EXPECT_TRUE(absl::StrContains(r.body, "\nlater 7\n")) << r.body;
 }
@@ -94,7 +110,7 @@ TEST_F(HttpExporterTest, HealthzFollowsCallback) {
   HttpResponse r = Fetch(server_->port(), "GET", "/healthz");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "ok");
-  healthy_ = false;
+  *healthy_ = false;
   r = Fetch(server_->port(), "GET", "/healthz");
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(r.body, "not ready");
@@ -112,16 +128,9 @@ TEST_F(HttpExporterTest, OtherMethodsAre405) {
   EXPECT_TRUE(absl::StrContains(r.headers, "Allow: GET, HEAD"));
 }
 
-TEST_F(HttpExporterTest, StopClosesPortAndIsIdempotent) {
-  const int port = server_->port();
-  server_->Stop();
-  server_->Stop();
-  EXPECT_EQ(Fetch(port, "GET", "/healthz").status, 0);  // connect refused
-}
-
 TEST_F(HttpExporterTest, PortInUseIsError) {
   auto second = MetricsHttpServer::Start("127.0.0.1", server_->port(),
-                                         &registry_, nullptr);
+                                         registry_, nullptr);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   // The first server is unaffected.
@@ -153,11 +162,17 @@ TEST(HttpExporterStartTest, BadPortIsInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(HttpExporterStartTest, EmptyHealthCallbackMeansHealthy) {
+// Also covers Stop(): the port is closed afterwards, and Stop() twice (the
+// destructor stops again) is fine.
+TEST(HttpExporterStartTest, EmptyHealthCallbackMeansHealthyThenStop) {
   Registry registry;
   auto server = MetricsHttpServer::Start("127.0.0.1", 0, &registry, nullptr);
   ASSERT_TRUE(server.ok()) << server.status();
-  EXPECT_EQ(Fetch((*server)->port(), "GET", "/healthz").status, 200);
+  const int port = (*server)->port();
+  EXPECT_EQ(Fetch(port, "GET", "/healthz").status, 200);
+  (*server)->Stop();
+  (*server)->Stop();
+  EXPECT_EQ(Fetch(port, "GET", "/healthz").status, 0);  // connection refused
 }
 
 }  // namespace
