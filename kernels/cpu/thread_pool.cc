@@ -37,10 +37,11 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
+  wake_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
@@ -63,15 +64,16 @@ void ThreadPool::ParallelFor(int64_t n,
     fn(0, n);
     return;
   }
-  absl::MutexLock run_lock(&run_mu_);
+  std::lock_guard<std::mutex> run_lock(run_mu_);
   job_fn_ = &fn;
   job_n_ = n;
   job_parts_ = parts;
   pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
-    absl::MutexLock lock(&mu_);  // Pairs with the workers' sleep condition.
+    std::lock_guard<std::mutex> lock(mu_);  // No wake-up lost to a sleeper.
     generation_.fetch_add(1, std::memory_order_release);
   }
+  wake_cv_.notify_all();
   current_pool = this;
   int64_t begin, end;
   Range(n, parts, 0, &begin, &end);
@@ -83,12 +85,9 @@ void ThreadPool::ParallelFor(int64_t n,
     if (pending_.load(std::memory_order_acquire) == 0) return;
     CpuRelax(i);
   }
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](std::atomic<int>* p) {
-        return p->load(std::memory_order_acquire) == 0;
-      },
-      &pending_));
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(
+      lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
 }
 
 void ThreadPool::WorkerLoop(int index) {
@@ -102,16 +101,10 @@ void ThreadPool::WorkerLoop(int index) {
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
-      absl::MutexLock lock(&mu_);
-      struct Args {
-        std::atomic<uint64_t>* generation;
-        uint64_t seen;
-      } args{&generation_, seen};
-      mu_.Await(absl::Condition(
-          +[](Args* a) {
-            return a->generation->load(std::memory_order_acquire) != a->seen;
-          },
-          &args));
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_cv_.wait(lock, [&] {
+        return generation_.load(std::memory_order_acquire) != seen;
+      });
       gen = generation_.load(std::memory_order_acquire);
     }
     seen = gen;
@@ -123,9 +116,10 @@ void ThreadPool::WorkerLoop(int index) {
       (*job_fn_)(begin, end);
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Last one: wake the caller if it went to sleep. Taking the mutex makes
-      // absl re-evaluate the caller's Await condition.
-      absl::MutexLock lock(&mu_);
+      // Last one: wake the caller if it went to sleep. Locking first means
+      // the caller is either before its predicate check or already waiting.
+      { std::lock_guard<std::mutex> lock(mu_); }
+      done_cv_.notify_one();
     }
   }
 }

@@ -16,13 +16,13 @@
 #define MOESERVE_KERNELS_CPU_THREAD_POOL_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
-#include "absl/synchronization/mutex.h"
 
 namespace moeserve::kernels::cpu {
 
@@ -51,9 +51,14 @@ class ThreadPool {
                     int64_t* end);
 
   std::vector<std::thread> workers_;
-  absl::Mutex run_mu_;  // Serialises ParallelFor callers.
+  // std::mutex rather than absl::Mutex: Debian's absl is not built with
+  // TSan, so its synchronisation (and Await conditions evaluated by the
+  // unlocking thread) would be invisible to it and show up as races.
+  std::mutex run_mu_;  // Serialises ParallelFor callers.
 
-  absl::Mutex mu_;
+  std::mutex mu_;                    // Guards sleeping; pairs with the cvs.
+  std::condition_variable wake_cv_;  // Workers sleep here between jobs.
+  std::condition_variable done_cv_;  // The caller sleeps here for the rest.
   // Bumped for each job; workers compare with the last one they ran.
   std::atomic<uint64_t> generation_{0};
   // Set (before a generation bump) when the pool shuts down.
