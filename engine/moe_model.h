@@ -1,0 +1,75 @@
+// MoeModel: the forward pass of a decoder-only MoE transformer (mixtral,
+// qwen2_moe, qwen3_moe, olmoe) over a batch of sequences, on a kernels
+// Backend, with a paged KV cache and experts obtained through an
+// ExpertProvider.
+//
+// One Forward() call runs every new token of every sequence in the batch
+// (prefill chunks and decode tokens mixed) through all layers, writes their
+// keys and values into the KV cache, and returns the next-token logits of
+// each sequence's last new token.
+//
+// Ownership: borrows the weights, backend and expert provider (all must
+// outlive the model); owns its scratch buffers. Thread-safety: Forward() is
+// not reentrant (one caller at a time: the scheduler's step loop).
+#ifndef MOESERVE_ENGINE_MOE_MODEL_H_
+#define MOESERVE_ENGINE_MOE_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/expert_provider.h"
+#include "engine/kv_cache.h"
+#include "engine/model_weights.h"
+#include "kernels/backend.h"
+
+namespace moeserve::engine {
+
+// The new tokens of one sequence for one forward pass.
+struct SequenceChunk {
+  std::span<const int32_t> tokens;  // non-empty
+  int64_t start_position = 0;       // absolute position of tokens[0]
+  // Covers positions [0, start_position + tokens.size()) (KvCache::Grow).
+  const BlockTable* block_table = nullptr;
+};
+
+class MoeModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<MoeModel>> Create(
+      const ModelWeights* weights, kernels::Backend* backend,
+      ExpertProvider* experts);
+  ~MoeModel();
+
+  // Runs the batch and fills `logits` with F32[batch.size(), vocab]: row s
+  // holds the logits after the last token of batch[s].
+  absl::Status Forward(std::span<const SequenceChunk> batch, KvCache* cache,
+                       std::vector<float>* logits);
+
+  const ModelConfig& config() const { return weights_->config(); }
+
+ private:
+  struct LayerWeights;
+  struct Scratch;
+
+  MoeModel(const ModelWeights* weights, kernels::Backend* backend,
+           ExpertProvider* experts, std::unique_ptr<kernels::Stream> stream);
+  absl::Status ResolveWeights();
+  absl::Status Attention(int layer, int64_t n, KvCache* cache);
+  absl::Status MoeBlock(int layer, int64_t n);
+  absl::Status RoutedExperts(int layer, int64_t n);
+  absl::Status SharedExpert(int layer, int64_t n);
+
+  const ModelWeights* const weights_;
+  kernels::Backend* const backend_;
+  ExpertProvider* const experts_;
+  std::unique_ptr<kernels::Stream> stream_;
+  std::vector<LayerWeights> layers_;
+  kernels::Tensor embedding_, final_norm_, lm_head_;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace moeserve::engine
+
+#endif  // MOESERVE_ENGINE_MOE_MODEL_H_
