@@ -1,0 +1,349 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "engine/internal/status_macros.h"
+#include "engine/sampling/stop_strings.h"
+
+namespace moeserve::engine {
+
+// One request as the scheduler sees it.
+struct Engine::Sequence {
+  GenerationRequest request;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  size_t prompt_len = 0;
+  // Tokens whose keys and values are in the KV cache.
+  int64_t computed = 0;
+  // Tokens this step runs (set by ScheduleKv).
+  int64_t chunk = 0;
+  BlockTable blocks;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<IncrementalDetokenizer> detokenizer;
+  std::unique_ptr<StopStringMatcher> stops;
+  uint32_t generated = 0;
+  bool finished = false;
+
+  bool prefilling() const {
+    return computed + chunk < static_cast<int64_t>(tokens.size());
+  }
+};
+
+Engine::Engine(const ModelWeights* weights, const Tokenizer* tokenizer,
+               const EngineOptions& options)
+    : weights_(weights), tokenizer_(tokenizer), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const ModelWeights* weights, const Tokenizer* tokenizer,
+    kernels::Backend* backend, const EngineOptions& options) {
+  if (options.max_num_seqs <= 0 || options.max_batched_tokens <= 0 ||
+      options.max_waiting < 0) {
+    return absl::InvalidArgumentError(
+        "engine: max_num_seqs and max_batched_tokens must be > 0");
+  }
+  auto engine =
+      std::unique_ptr<Engine>(new Engine(weights, tokenizer, options));
+  engine->experts_ = std::make_unique<ResidentExperts>(weights);
+  ENGINE_ASSIGN_OR_RETURN(
+      engine->model_,
+      MoeModel::Create(weights, backend, engine->experts_.get()));
+  const ModelConfig& c = weights->config();
+  ENGINE_ASSIGN_OR_RETURN(
+      engine->kv_,
+      KvCache::Create(c,
+                      KvCache::BlocksForBytes(c, options.kv_block_size,
+                                              options.kv_cache_bytes),
+                      options.kv_block_size));
+  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  return engine;
+}
+
+Engine::~Engine() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
+    GenerationRequest request) {
+  auto seq = std::make_unique<Sequence>();
+  seq->stream = std::make_shared<RequestStream>();
+  seq->tokens = request.prompt;
+  seq->prompt_len = request.prompt.size();
+  seq->sampler = std::make_unique<Sampler>(
+      request.sampling, request.prompt,
+      static_cast<int32_t>(weights_->config().vocab_size));
+  seq->detokenizer = std::make_unique<IncrementalDetokenizer>(tokenizer_);
+  seq->stops = std::make_unique<StopStringMatcher>(request.stop);
+  seq->request = std::move(request);
+  std::shared_ptr<RequestStream> stream = seq->stream;
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("engine is shutting down");
+  if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "engine '", options_.name,
+        "': waiting queue full (--max_waiting=", options_.max_waiting, ")"));
+  }
+  const std::string& id = seq->request.request_id;
+  if (!id.empty()) {
+    auto [it, inserted] = in_flight_.try_emplace(id, stream);
+    if (!inserted) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("request_id: '", id, "' is already in flight"));
+    }
+  }
+  waiting_.push_back(std::move(seq));
+  return stream;
+}
+
+bool Engine::Abort(const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = in_flight_.find(request_id);
+  if (it == in_flight_.end()) return false;
+  std::shared_ptr<RequestStream> stream = it->second.lock();
+  if (stream == nullptr) return false;
+  stream->Cancel();
+  return true;
+}
+
+EngineStats Engine::stats() const {
+  absl::MutexLock lock(&mu_);
+  return {running_count_, static_cast<int>(waiting_.size()), kv_->free_blocks(),
+          kv_->num_blocks(), preemptions_};
+}
+
+absl::Status Engine::WarmUp() {
+  GenerationRequest request;
+  request.prompt = {static_cast<int32_t>(
+      std::max<int64_t>(0, weights_->config().bos_token_id.value_or(0)))};
+  request.max_new_tokens = 4;
+  request.ignore_eos = true;
+  ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream,
+                          Submit(std::move(request)));
+  GenerationEvent event;
+  while (stream->Pop(&event, absl::Seconds(60))) {
+    if (event.finish == FinishReason::kError) {
+      return absl::InternalError(absl::StrCat("warm-up: ", event.error));
+    }
+    if (event.finish != FinishReason::kNone) return absl::OkStatus();
+  }
+  return absl::DeadlineExceededError("warm-up did not finish in 60 s");
+}
+
+void Engine::Loop() {
+  while (Step()) {
+  }
+  // Shutting down: everything still queued or running is cancelled.
+  for (auto& seq : running_) Finish(seq.get(), FinishReason::kCancelled, {});
+  absl::MutexLock lock(&mu_);
+  for (auto& seq : waiting_) {
+    GenerationEvent event;
+    event.finish = FinishReason::kCancelled;
+    seq->stream->Push(std::move(event));
+  }
+}
+
+void Engine::Admit() {
+  absl::MutexLock lock(&mu_);
+  while (!waiting_.empty() &&
+         static_cast<int>(running_.size()) < options_.max_num_seqs) {
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  running_count_ = static_cast<int>(running_.size());
+}
+
+bool Engine::Step() {
+  {
+    absl::MutexLock lock(&mu_);
+    auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return stopping_ || !waiting_.empty() || !running_.empty();
+    };
+    mu_.Await(absl::Condition(&has_work));
+    if (stopping_) return false;
+  }
+  Admit();
+  DropFinishedOrCancelled();
+  std::vector<Sequence*> scheduled;
+  if (absl::Status st = ScheduleKv(&scheduled); !st.ok() || scheduled.empty()) {
+    DropFinishedOrCancelled();
+    return true;
+  }
+  std::vector<SequenceChunk> batch;
+  for (Sequence* seq : scheduled) {
+    batch.push_back({std::span(seq->tokens).subspan(seq->computed, seq->chunk),
+                     seq->computed, &seq->blocks});
+  }
+  absl::Status st = model_->Forward(batch, kv_.get(), &logits_);
+  const int64_t vocab = weights_->config().vocab_size;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    Sequence* seq = scheduled[i];
+    if (!st.ok()) {
+      Finish(seq, FinishReason::kError, {}, std::string(st.message()));
+      continue;
+    }
+    const bool done_prefill = !seq->prefilling();
+    seq->computed += seq->chunk;
+    seq->chunk = 0;
+    if (done_prefill) Emit(seq, logits_.data() + i * vocab);
+  }
+  DropFinishedOrCancelled();
+  return true;
+}
+
+// Ends requests whose client left or whose time ran out, and removes every
+// finished sequence, returning its KV blocks.
+void Engine::DropFinishedOrCancelled() {
+  const absl::Time now = absl::Now();
+  for (auto& seq : running_) {
+    if (seq->finished) continue;
+    if (seq->stream->cancelled()) {
+      Finish(seq.get(), FinishReason::kCancelled, {});
+    } else if (now >= seq->request.deadline) {
+      GenerationEvent event;
+      FinishText(seq.get(), &event);
+      Finish(seq.get(), FinishReason::kTimeLimit, std::move(event));
+    }
+  }
+  auto end = std::remove_if(running_.begin(), running_.end(),
+                            [](const auto& s) { return s->finished; });
+  running_.erase(end, running_.end());
+  absl::MutexLock lock(&mu_);
+  running_count_ = static_cast<int>(running_.size());
+}
+
+// Chooses this step's work: one decode token per prefilled sequence, then
+// prefill chunks under the token budget, each with the KV blocks it needs.
+// When blocks run out the newest sequence is preempted (recomputed later).
+absl::Status Engine::ScheduleKv(std::vector<Sequence*>* scheduled) {
+  int64_t budget = options_.max_batched_tokens;
+  // Indexed loop: Preempt() removes sequences from the back of running_.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence* seq = running_[i].get();
+    if (seq->finished) continue;
+    const int64_t remaining =
+        static_cast<int64_t>(seq->tokens.size()) - seq->computed;
+    const int64_t chunk = std::min(remaining, budget);
+    if (chunk <= 0) break;
+    absl::Status st = kv_->Grow(&seq->blocks, seq->computed + chunk);
+    while (!st.ok() && running_.back().get() != seq) {
+      Preempt(running_.back().get());
+      st = kv_->Grow(&seq->blocks, seq->computed + chunk);
+    }
+    if (!st.ok()) {
+      if (scheduled->empty()) {  // cannot fit even alone
+        Finish(seq, FinishReason::kError, {},
+               absl::StrCat("sequence of ", seq->computed + chunk,
+                            " tokens does not fit in the KV cache (",
+                            kv_->num_blocks(), " blocks of ",
+                            kv_->block_size(), ")"));
+      }
+      break;
+    }
+    seq->chunk = chunk;
+    budget -= chunk;
+    scheduled->push_back(seq);
+  }
+  return absl::OkStatus();
+}
+
+// Recompute preemption (vLLM's default): free the blocks and send the
+// sequence, generated tokens included, back to the front of the queue.
+void Engine::Preempt(Sequence* seq) {
+  kv_->Release(&seq->blocks);
+  seq->computed = 0;
+  seq->chunk = 0;
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [seq](const auto& s) { return s.get() == seq; });
+  std::unique_ptr<Sequence> owned = std::move(*it);
+  running_.erase(it);
+  absl::MutexLock lock(&mu_);
+  waiting_.push_front(std::move(owned));
+  ++preemptions_;
+}
+
+// Samples the next token of `seq` from its logits row and streams it.
+void Engine::Emit(Sequence* seq, const float* row) {
+  const GenerationRequest& r = seq->request;
+  const int64_t vocab = weights_->config().vocab_size;
+  std::vector<float> logits(row, row + vocab);
+  GenerationEvent event;
+  if (r.logprobs > 0) {
+    event.logprobs.emplace_back();  // chosen filled after sampling
+  }
+  const int32_t eos = tokenizer_->eos_id();
+  if (seq->generated < r.min_new_tokens) {
+    constexpr float kNeverSample = -std::numeric_limits<float>::infinity();
+    if (eos >= 0 && !r.ignore_eos) logits[eos] = kNeverSample;
+    for (int32_t t : r.stop_token_ids) logits[t] = kNeverSample;
+  }
+  const int32_t token = seq->sampler->Sample(logits);
+  if (r.logprobs > 0) {
+    auto [chosen, top] =
+        TopLogprobs({row, static_cast<size_t>(vocab)}, token, r.logprobs);
+    event.logprobs.back() = {chosen, std::move(top)};
+  }
+  seq->tokens.push_back(token);
+  ++seq->generated;
+  event.tokens.push_back(token);
+
+  FinishReason reason = FinishReason::kNone;
+  const bool is_eos = token == eos && !r.ignore_eos;
+  const bool is_stop_id =
+      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
+      r.stop_token_ids.end();
+  if (is_eos) {
+    reason = FinishReason::kEos;
+  } else {
+    absl::StatusOr<std::string> delta = seq->detokenizer->Next(token);
+    StopStringMatcher::Step step = seq->stops->Push(delta.ok() ? *delta : "");
+    event.text = std::move(step.emit);
+    if (step.stopped || is_stop_id) {
+      reason = FinishReason::kStopSequence;
+    } else if (seq->generated >= r.max_new_tokens ||
+               static_cast<int64_t>(seq->tokens.size()) >=
+                   weights_->config().max_position_embeddings) {
+      reason = FinishReason::kLength;
+    }
+  }
+  if (reason == FinishReason::kNone) {
+    event.prompt_tokens = static_cast<uint32_t>(seq->prompt_len);
+    event.completion_tokens = seq->generated;
+    seq->stream->Push(std::move(event));
+    return;
+  }
+  if (reason != FinishReason::kStopSequence) FinishText(seq, &event);
+  Finish(seq, reason, std::move(event));
+}
+
+// Appends the text still held back (a partial character, a possible stop
+// string prefix) when a sequence ends for a reason other than a stop string.
+void Engine::FinishText(Sequence* seq, GenerationEvent* event) {
+  absl::StatusOr<std::string> tail = seq->detokenizer->Flush();
+  event->text += seq->stops->Push(tail.ok() ? *tail : "").emit;
+  event->text += seq->stops->Flush();
+}
+
+void Engine::Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
+                    const std::string& error) {
+  if (seq->finished) return;
+  seq->finished = true;
+  kv_->Release(&seq->blocks);
+  event.finish = reason;
+  event.error = error;
+  event.prompt_tokens = static_cast<uint32_t>(seq->prompt_len);
+  event.completion_tokens = seq->generated;
+  seq->stream->Push(std::move(event));
+  absl::MutexLock lock(&mu_);
+  if (!seq->request.request_id.empty()) {
+    in_flight_.erase(seq->request.request_id);
+  }
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,120 @@
+// Engine: one engine instance serving one model with one offload policy. It
+// owns a scheduler thread that runs iteration-level continuous batching:
+// between forward passes, requests join (waiting -> running, up to
+// max_num_seqs) and leave (finished, cancelled, out of time); each step runs
+// the decode token of every running sequence plus prefill chunks of new ones
+// under a token budget, samples, detokenizes and streams the results.
+//
+// Ownership: owns its MoeModel, KV cache, expert provider and scheduler
+// thread; borrows the weights, tokenizer and backend (shared, read-only,
+// between engine instances of one process; they must outlive the engine).
+// Thread-safety: Submit/Abort/stats may be called from any thread.
+#ifndef MOESERVE_ENGINE_ENGINE_H_
+#define MOESERVE_ENGINE_ENGINE_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/expert_provider.h"
+#include "engine/generation.h"
+#include "engine/kv_cache.h"
+#include "engine/model_weights.h"
+#include "engine/moe_model.h"
+#include "engine/tokenizer.h"
+#include "kernels/backend.h"
+
+namespace moeserve::engine {
+
+struct EngineOptions {
+  std::string name = "default";  // engine instance name (its policy)
+  // Bytes of the paged KV cache. Default: 256 MiB.
+  uint64_t kv_cache_bytes = 256ull << 20;
+  int kv_block_size = 16;
+  // Most sequences in one step. Default: 64.
+  int max_num_seqs = 64;
+  // Most tokens (decode + prefill chunks) in one step. Default: 2048.
+  int max_batched_tokens = 2048;
+  // Most requests waiting for admission; more is RESOURCE_EXHAUSTED.
+  int max_waiting = 256;
+};
+
+struct EngineStats {
+  int running = 0;
+  int waiting = 0;
+  int64_t kv_free_blocks = 0;
+  int64_t kv_total_blocks = 0;
+  uint64_t preemptions = 0;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const ModelWeights* weights, const Tokenizer* tokenizer,
+      kernels::Backend* backend, const EngineOptions& options);
+  // Cancels every request and joins the scheduler thread.
+  ~Engine();
+
+  // Queues `request`; its events arrive on the returned stream, the last one
+  // with finish != kNone. RESOURCE_EXHAUSTED when the waiting queue is full,
+  // ALREADY_EXISTS when a request with the same non-empty id is in flight.
+  absl::StatusOr<std::shared_ptr<RequestStream>> Submit(
+      GenerationRequest request) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Cancels the in-flight request `request_id`; false if there is none.
+  bool Abort(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Generates a few tokens end to end (kernels, KV cache, sampler) so the
+  // first real request does not pay for cold caches and lazy allocations.
+  absl::Status WarmUp();
+
+  EngineStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  const EngineOptions& options() const { return options_; }
+  const ModelWeights& weights() const { return *weights_; }
+
+ private:
+  struct Sequence;
+
+  Engine(const ModelWeights* weights, const Tokenizer* tokenizer,
+         const EngineOptions& options);
+  void Loop();
+  bool Step();  // false when stopping
+  void Admit() ABSL_LOCKS_EXCLUDED(mu_);
+  void DropFinishedOrCancelled();
+  absl::Status ScheduleKv(std::vector<Sequence*>* scheduled);
+  void Preempt(Sequence* seq);
+  void Emit(Sequence* seq, const float* logits);
+  void Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
+              const std::string& error = "");
+  void FinishText(Sequence* seq, GenerationEvent* event);
+
+  const ModelWeights* const weights_;
+  const Tokenizer* const tokenizer_;
+  const EngineOptions options_;
+  std::unique_ptr<ExpertProvider> experts_;
+  std::unique_ptr<MoeModel> model_;
+  std::unique_ptr<KvCache> kv_;
+
+  // Owned by the scheduler thread only.
+  std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<float> logits_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Sequence>> waiting_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::weak_ptr<RequestStream>> in_flight_
+      ABSL_GUARDED_BY(mu_);
+  int running_count_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace moeserve::engine
+
+#endif  // MOESERVE_ENGINE_ENGINE_H_
