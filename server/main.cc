@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -33,7 +34,7 @@ sigset_t ShutdownSignals() {
 int Run(const moeserve::server::ServerOptions& options) {
   using namespace moeserve::server;
   namespace metrics = moeserve::metrics;
-  std::unique_ptr<ModelHost> host = CreateModelHost(options);
+  std::unique_ptr<AsyncModelHost> host = CreateModelHost(options);
   metrics::Registry registry;
   absl::StatusOr<std::unique_ptr<ServerMetrics>> server_metrics =
       ServerMetrics::Create(&registry, options,
@@ -61,18 +62,24 @@ int Run(const moeserve::server::ServerOptions& options) {
   }
   spdlog::info("metrics on http://{}:{}/metrics", options.host,
                (*http)->port());
-  if (absl::Status ready = host->CheckReady(); ready.ok()) {
-    (*grpc_server)->SetServing(true);
-    spdlog::info("model ready; health SERVING");
-  } else {
-    spdlog::warn("health NOT_SERVING: {}", ready.ToString());
-  }
+  // Health turns SERVING once the model is loaded and warmed up; the
+  // waiter thread must not outlive the server it flips.
+  std::thread health_flipper([&] {
+    if (absl::Status loaded = host->WaitUntilLoaded(); loaded.ok()) {
+      (*grpc_server)->SetServing(true);
+      spdlog::info("model ready; health SERVING");
+    } else {
+      spdlog::error("serving without a model (health NOT_SERVING): {}",
+                    loaded.ToString());
+    }
+  });
 
   const sigset_t signals = ShutdownSignals();
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("signal {}: draining for up to {}", strsignal(signal_number),
                absl::FormatDuration(options.drain));
+  health_flipper.join();
   (*grpc_server)->Shutdown(options.drain);
   (*http)->Stop();
   spdlog::info("shut down cleanly");

@@ -3,23 +3,23 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "server/no_model_host.h"
-#include "spdlog/spdlog.h"
+#include "server/engine_host.h"
 
 namespace moeserve::server {
 
-std::unique_ptr<ModelHost> CreateModelHost(const ServerOptions& options) {
-  std::string reason;
-  if (!std::filesystem::is_directory(options.model_dir)) {
-    reason = absl::StrCat("--model_dir '", options.model_dir,
-                          "' is not a directory");
-  } else {
-    // The engine (model loading and generation) is not part of this build
-    // yet; the server runs as a gRPC skeleton and says so.
-    reason = "this build has no inference engine yet";
-  }
-  spdlog::warn("serving without a model: {}", reason);
-  return std::make_unique<NoModelHost>(options.EngineNames(), reason);
+std::unique_ptr<AsyncModelHost> CreateModelHost(const ServerOptions& options) {
+  return std::make_unique<AsyncModelHost>(
+      options.EngineNames(),
+      [options]() -> absl::StatusOr<std::unique_ptr<ModelHost>> {
+        if (!std::filesystem::is_directory(options.model_dir)) {
+          return absl::NotFoundError(absl::StrCat(
+              "--model_dir '", options.model_dir, "' is not a directory"));
+        }
+        absl::StatusOr<std::unique_ptr<EngineHost>> host =
+            EngineHost::Create(options);
+        if (!host.ok()) return host.status();
+        return std::unique_ptr<ModelHost>(*std::move(host));
+      });
 }
 
 }  // namespace moeserve::server

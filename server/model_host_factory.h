@@ -1,17 +1,18 @@
-// Chooses and builds the ModelHost for a server configuration.
+// Builds the ModelHost for a server configuration.
 #ifndef MOESERVE_SERVER_MODEL_HOST_FACTORY_H_
 #define MOESERVE_SERVER_MODEL_HOST_FACTORY_H_
 
 #include <memory>
 
-#include "server/model_host.h"
+#include "server/async_model_host.h"
 #include "server/server_options.h"
 
 namespace moeserve::server {
 
-// Never fails: when the model cannot be served, the host says why through
-// CheckReady() (UNAVAILABLE) and the server stays NOT_SERVING.
-std::unique_ptr<ModelHost> CreateModelHost(const ServerOptions& options);
+// Starts loading options.model_dir in the background. Never fails: until the
+// model is ready (or if it cannot be loaded) the host answers UNAVAILABLE
+// with the reason and the server stays NOT_SERVING.
+std::unique_ptr<AsyncModelHost> CreateModelHost(const ServerOptions& options);
 
 }  // namespace moeserve::server
 

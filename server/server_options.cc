@@ -33,6 +33,13 @@ ABSL_FLAG(int, keepalive_time_ms, 60000,
           "Interval of HTTP/2 keepalive pings the server sends.");
 ABSL_FLAG(int, keepalive_timeout_ms, 20000,
           "How long the server waits for a keepalive ping's ack.");
+ABSL_FLAG(int, threads, 0, "Compute threads (0: every core).");
+ABSL_FLAG(int, kv_cache_mb, 256, "Paged KV cache size per engine, MiB.");
+ABSL_FLAG(int, max_num_seqs, 64, "Most sequences in one engine step.");
+ABSL_FLAG(int, max_batched_tokens, 2048,
+          "Most tokens (decode + prefill chunks) in one engine step.");
+ABSL_FLAG(int, max_waiting, 256,
+          "Most requests waiting per engine; beyond it, RESOURCE_EXHAUSTED.");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 512,
           "Largest max_new_tokens a request may ask for (and the default).");
 ABSL_FLAG(uint32_t, max_input_tokens, 2048, "Longest prompt, in tokens.");
@@ -134,6 +141,19 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
     return FlagError("keepalive_time_ms",
                      "keepalive time and timeout must be >= 1000 ms");
   }
+  o.threads = absl::GetFlag(FLAGS_threads);
+  if (o.threads < 0) return FlagError("threads", "must be >= 0");
+  const int kv_mb = absl::GetFlag(FLAGS_kv_cache_mb);
+  if (kv_mb < 1) return FlagError("kv_cache_mb", "must be >= 1");
+  o.kv_cache_bytes = static_cast<uint64_t>(kv_mb) << 20;
+  o.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  o.max_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
+  o.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  if (o.max_num_seqs < 1) return FlagError("max_num_seqs", "must be >= 1");
+  if (o.max_batched_tokens < 1) {
+    return FlagError("max_batched_tokens", "must be >= 1");
+  }
+  if (o.max_waiting < 0) return FlagError("max_waiting", "must be >= 0");
   o.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   o.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
   o.limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);

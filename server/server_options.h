@@ -30,6 +30,12 @@ struct ServerOptions {
   int max_receive_message_bytes = 4 << 20;   // --max_receive_message_mb
   int keepalive_time_ms = 60'000;            // --keepalive_time_ms
   int keepalive_timeout_ms = 20'000;         // --keepalive_timeout_ms
+  // Engine sizing.
+  int threads = 0;                         // --threads (0: every core)
+  uint64_t kv_cache_bytes = 256ull << 20;  // --kv_cache_mb
+  int max_num_seqs = 64;                   // --max_num_seqs
+  int max_batched_tokens = 2048;           // --max_batched_tokens
+  int max_waiting = 256;                   // --max_waiting
   RequestLimits limits;
 
   // The engine instances this configuration asks for: --policy, then every

@@ -8,6 +8,7 @@ server binary and of the generated stubs as arguments.
 import os
 import signal
 import socket
+import time
 import subprocess
 import sys
 import time
@@ -125,6 +126,65 @@ class PythonClientE2eTest(unittest.TestCase):
     def test_zz_sigint_exits_zero(self):
         self.proc.send_signal(signal.SIGINT)
         self.assertEqual(self.proc.wait(timeout=30), 0)
+
+
+class PythonClientServedModelTest(unittest.TestCase):
+    """The same client against a served (random-weight) Mixtral fixture."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.port = free_port()
+        cls.proc = subprocess.Popen(
+            [SERVER, f"--port={cls.port}", f"--metrics_port={free_port()}",
+             "--model_dir=tests/golden/mixtral_tiny", "--threads=2"])
+        cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.port}")
+        grpc.channel_ready_future(cls.channel).result(timeout=60)
+        cls.stub = pb_grpc.InferenceStub(cls.channel)
+        check = cls.channel.unary_unary("/grpc.health.v1.Health/Check")
+        deadline = time.time() + 60
+        while check(b"", timeout=10) != b"\x08\x01":  # SERVING
+            if time.time() > deadline:
+                raise RuntimeError("server never became SERVING")
+            time.sleep(0.1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.proc.send_signal(signal.SIGTERM)
+        cls.proc.wait(timeout=30)
+
+    def generate(self, **kwargs):
+        request = pb.GenerateRequest(**kwargs)
+        return list(self.stub.Generate(request, timeout=60))
+
+    def test_list_models(self):
+        models = self.stub.ListModels(pb.ListModelsRequest(), timeout=10).models
+        self.assertEqual(len(models), 1)
+        self.assertEqual(models[0].architecture, "mixtral")
+        self.assertEqual(models[0].engines[0].policy, "lru")
+
+    def test_stream_is_reproducible_with_a_seed(self):
+        sampling = pb.SamplingParams(max_new_tokens=12, temperature=1.0,
+                                     seed=99)
+        first = self.generate(prompt="Genesis 1", sampling=sampling)
+        second = self.generate(prompt="Genesis 1", sampling=sampling)
+        self.assertEqual(len(first), 12)
+        self.assertEqual("".join(m.text for m in first),
+                         "".join(m.text for m in second))
+        self.assertEqual(first[-1].finish_reason, pb.LENGTH)
+        self.assertEqual(first[-1].usage.completion_tokens, 12)
+        self.assertEqual(first[-1].seed, 99)
+
+    def test_logprobs_are_normalised(self):
+        sampling = pb.SamplingParams(max_new_tokens=3)
+        replies = self.generate(prompt="Hello", sampling=sampling, logprobs=3)
+        for reply in replies:
+            self.assertEqual(len(reply.logprobs), 1)
+            lp = reply.logprobs[0]
+            self.assertEqual(lp.chosen.token_id, reply.token_ids[0])
+            self.assertEqual(len(lp.top), 3)
+            self.assertEqual(lp.top[0].token_id, lp.chosen.token_id)  # greedy
+            self.assertLessEqual(lp.top[0].logprob, 0.0)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -191,6 +192,127 @@ TEST_F(ServerE2eTest, MetricsEndpointCountsRpcsAndReportsHealth) {
 
 TEST_F(ServerE2eTest, SigtermDrainsAndExitsZero) {
   EXPECT_EQ(server_->StopWith(SIGTERM), 0);
+}
+
+// The same binary serving a real (random-weight) Mixtral fixture.
+class ModelE2eTest : public ServerE2eTest {
+ protected:
+  void SetUp() override {
+    auto server = testing::ServerProcess::Start(
+        kBinary, {"--model_dir=tests/golden/mixtral_tiny", "--threads=2",
+                  "--ab=lru=0.5,overlap=0.5", "--drain_seconds=5"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    stub_ = v1::Inference::NewStub(server_->channel());
+    int status = 0;
+    for (int i = 0; i < 600 && status != 1; ++i) {  // up to 60 s to load
+      ASSERT_TRUE(HealthCheck(server_->channel().get(), "", &status).ok());
+      if (status != 1) absl::SleepFor(absl::Milliseconds(100));
+    }
+    ASSERT_EQ(status, 1) << "never became SERVING";
+  }
+
+  static v1::GenerateRequest Request(const std::string& prompt, uint32_t n) {
+    v1::GenerateRequest r;
+    r.set_prompt(prompt);
+    r.mutable_sampling()->set_max_new_tokens(n);
+    return r;
+  }
+};
+
+TEST_F(ModelE2eTest, HealthServingAndListModelsReportsTheRealConfig) {
+  int status = 0;
+  ASSERT_TRUE(
+      HealthCheck(server_->channel().get(), "moeserve.v1.Inference", &status)
+          .ok());
+  EXPECT_EQ(status, 1);
+  grpc::ClientContext context;
+  v1::ListModelsResponse response;
+  ASSERT_TRUE(stub_->ListModels(&context, {}, &response).ok());
+  ASSERT_EQ(response.models_size(), 1);
+  const v1::ModelInfo& m = response.models(0);
+  EXPECT_EQ(m.architecture(), "mixtral");
+  EXPECT_EQ(m.num_layers(), 2u);
+  EXPECT_EQ(m.num_experts(), 8u);
+  EXPECT_EQ(m.num_experts_per_tok(), 2u);
+  ASSERT_EQ(m.engines_size(), 2);
+  EXPECT_EQ(m.engines(0).name(), "lru");
+  EXPECT_DOUBLE_EQ(m.engines(1).ab_weight(), 0.5);
+  EXPECT_GT(m.total_expert_bytes(), 0u);
+}
+
+TEST_F(ModelE2eTest, StreamsTokensAndSameSeedGivesSameText) {
+  v1::GenerateRequest r = Request("The LORD is my shepherd", 24);
+  r.mutable_sampling()->set_temperature(0.9f);
+  r.mutable_sampling()->set_seed(1234);
+  std::vector<v1::GenerateResponse> first, second;
+  ASSERT_TRUE(Generate(r, &first).ok());
+  ASSERT_TRUE(Generate(r, &second).ok());
+  ASSERT_EQ(first.size(), 24u);  // one message per token
+  std::string a, b;
+  for (const auto& m : first) a += m.text();
+  for (const auto& m : second) b += m.text();
+  EXPECT_EQ(a, b);
+  EXPECT_FALSE(a.empty());
+  const v1::GenerateResponse& last = first.back();
+  EXPECT_EQ(last.finish_reason(), v1::LENGTH);
+  EXPECT_EQ(last.usage().completion_tokens(), 24u);
+  EXPECT_EQ(last.seed(), 1234u);
+  EXPECT_TRUE(last.policy() == "lru" || last.policy() == "overlap");
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(first[i].index(), i);
+}
+
+TEST_F(ModelE2eTest, GreedyOverGrpcEqualsTheUnaryCall) {
+  v1::GenerateRequest r = Request("In the beginning", 16);
+  r.set_policy("overlap");
+  std::vector<v1::GenerateResponse> streamed;
+  ASSERT_TRUE(Generate(r, &streamed).ok());
+  grpc::ClientContext context;
+  v1::GenerateUnaryResponse unary;
+  ASSERT_TRUE(stub_->GenerateUnary(&context, r, &unary).ok());
+  std::vector<uint32_t> ids;
+  for (const auto& m : streamed) {
+    ids.insert(ids.end(), m.token_ids().begin(), m.token_ids().end());
+  }
+  EXPECT_EQ(ids, std::vector<uint32_t>(unary.token_ids().begin(),
+                                       unary.token_ids().end()));
+  EXPECT_EQ(unary.policy(), "overlap");
+}
+
+TEST_F(ModelE2eTest, TokenizeRoundTripsAndPromptOverLimitIsRefused) {
+  grpc::ClientContext context;
+  v1::TokenizeRequest t;
+  t.set_text("Hello, world!\nHow are you?");
+  v1::TokenizeResponse tr;
+  ASSERT_TRUE(stub_->Tokenize(&context, t, &tr).ok());
+  EXPECT_EQ(tr.text(), t.text());
+  EXPECT_EQ(tr.pieces_size(), tr.token_ids_size());
+
+  v1::GenerateRequest bad;
+  bad.add_prompt_token_ids(1u << 30);
+  std::vector<v1::GenerateResponse> out;
+  grpc::Status st = Generate(bad, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), StartsWith("prompt_token_ids[0]:"));
+}
+
+TEST_F(ModelE2eTest, AbortEndsAStreamWithCancelled) {
+  v1::GenerateRequest r = Request("The LORD", 500);
+  r.set_request_id("abort-me");
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, r);
+  v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  grpc::ClientContext abort_context;
+  v1::AbortRequest abort;
+  abort.set_request_id("abort-me");
+  v1::AbortResponse abort_response;
+  ASSERT_TRUE(stub_->Abort(&abort_context, abort, &abort_response).ok());
+  EXPECT_TRUE(abort_response.found());
+  v1::GenerateResponse last;
+  while (reader->Read(&response)) last = response;
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(last.finish_reason(), v1::CANCELLED);
 }
 
 }  // namespace

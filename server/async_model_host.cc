@@ -1,0 +1,75 @@
+#include "server/async_model_host.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace moeserve::server {
+
+AsyncModelHost::AsyncModelHost(std::vector<std::string> engine_names,
+                               Loader load)
+    : engine_names_(std::move(engine_names)) {
+  thread_ = std::thread([this, load = std::move(load)] {
+    absl::StatusOr<std::unique_ptr<ModelHost>> host = load();
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    if (host.ok()) {
+      host_ = *std::move(host);
+    } else {
+      load_status_ = host.status();
+    }
+  });
+}
+
+AsyncModelHost::~AsyncModelHost() { thread_.join(); }
+
+absl::Status AsyncModelHost::WaitUntilLoaded() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
+  return load_status_;
+}
+
+ModelHost* AsyncModelHost::Loaded(absl::Status* why) const {
+  absl::MutexLock lock(&mu_);
+  if (host_ != nullptr) return host_.get();
+  *why = done_ ? absl::UnavailableError(absl::StrCat("no model is loaded: ",
+                                                     load_status_.ToString()))
+               : absl::UnavailableError("model is loading");
+  return nullptr;
+}
+
+absl::Status AsyncModelHost::CheckReady() const {
+  absl::Status why;
+  ModelHost* host = Loaded(&why);
+  return host == nullptr ? why : host->CheckReady();
+}
+
+v1::ListModelsResponse AsyncModelHost::ListModels() const {
+  absl::Status why;
+  ModelHost* host = Loaded(&why);
+  return host == nullptr ? v1::ListModelsResponse() : host->ListModels();
+}
+
+absl::StatusOr<v1::TokenizeResponse> AsyncModelHost::Tokenize(
+    const v1::TokenizeRequest& request) {
+  absl::Status why;
+  ModelHost* host = Loaded(&why);
+  if (host == nullptr) return why;
+  return host->Tokenize(request);
+}
+
+absl::Status AsyncModelHost::Generate(const v1::GenerateRequest& request,
+                                      absl::Time deadline, GenerateSink* sink) {
+  absl::Status why;
+  ModelHost* host = Loaded(&why);
+  if (host == nullptr) return why;
+  return host->Generate(request, deadline, sink);
+}
+
+bool AsyncModelHost::Abort(std::string_view request_id) {
+  absl::Status why;
+  ModelHost* host = Loaded(&why);
+  return host != nullptr && host->Abort(request_id);
+}
+
+}  // namespace moeserve::server

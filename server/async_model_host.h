@@ -1,0 +1,62 @@
+// AsyncModelHost: loads the model in the background while the gRPC server is
+// already up, so health answers NOT_SERVING and Generate answers UNAVAILABLE
+// ("model is loading") until the model is loaded and warmed up, and carry the
+// reason when loading failed. Once loaded, every call goes to the loaded
+// host.
+//
+// Owns the loading thread and the loaded host. Thread-safe.
+#ifndef MOESERVE_SERVER_ASYNC_MODEL_HOST_H_
+#define MOESERVE_SERVER_ASYNC_MODEL_HOST_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/model_host.h"
+
+namespace moeserve::server {
+
+class AsyncModelHost final : public ModelHost {
+ public:
+  using Loader = std::function<absl::StatusOr<std::unique_ptr<ModelHost>>()>;
+
+  // `engine_names`: the configured engines (so an unknown policy is
+  // NOT_FOUND even before the model is there). Starts `load` at once.
+  AsyncModelHost(std::vector<std::string> engine_names, Loader load);
+  ~AsyncModelHost() override;
+
+  // Blocks until loading has finished; returns its outcome.
+  absl::Status WaitUntilLoaded() ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::Status CheckReady() const override;
+  std::vector<std::string> EngineNames() const override {
+    return engine_names_;
+  }
+  v1::ListModelsResponse ListModels() const override;
+  absl::StatusOr<v1::TokenizeResponse> Tokenize(
+      const v1::TokenizeRequest& request) override;
+  absl::Status Generate(const v1::GenerateRequest& request, absl::Time deadline,
+                        GenerateSink* sink) override;
+  bool Abort(std::string_view request_id) override;
+
+ private:
+  // The loaded host, or null with the reason why there is none.
+  ModelHost* Loaded(absl::Status* why) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::vector<std::string> engine_names_;
+  mutable absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status load_status_ ABSL_GUARDED_BY(mu_);
+  // Set once (never reset before destruction), so a raw pointer read under
+  // mu_ stays valid afterwards.
+  std::unique_ptr<ModelHost> host_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace moeserve::server
+
+#endif  // MOESERVE_SERVER_ASYNC_MODEL_HOST_H_

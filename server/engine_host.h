@@ -1,0 +1,74 @@
+// EngineHost: the ModelHost that serves a loaded model. It owns the model
+// weights and tokenizer (read-only, shared by every engine instance), the
+// compute backend, and one Engine per configured engine name (--policy and
+// the --ab arms), each with its own KV cache and scheduler.
+//
+// It translates between the public API (proto messages) and the engine's
+// vocabulary (engine/generation.h): tokenizes prompts, resolves sampling
+// defaults and seeds, picks the engine (named, or by the weighted A/B split),
+// and turns engine events into GenerateResponse messages.
+//
+// Thread-safe.
+#ifndef MOESERVE_SERVER_ENGINE_HOST_H_
+#define MOESERVE_SERVER_ENGINE_HOST_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/engine.h"
+#include "engine/model_weights.h"
+#include "engine/tokenizer.h"
+#include "kernels/backend.h"
+#include "server/model_host.h"
+#include "server/server_options.h"
+
+namespace moeserve::server {
+
+class EngineHost final : public ModelHost {
+ public:
+  // Loads options.model_dir, builds the engines and warms each one up.
+  static absl::StatusOr<std::unique_ptr<EngineHost>> Create(
+      const ServerOptions& options);
+  ~EngineHost() override;
+
+  absl::Status CheckReady() const override { return absl::OkStatus(); }
+  std::vector<std::string> EngineNames() const override;
+  v1::ListModelsResponse ListModels() const override;
+  absl::StatusOr<v1::TokenizeResponse> Tokenize(
+      const v1::TokenizeRequest& request) override;
+  absl::Status Generate(const v1::GenerateRequest& request, absl::Time deadline,
+                        GenerateSink* sink) override;
+  bool Abort(std::string_view request_id) override;
+
+ private:
+  struct NamedEngine {
+    std::string name;
+    double ab_weight = 0;
+    std::unique_ptr<engine::Engine> engine;
+  };
+
+  explicit EngineHost(const ServerOptions& options) : options_(options) {}
+  absl::StatusOr<NamedEngine*> PickEngine(const std::string& policy);
+  absl::StatusOr<engine::GenerationRequest> ToEngineRequest(
+      const v1::GenerateRequest& request) const;
+  void FillLogprobs(const engine::GenerationEvent& event,
+                    v1::GenerateResponse* response) const;
+
+  const ServerOptions options_;
+  std::unique_ptr<engine::ModelWeights> weights_;
+  std::unique_ptr<engine::Tokenizer> tokenizer_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::vector<NamedEngine> engines_;  // [0] is the default (--policy)
+  std::atomic<uint64_t> next_request_ = 0;
+
+  absl::Mutex rng_mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
+};
+
+}  // namespace moeserve::server
+
+#endif  // MOESERVE_SERVER_ENGINE_HOST_H_
