@@ -1,0 +1,199 @@
+#include "tools/bench/random_model_writer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/architecture.h"
+#include "engine/model_config.h"
+
+namespace moeserve::bench {
+namespace {
+
+using engine::TensorSpec;
+using nlohmann::json;
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint16_t ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+int64_t NumElements(const TensorSpec& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return n;
+}
+
+// Every tensor of the model, non-experts first, in the engine's naming.
+absl::StatusOr<std::vector<TensorSpec>> AllTensors(const json& config) {
+  absl::StatusOr<engine::ModelConfig> c =
+      engine::ParseModelConfig(config.dump());
+  if (!c.ok()) return c.status();
+  std::vector<TensorSpec> out = c->architecture->NonExpertTensors(*c);
+  const int64_t ffn = c->expert_intermediate_size, hidden = c->hidden_size;
+  for (int layer = 0; layer < c->num_hidden_layers; ++layer) {
+    for (int e = 0; e < c->num_experts; ++e) {
+      engine::ExpertTensorNames n = c->architecture->ExpertNames(layer, e);
+      out.push_back({n.gate, {ffn, hidden}});
+      out.push_back({n.up, {ffn, hidden}});
+      out.push_back({n.down, {hidden, ffn}});
+    }
+  }
+  return out;
+}
+
+// Header padded with spaces so the data region starts 64-byte aligned.
+std::string Header(const std::vector<TensorSpec>& tensors) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    const uint64_t bytes = 2 * static_cast<uint64_t>(NumElements(t));
+    header[t.name] = {{"dtype", "BF16"},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string text = header.dump();
+  text.resize((text.size() + 8 + 63) / 64 * 64 - 8, ' ');
+  return text;
+}
+
+// Writes one tensor's values, generated in chunks.
+absl::Status WriteTensor(std::FILE* f, const TensorSpec& t, uint64_t seed) {
+  const bool is_bias = absl::EndsWith(t.name, ".bias");
+  const bool is_norm = absl::EndsWith(t.name, "norm.weight");
+  const float fan_in = static_cast<float>(t.shape.back());
+  const float scale = std::sqrt(3.0f / fan_in) / 32768.0f;
+  const uint16_t constant = ToBf16(is_norm ? 1.0f : 0.0f);
+  uint64_t state = Fnv1a(t.name) ^ seed;
+  std::vector<uint16_t> chunk(1 << 21);
+  for (int64_t left = NumElements(t); left > 0;) {
+    const size_t n = static_cast<size_t>(
+        std::min<int64_t>(left, static_cast<int64_t>(chunk.size())));
+    if (is_bias || is_norm) {
+      std::fill_n(chunk.begin(), n, constant);
+    } else {
+      for (size_t i = 0; i < n; i += 4) {
+        uint64_t r = SplitMix64(&state);
+        for (size_t j = i; j < std::min(n, i + 4); ++j, r >>= 16) {
+          const int v = static_cast<int>(r & 0xffff) - 32768;
+          chunk[j] = ToBf16(static_cast<float>(v) * scale);
+        }
+      }
+    }
+    if (std::fwrite(chunk.data(), 2, n, f) != n) {
+      return absl::InternalError(absl::StrCat("short write of ", t.name));
+    }
+    left -= static_cast<int64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  File f(std::fopen(path.c_str(), "wb"));
+  if (!f || std::fwrite(text.data(), 1, text.size(), f.get()) != text.size()) {
+    return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+QwenMoeShape TinyQwenMoeShape() {
+  return {.hidden = 64,
+          .num_layers = 2,
+          .num_heads = 4,
+          .num_kv_heads = 2,
+          .vocab = 256,
+          .num_experts = 8,
+          .top_k = 2,
+          .expert_ffn = 32,
+          .shared_expert_ffn = 64,
+          .max_positions = 2048};
+}
+
+json QwenMoeConfig(const QwenMoeShape& s) {
+  return json{
+      {"architectures", {"Qwen2MoeForCausalLM"}},
+      {"model_type", "qwen2_moe"},
+      {"hidden_size", s.hidden},
+      {"num_hidden_layers", s.num_layers},
+      {"num_attention_heads", s.num_heads},
+      {"num_key_value_heads", s.num_kv_heads},
+      {"vocab_size", s.vocab},
+      {"intermediate_size", s.shared_expert_ffn},
+      {"num_experts", s.num_experts},
+      {"num_experts_per_tok", s.top_k},
+      {"moe_intermediate_size", s.expert_ffn},
+      {"shared_expert_intermediate_size", s.shared_expert_ffn},
+      {"norm_topk_prob", false},
+      {"decoder_sparse_step", 1},
+      {"mlp_only_layers", json::array()},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", 1e-6},
+      {"rope_theta", 1e6},
+      {"max_position_embeddings", s.max_positions},
+      {"use_sliding_window", false},
+      {"sliding_window", nullptr},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      {"bos_token_id", 151643},
+      {"eos_token_id", 151643},
+  };
+}
+
+absl::Status WriteRandomQwenMoe(const std::string& dir,
+                                const QwenMoeShape& shape, uint64_t seed) {
+  const json config = QwenMoeConfig(shape);
+  absl::StatusOr<std::vector<TensorSpec>> tensors = AllTensors(config);
+  if (!tensors.ok()) return tensors.status();
+  absl::Status s = WriteText(dir + "/config.json", config.dump(2));
+  if (!s.ok()) return s;
+  const std::string path = dir + "/model.safetensors";
+  File f(std::fopen(path.c_str(), "wb"));
+  if (!f) return absl::InternalError(absl::StrCat("cannot create ", path));
+  const std::string header = Header(*tensors);
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i)
+    len[i] = static_cast<uint8_t>(header.size() >> (8 * i));
+  if (std::fwrite(len, 1, 8, f.get()) != 8 ||
+      std::fwrite(header.data(), 1, header.size(), f.get()) != header.size()) {
+    return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  for (const TensorSpec& t : *tensors) {
+    s = WriteTensor(f.get(), t, seed);
+    if (!s.ok())
+      return absl::InternalError(absl::StrCat(path, ": ", s.message()));
+  }
+  if (std::fclose(f.release()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot close ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moeserve::bench
