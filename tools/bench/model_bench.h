@@ -32,6 +32,11 @@ struct BenchOptions {
   int decode_steps = 32;  // Timed steps, after one untimed warm-up step.
   std::vector<int> decode_batches = {1, 8};
   std::vector<int> prefill_batches = {1, 4};  // Sequences of prompt_len.
+  // Each phase is repeated (fresh KV cache and prompts) until its timed
+  // seconds add up to min_phase_seconds, at most max_repeats times; the
+  // fastest repeat is reported. Default: 1 s, 20.
+  double min_phase_seconds = 1.0;
+  int max_repeats = 20;
   uint64_t seed = 1;
 };
 
@@ -47,6 +52,7 @@ struct Measurement {
   double weight_bytes_per_token = 0;  // weight_bytes_per_pass * passes / tokens
   double weight_gbps = 0;             // Weight bytes read / seconds / 1e9.
   double experts_per_pass = 0;        // Distinct (layer, expert), mean.
+  int repeats = 1;                    // Repeats run; this is the fastest.
 };
 
 struct ModelReport {

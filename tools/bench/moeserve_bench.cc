@@ -8,6 +8,7 @@
 // the read bandwidth measured at the start of the same process.
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +44,10 @@ ABSL_FLAG(int, decode_steps, 32, "Timed decode steps per batch size.");
 ABSL_FLAG(std::string, batch_sizes, "1,8", "Decode batch sizes.");
 ABSL_FLAG(std::string, prefill_batch_sizes, "1,4",
           "Sequences of prompt_len per timed prefill pass.");
+ABSL_FLAG(double, min_phase_seconds, 1.0,
+          "Repeat each phase until its timed seconds add up to this "
+          "(at most --max_repeats times); the fastest repeat is reported.");
+ABSL_FLAG(int, max_repeats, 20, "Upper bound on repeats per phase.");
 ABSL_FLAG(int, bandwidth_mib, 1024, "Buffer for the read-bandwidth probe.");
 ABSL_FLAG(int, bandwidth_repeats, 5, "Best of this many bandwidth runs.");
 ABSL_FLAG(std::string, json_out, "", "Also write the results as JSON here.");
@@ -97,11 +102,16 @@ std::string Generate(bool* temporary) {
   std::printf("writing random-weight qwen2_moe (%lld layers) to %s ...\n",
               static_cast<long long>(shape.num_layers), dir.c_str());
   std::fflush(stdout);
+  const auto start = std::chrono::steady_clock::now();
   absl::Status s = WriteRandomQwenMoe(dir, shape, /*seed=*/1);
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return "";
   }
+  std::printf(
+      "  written in %.1f s\n",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count());
   return dir;
 }
 
@@ -111,6 +121,8 @@ int Main() {
   options.decode_steps = absl::GetFlag(FLAGS_decode_steps);
   options.decode_batches = ParseInts(absl::GetFlag(FLAGS_batch_sizes));
   options.prefill_batches = ParseInts(absl::GetFlag(FLAGS_prefill_batch_sizes));
+  options.min_phase_seconds = absl::GetFlag(FLAGS_min_phase_seconds);
+  options.max_repeats = absl::GetFlag(FLAGS_max_repeats);
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0)
     threads = static_cast<int>(std::thread::hardware_concurrency());

@@ -24,7 +24,8 @@ TEST(MoeserveBenchSmokeTest, WritesPositiveFiguresForEveryPhase) {
       " --model_dir=" + Runfile("tests/golden/mixtral_tiny") +
       " --gen_qwen_tiny --gen_qwen_layers=2 --threads=2 --prompt_len=8"
       " --decode_steps=2 --batch_sizes=1,3 --prefill_batch_sizes=2"
-      " --bandwidth_mib=16 --bandwidth_repeats=1 --json_out=" +
+      " --min_phase_seconds=0 --bandwidth_mib=16 --bandwidth_repeats=1 "
+      "--json_out=" +
       json_path;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 

@@ -41,7 +41,8 @@ json MeasurementJson(const Measurement& r, double bw) {
               {"weight_gbps", r.weight_gbps},
               {"roofline_ratio", RooflineRatio(r, bw)},
               {"roofline_tokens_per_s", RooflineTokensPerS(r, bw)},
-              {"experts_per_pass", r.experts_per_pass}};
+              {"experts_per_pass", r.experts_per_pass},
+              {"repeats", r.repeats}};
 }
 
 json ModelJson(const ModelReport& m, double bw) {
@@ -79,8 +80,11 @@ void PrintReport(const RunReport& rep, std::FILE* out) {
                 "threads: %d   memory read bandwidth (roofline): %.2f GB/s "
                 "(best of runs over %d MiB)\n",
                 rep.threads, rep.bandwidth_gbps, rep.bandwidth_bytes >> 20);
-  absl::FPrintF(out, "prompt_len %d, decode_steps %d\n\n",
-                rep.options.prompt_len, rep.options.decode_steps);
+  absl::FPrintF(out,
+                "prompt_len %d, decode_steps %d; each phase repeated until "
+                "%.1f s (at most %d times), fastest shown\n\n",
+                rep.options.prompt_len, rep.options.decode_steps,
+                rep.options.min_phase_seconds, rep.options.max_repeats);
   absl::FPrintF(out, "%-32s %-8s %5s %10s %11s %8s %7s %12s %8s\n", "model",
                 "phase", "batch", "tok/s", "MB/token", "GB/s", "of_roof",
                 "roof_tok/s", "experts");
@@ -125,6 +129,7 @@ json ReportJson(const RunReport& rep) {
               {"bandwidth_probe_bytes", rep.bandwidth_bytes},
               {"prompt_len", rep.options.prompt_len},
               {"decode_steps", rep.options.decode_steps},
+              {"min_phase_seconds", rep.options.min_phase_seconds},
               {"models", models}};
 }
 
