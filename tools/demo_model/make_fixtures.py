@@ -65,6 +65,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 
 PROMPTS = [
     ("bos_only", ""),
+    ("the_lord", "The LORD"),
     ("shepherd", "The LORD is my shepherd"),
     ("genesis", "Genesis 1\n\n1 In the beginning"),
     ("newlines", "Hello, world!\nHow are you?\n"),
