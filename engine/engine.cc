@@ -80,6 +80,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
       request.sampling, request.prompt,
       static_cast<int32_t>(weights_->config().vocab_size));
   seq->detokenizer = std::make_unique<IncrementalDetokenizer>(tokenizer_);
+  // Prime the detokenizer with the prompt so the first generated token keeps
+  // its leading space (prompt text + streamed text == full decode).
+  for (int32_t id : request.prompt) (void)seq->detokenizer->Next(id);
   seq->stops = std::make_unique<StopStringMatcher>(request.stop);
   seq->request = std::move(request);
   std::shared_ptr<RequestStream> stream = seq->stream;
@@ -241,8 +244,8 @@ absl::Status Engine::ScheduleKv(std::vector<Sequence*>* scheduled) {
         Finish(seq, FinishReason::kError, {},
                absl::StrCat("sequence of ", seq->computed + chunk,
                             " tokens does not fit in the KV cache (",
-                            kv_->num_blocks(), " blocks of ",
-                            kv_->block_size(), ")"));
+                            kv_->num_blocks(), " blocks of ", kv_->block_size(),
+                            ")"));
       }
       break;
     }

@@ -87,7 +87,11 @@ TEST_F(EngineTest, GreedyMatchesReferenceAloneAndConcurrently) {
     EXPECT_EQ(out.finish, FinishReason::kLength);
     EXPECT_EQ(out.tokens, c.at("greedy_ids").get<std::vector<int32_t>>())
         << c.at("name");
-    EXPECT_EQ(out.text, c.at("greedy_text").get<std::string>());
+    // Streamed text continues the prompt: prompt + text == full decode.
+    const std::string full = c.at("full_text").get<std::string>();
+    const std::string prompt = c.at("prompt").get<std::string>();
+    ASSERT_EQ(full.substr(0, prompt.size()), prompt);
+    EXPECT_EQ(out.text, full.substr(prompt.size())) << c.at("name");
     EXPECT_EQ(out.events, 32);  // one event per token
   }
 }
@@ -133,7 +137,10 @@ TEST_F(EngineTest, SeedReproducesSampling) {
 TEST_F(EngineTest, StopStringIsNotEmittedAndEndsTheStream) {
   auto engine = MakeEngine();
   const auto& c = golden_->at("cases")[1];
-  const std::string full = c.at("greedy_text").get<std::string>();
+  const std::string full =
+      c.at("full_text")
+          .get<std::string>()
+          .substr(c.at("prompt").get<std::string>().size());
   ASSERT_GT(full.size(), 12u);
   const std::string stop = full.substr(6, 4);
   GenerationRequest r = Greedy(c);

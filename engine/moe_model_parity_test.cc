@@ -163,8 +163,8 @@ TEST_P(ParityTest, BatchedAndChunkedPrefillMatchOneByOne) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest,
-                         ::testing::Values("mixtral_tiny", "qwen2_moe",
-                                           "qwen3_moe", "olmoe"),
+                         ::testing::Values("mixtral_demo", "mixtral_tiny",
+                                           "qwen2_moe", "qwen3_moe", "olmoe"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

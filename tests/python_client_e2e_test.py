@@ -157,6 +157,13 @@ class PythonClientServedModelTest(unittest.TestCase):
         request = pb.GenerateRequest(**kwargs)
         return list(self.stub.Generate(request, timeout=60))
 
+    def test_health_watch_streams_serving(self):
+        watch = self.channel.unary_stream("/grpc.health.v1.Health/Watch")
+        call = watch(encode_string_field(1, "moeserve.v1.Inference"),
+                     timeout=10)
+        self.assertEqual(next(call), b"\x08\x01")  # SERVING
+        call.cancel()
+
     def test_list_models(self):
         models = self.stub.ListModels(pb.ListModelsRequest(), timeout=10).models
         self.assertEqual(len(models), 1)

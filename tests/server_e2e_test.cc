@@ -194,12 +194,12 @@ TEST_F(ServerE2eTest, SigtermDrainsAndExitsZero) {
   EXPECT_EQ(server_->StopWith(SIGTERM), 0);
 }
 
-// The same binary serving a real (random-weight) Mixtral fixture.
+// The same binary serving the bundled trained demo model (models/demo).
 class ModelE2eTest : public ServerE2eTest {
  protected:
   void SetUp() override {
     auto server = testing::ServerProcess::Start(
-        kBinary, {"--model_dir=tests/golden/mixtral_tiny", "--threads=2",
+        kBinary, {"--model_dir=models/demo", "--threads=2",
                   "--ab=lru=0.5,overlap=0.5", "--drain_seconds=5"});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -232,13 +232,24 @@ TEST_F(ModelE2eTest, HealthServingAndListModelsReportsTheRealConfig) {
   ASSERT_EQ(response.models_size(), 1);
   const v1::ModelInfo& m = response.models(0);
   EXPECT_EQ(m.architecture(), "mixtral");
-  EXPECT_EQ(m.num_layers(), 2u);
+  EXPECT_EQ(m.num_layers(), 6u);
   EXPECT_EQ(m.num_experts(), 8u);
   EXPECT_EQ(m.num_experts_per_tok(), 2u);
   ASSERT_EQ(m.engines_size(), 2);
   EXPECT_EQ(m.engines(0).name(), "lru");
   EXPECT_DOUBLE_EQ(m.engines(1).ab_weight(), 0.5);
   EXPECT_GT(m.total_expert_bytes(), 0u);
+  EXPECT_EQ(m.name(), "demo");
+}
+
+TEST_F(ModelE2eTest, GreedyContinuationIsRealEnglish) {
+  v1::GenerateRequest r = Request("The LORD", 16);
+  std::vector<v1::GenerateResponse> out;
+  ASSERT_TRUE(Generate(r, &out).ok());
+  std::string text;
+  for (const auto& m : out) text += m.text();
+  // The PyTorch reference's greedy continuation (tests/golden/mixtral_demo).
+  EXPECT_THAT(text, StartsWith(" is in the land of Israel."));
 }
 
 TEST_F(ModelE2eTest, StreamsTokensAndSameSeedGivesSameText) {
