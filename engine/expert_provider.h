@@ -1,7 +1,8 @@
 // ExpertProvider: how the forward pass gets at expert weights.
 //
-// For each MoE layer the forward pass asks, once, for every expert its
-// router selected, computes them, then releases them. Whatever stands behind
+// For each MoE layer the forward pass announces every expert its router
+// selected (BeginLayer), then acquires, computes and releases them one by
+// one. Whatever stands behind
 // this interface decides where the bytes live and when they move (the fast
 // tier and its offload policy plug in here); the forward pass only needs a
 // pointer to each packed blob (layout: engine/model_weights.h) that stays
@@ -15,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model_weights.h"
+#include "engine/offload/offload_policy.h"
 
 namespace moeserve::engine {
 
@@ -22,14 +24,28 @@ class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
 
-  // Makes `experts` of `layer` usable and returns their blobs, in order.
-  // Requests for all experts of one layer come together so transfers can be
-  // issued at once. Blocks until every blob is ready.
-  virtual absl::StatusOr<std::vector<const std::byte*>> Acquire(
-      int layer, std::span<const int> experts) = 0;
+  // Brackets one forward pass (one engine step).
+  virtual void BeginStep(const StepInfo& info) { (void)info; }
+  virtual void EndStep() {}
 
-  // Ends the use begun by Acquire with the same arguments.
-  virtual void Release(int layer, std::span<const int> experts) = 0;
+  // Called once per MoE layer before any Acquire of that layer, with every
+  // expert the router selected (ascending), the tokens routed to each, and
+  // the router's input `hidden` (F32 [n, hidden_size]), so transfers for the
+  // whole layer can be issued at once.
+  virtual void BeginLayer(int layer, std::span<const int> experts,
+                          std::span<const int> token_counts,
+                          const float* hidden, int64_t n) {
+    (void)layer, (void)experts, (void)token_counts, (void)hidden, (void)n;
+  }
+
+  // Makes `id` usable and returns its packed blob, valid until Release(id).
+  // Blocks until the blob is ready. The forward pass holds at most one
+  // expert at a time, so a fast tier of one free slot always makes progress.
+  virtual absl::StatusOr<const std::byte*> Acquire(ExpertId id) = 0;
+  virtual void Release(ExpertId id) = 0;
+
+  // Every expert of `layer` has been computed and released.
+  virtual void EndLayer(int layer) { (void)layer; }
 };
 
 // Every expert resident in the packed arena of ModelWeights: no movement.
@@ -39,14 +55,10 @@ class ResidentExperts final : public ExpertProvider {
   // experts.
   explicit ResidentExperts(const ModelWeights* weights) : weights_(weights) {}
 
-  absl::StatusOr<std::vector<const std::byte*>> Acquire(
-      int layer, std::span<const int> experts) override {
-    std::vector<const std::byte*> blobs;
-    blobs.reserve(experts.size());
-    for (int e : experts) blobs.push_back(weights_->expert({layer, e}).data);
-    return blobs;
+  absl::StatusOr<const std::byte*> Acquire(ExpertId id) override {
+    return weights_->expert(id).data;
   }
-  void Release(int, std::span<const int>) override {}
+  void Release(ExpertId) override {}
 
  private:
   const ModelWeights* const weights_;

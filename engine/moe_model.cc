@@ -55,6 +55,8 @@ struct MoeModel::Scratch {
   std::vector<float> x, h, q, k, v, attn, proj, router_logits, router_weights;
   std::vector<float> moe_out, expert_in, expert_out, expert_ws, row_weights;
   std::vector<float> shared_a, shared_b, shared_out, shared_gate, last;
+  std::vector<float> predict_logits, predict_weights;
+  std::vector<int32_t> predict_ids;
   std::vector<int32_t> topk_ids;
   int64_t num_seqs = 0;
   int64_t max_blocks = 0;
@@ -184,13 +186,19 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   const int64_t d = c.hidden_size;
   kernels::Stream& st = *stream_;
 
-  Tensor x = F32(s.x, {n, d});
-  ENGINE_RETURN_IF_ERROR(
-      backend_->Embedding(st, I32(s.ids, {n}), embedding_, x));
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    ENGINE_RETURN_IF_ERROR(Attention(l, n, cache));
-    ENGINE_RETURN_IF_ERROR(MoeBlock(l, n));
+  StepInfo info;
+  info.step = step_++;
+  info.num_seqs = static_cast<int>(s.num_seqs);
+  info.num_tokens = static_cast<int>(n);
+  for (const SequenceChunk& seq : batch) {
+    if (seq.tokens.size() > 1) info.num_prefill_tokens += seq.tokens.size();
   }
+  cache_ = cache;
+  experts_->BeginStep(info);
+  absl::Status status = RunLayers(n);
+  experts_->EndStep();
+  ENGINE_RETURN_IF_ERROR(status);
+  Tensor x = F32(s.x, {n, d});
   // Final norm and lm_head on each sequence's last token only.
   Tensor last = F32(s.last, {s.num_seqs, d});
   ENGINE_RETURN_IF_ERROR(
@@ -268,6 +276,46 @@ absl::Status MoeModel::MoeBlock(int layer, int64_t n) {
   return backend_->Add(st, x, moe_out, x);
 }
 
+absl::Status MoeModel::RunLayers(int64_t n) {
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  Tensor x = F32(s.x, {n, c.hidden_size});
+  ENGINE_RETURN_IF_ERROR(
+      backend_->Embedding(*stream_, I32(s.ids, {n}), embedding_, x));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    ENGINE_RETURN_IF_ERROR(Attention(l, n, cache_));
+    ENGINE_RETURN_IF_ERROR(MoeBlock(l, n));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> MoeModel::PredictExperts(int layer, const float* hidden,
+                                          int64_t n, int k) {
+  const ModelConfig& c = config();
+  const int64_t E = c.num_experts;
+  k = std::clamp<int>(k, 1, static_cast<int>(E));
+  Scratch& s = *scratch_;
+  Tensor h(const_cast<float*>(hidden), KDType::kF32, {n, c.hidden_size});
+  Tensor logits = F32(s.predict_logits, {n, E});
+  Tensor weights = F32(s.predict_weights, {n, k});
+  s.predict_ids.resize(n * k);
+  std::vector<int> experts;
+  if (!backend_->MatMul(*stream_, h, layers_[layer].router, {}, logits).ok() ||
+      !backend_
+           ->RouterTopK(*stream_, logits, k, false, weights,
+                        I32(s.predict_ids, {n, k}))
+           .ok() ||
+      !stream_->Synchronize().ok()) {
+    return experts;  // a failed prediction only costs prefetching
+  }
+  std::vector<bool> chosen(E, false);
+  for (int32_t e : s.predict_ids) chosen[e] = true;
+  for (int e = 0; e < E; ++e) {
+    if (chosen[e]) experts.push_back(e);
+  }
+  return experts;
+}
+
 // Router, top-k, then every selected expert once on all of its tokens.
 absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   const ModelConfig& c = config();
@@ -296,31 +344,37 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
       row_weights[e].push_back(s.router_weights[t * k + j]);
     }
   }
-  std::vector<int> selected;
+  std::vector<int> selected, counts;
   for (int e = 0; e < E; ++e) {
-    if (!rows[e].empty()) selected.push_back(e);
+    if (rows[e].empty()) continue;
+    selected.push_back(e);
+    counts.push_back(static_cast<int>(rows[e].size()));
   }
-  ENGINE_ASSIGN_OR_RETURN(std::vector<const std::byte*> blobs,
-                          experts_->Acquire(layer, selected));
-  absl::Status status;
+  experts_->BeginLayer(layer, selected, counts, s.h.data(), n);
   Tensor moe_out = F32(s.moe_out, {n, d});
-  for (size_t i = 0; i < selected.size() && status.ok(); ++i) {
-    const int e = selected[i];
+  for (int e : selected) {
+    ENGINE_ASSIGN_OR_RETURN(const std::byte* blob_data,
+                            experts_->Acquire({layer, e}));
     const int64_t m = static_cast<int64_t>(rows[e].size());
     Tensor row_ids(rows[e].data(), KDType::kI32, {m});
     Tensor in = F32(s.expert_in, {m, d});
     Tensor out = F32(s.expert_out, {m, d});
     Tensor ws = F32(s.expert_ws, {kernels::ExpertFfnWorkspaceElems(m, ffn)});
-    Tensor blob(const_cast<std::byte*>(blobs[i]), KDType::kBF16, {3 * ffn * d});
+    Tensor blob(const_cast<std::byte*>(blob_data), KDType::kBF16,
+                {3 * ffn * d});
     Tensor w(row_weights[e].data(), KDType::kF32, {m});
-    status = backend_->GatherRows(st, h, row_ids, in);
+    absl::Status status = backend_->GatherRows(st, h, row_ids, in);
     if (status.ok()) status = backend_->ExpertFfn(st, in, blob, ffn, ws, out);
-    if (status.ok())
+    if (status.ok()) {
       status = backend_->ScaleAddRows(st, out, row_ids, w, moe_out);
+    }
+    // The blob must stay put until the kernels that read it have run.
+    if (status.ok()) status = st.Synchronize();
+    experts_->Release({layer, e});
+    ENGINE_RETURN_IF_ERROR(status);
   }
-  if (status.ok()) status = st.Synchronize();
-  experts_->Release(layer, selected);
-  return status;
+  experts_->EndLayer(layer);
+  return absl::OkStatus();
 }
 
 // qwen2_moe: out += sigmoid(h Wg^T) * down(silu(gate(h)) * up(h)).

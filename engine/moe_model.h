@@ -49,6 +49,13 @@ class MoeModel {
 
   const ModelConfig& config() const { return weights_->config(); }
 
+  // Applies `layer`'s router to `hidden` (F32 [n, hidden_size]) and returns
+  // the distinct experts of every row's top-k, ascending (empty on error).
+  // For offload policies that predict upcoming layers; callable from inside
+  // a Forward() (from the expert provider's hooks), same thread.
+  std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
+                                  int k);
+
  private:
   struct LayerWeights;
   struct Scratch;
@@ -56,6 +63,7 @@ class MoeModel {
   MoeModel(const ModelWeights* weights, kernels::Backend* backend,
            ExpertProvider* experts, std::unique_ptr<kernels::Stream> stream);
   absl::Status ResolveWeights();
+  absl::Status RunLayers(int64_t n);
   absl::Status Attention(int layer, int64_t n, KvCache* cache);
   absl::Status MoeBlock(int layer, int64_t n);
   absl::Status RoutedExperts(int layer, int64_t n);
@@ -68,6 +76,8 @@ class MoeModel {
   std::vector<LayerWeights> layers_;
   kernels::Tensor embedding_, final_norm_, lm_head_;
   std::unique_ptr<Scratch> scratch_;
+  KvCache* cache_ = nullptr;  // of the Forward() in progress
+  int64_t step_ = 0;
 };
 
 }  // namespace moeserve::engine

@@ -1,8 +1,8 @@
 // CountingExperts: an ExpertProvider that forwards to another one and counts
-// what the forward pass asks for. MoeModel calls Acquire once per MoE layer
-// per Forward() with the distinct experts its router selected for the whole
-// batch, so the counters give exactly the distinct (layer, expert) pairs, and
-// hence the expert bytes, that one forward pass reads.
+// what the forward pass asks for. MoeModel acquires each expert its router
+// selected for the whole batch once per layer per Forward(), so the counters
+// give exactly the distinct (layer, expert) pairs, and hence the expert
+// bytes, that one forward pass reads.
 //
 // Ownership: borrows `inner` and `weights`, which must outlive it.
 // Thread-compatible (MoeModel::Forward is not reentrant).
@@ -24,18 +24,23 @@ class CountingExperts final : public engine::ExpertProvider {
                   const engine::ModelWeights* weights)
       : inner_(inner), weights_(weights) {}
 
-  absl::StatusOr<std::vector<const std::byte*>> Acquire(
-      int layer, std::span<const int> experts) override {
-    for (int e : experts) {
-      const engine::ExpertBlob& b = weights_->expert({layer, e});
-      bytes_ += b.gate_bytes + b.up_bytes + b.down_bytes;
-    }
-    experts_ += experts.size();
-    return inner_->Acquire(layer, experts);
+  void BeginStep(const engine::StepInfo& info) override {
+    inner_->BeginStep(info);
   }
-  void Release(int layer, std::span<const int> experts) override {
-    inner_->Release(layer, experts);
+  void EndStep() override { inner_->EndStep(); }
+  void BeginLayer(int layer, std::span<const int> experts,
+                  std::span<const int> token_counts, const float* hidden,
+                  int64_t n) override {
+    inner_->BeginLayer(layer, experts, token_counts, hidden, n);
   }
+  absl::StatusOr<const std::byte*> Acquire(engine::ExpertId id) override {
+    const engine::ExpertBlob& b = weights_->expert(id);
+    bytes_ += b.gate_bytes + b.up_bytes + b.down_bytes;
+    ++experts_;
+    return inner_->Acquire(id);
+  }
+  void Release(engine::ExpertId id) override { inner_->Release(id); }
+  void EndLayer(int layer) override { inner_->EndLayer(layer); }
 
   // Distinct (layer, expert) pairs acquired since the last Reset().
   uint64_t experts() const { return experts_; }

@@ -1,0 +1,117 @@
+// The offload-policy plugin contract (DESIGN.md "Policy hooks").
+//
+// A policy decides where expert weights are and when they move: what to
+// prefetch, what to pin, what to evict. It never changes results: the engine
+// computes exactly the experts the router chose, whatever the policy does.
+//
+// The engine never includes a concrete policy; policies (policies/) see the
+// engine only through this header. Every hook but ChooseVictims has a
+// default that does nothing.
+//
+// Threading: all hooks are called from the engine's step thread, one at a
+// time, in this order per step: OnStepBegin, then per MoE layer OnRoute,
+// OnAccess (per expert, as it is acquired), OnLayerDone; then OnStepEnd.
+// ChooseVictims may come whenever a slot is needed (inside the above, or
+// from a Prefetch the policy itself issued). A policy may call back into the
+// ResidencyControl from any hook.
+#ifndef MOESERVE_ENGINE_OFFLOAD_OFFLOAD_POLICY_H_
+#define MOESERVE_ENGINE_OFFLOAD_OFFLOAD_POLICY_H_
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "engine/model_weights.h"
+
+namespace moeserve::engine {
+
+// What one engine step is about to run.
+struct StepInfo {
+  int64_t step = 0;    // counts from 0 per engine
+  int num_seqs = 0;    // sequences in the batch
+  int num_tokens = 0;  // tokens run through the model this step
+  int num_prefill_tokens = 0;
+};
+
+// What one engine step did.
+struct StepStats {
+  int64_t step = 0;
+  int num_layers = 0;
+  int num_experts = 0;
+  // Tokens routed to (layer, expert) this step: [layer * num_experts + e].
+  std::span<const uint32_t> activations;
+};
+
+// The levers and gauges a policy gets. Implemented by ExpertResidency.
+class ResidencyControl {
+ public:
+  virtual ~ResidencyControl() = default;
+
+  virtual int num_layers() const = 0;
+  virtual int num_experts() const = 0;
+  // Fast-tier slots (each holds one expert).
+  virtual int capacity_slots() const = 0;
+
+  // Ready in the fast tier, or on its way there.
+  virtual bool IsResident(ExpertId id) const = 0;
+
+  // Starts moving `id` into the fast tier if it is not resident and a slot
+  // can be had without evicting an expert that is in use or pinned (victims
+  // come from ChooseVictims). Returns false when nothing was started.
+  virtual bool Prefetch(ExpertId id) = 0;
+
+  // Pinned experts are loaded (if needed) and never evicted until Unpin.
+  // Returns false when no slot could be had for it.
+  virtual bool Pin(ExpertId id) = 0;
+  virtual void Unpin(ExpertId id) = 0;
+
+  // Drops `id` from the fast tier unless it is in use or pinned.
+  virtual void Evict(ExpertId id) = 0;
+
+  // Applies `layer`'s router to `hidden` (F32 row-major [n, hidden_size],
+  // already normalised as the router expects) and returns the distinct
+  // experts of the top-k choices of all rows, ascending. For predicting the
+  // experts of layers that have not run yet.
+  virtual std::vector<int> PredictExperts(int layer, const float* hidden,
+                                          int64_t n, int k) = 0;
+};
+
+class OffloadPolicy {
+ public:
+  virtual ~OffloadPolicy() = default;
+
+  virtual std::string_view name() const = 0;
+
+  // Called once before the first step. `control` outlives the policy's use.
+  virtual void Attach(ResidencyControl* control) { (void)control; }
+
+  virtual void OnStepBegin(const StepInfo& info) { (void)info; }
+
+  // The router of `layer` chose `experts` (ascending); token_counts[i]
+  // tokens go to experts[i]. `hidden` is the router's input, F32 [n, d].
+  // Every expert in `experts` is acquired after this returns.
+  virtual void OnRoute(int layer, std::span<const int> experts,
+                       std::span<const int> token_counts, const float* hidden,
+                       int64_t n) {
+    (void)layer, (void)experts, (void)token_counts, (void)hidden, (void)n;
+  }
+
+  // `id` is being acquired for compute (hit or miss).
+  virtual void OnAccess(ExpertId id) { (void)id; }
+
+  // Every expert of `layer` has been computed and released.
+  virtual void OnLayerDone(int layer) { (void)layer; }
+
+  virtual void OnStepEnd(const StepStats& stats) { (void)stats; }
+
+  // Required. `candidates` are resident experts that may be evicted (not in
+  // use, not pinned, not loading); append exactly min(count,
+  // candidates.size()) of them to `victims`, most evictable first.
+  virtual void ChooseVictims(std::span<const ExpertId> candidates, int count,
+                             std::vector<ExpertId>* victims) = 0;
+};
+
+}  // namespace moeserve::engine
+
+#endif  // MOESERVE_ENGINE_OFFLOAD_OFFLOAD_POLICY_H_
