@@ -50,6 +50,8 @@ class ResidencyControl {
 
   virtual int num_layers() const = 0;
   virtual int num_experts() const = 0;
+  // The router's top-k.
+  virtual int experts_per_token() const = 0;
   // Fast-tier slots (each holds one expert).
   virtual int capacity_slots() const = 0;
 
