@@ -39,7 +39,8 @@ Engine::Engine(const ModelWeights* weights, const Tokenizer* tokenizer,
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     const ModelWeights* weights, const Tokenizer* tokenizer,
-    kernels::Backend* backend, const EngineOptions& options) {
+    kernels::Backend* backend, const EngineOptions& options,
+    ExpertProviderFactory make_experts) {
   if (options.max_num_seqs <= 0 || options.max_batched_tokens <= 0 ||
       options.max_waiting < 0) {
     return absl::InvalidArgumentError(
@@ -47,7 +48,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   }
   auto engine =
       std::unique_ptr<Engine>(new Engine(weights, tokenizer, options));
-  engine->experts_ = std::make_unique<ResidentExperts>(weights);
+  if (make_experts == nullptr) {
+    engine->experts_ = std::make_unique<ResidentExperts>(weights);
+  } else {
+    Engine* raw = engine.get();
+    ENGINE_ASSIGN_OR_RETURN(
+        engine->experts_,
+        make_experts([raw](int layer, const float* hidden, int64_t n, int k) {
+          return raw->model_->PredictExperts(layer, hidden, n, k);
+        }));
+  }
   ENGINE_ASSIGN_OR_RETURN(
       engine->model_,
       MoeModel::Create(weights, backend, engine->experts_.get()));

@@ -13,6 +13,7 @@
 #define MOESERVE_ENGINE_ENGINE_H_
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +46,14 @@ struct EngineOptions {
   int max_waiting = 256;
 };
 
+// Builds the engine's expert provider. `predict` is the engine's router
+// probe (MoeModel::PredictExperts), for policies that predict upcoming
+// layers; it may be called only from inside the provider's hooks.
+using PredictFn = std::function<std::vector<int>(int layer, const float* hidden,
+                                                 int64_t n, int k)>;
+using ExpertProviderFactory =
+    std::function<absl::StatusOr<std::unique_ptr<ExpertProvider>>(PredictFn)>;
+
 struct EngineStats {
   int running = 0;
   int waiting = 0;
@@ -55,9 +64,12 @@ struct EngineStats {
 
 class Engine {
  public:
+  // `make_experts` builds the expert provider (default: every expert
+  // resident in the weights' packed arena).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
       const ModelWeights* weights, const Tokenizer* tokenizer,
-      kernels::Backend* backend, const EngineOptions& options);
+      kernels::Backend* backend, const EngineOptions& options,
+      ExpertProviderFactory make_experts = nullptr);
   // Cancels every request and joins the scheduler thread.
   ~Engine();
 
@@ -77,6 +89,8 @@ class Engine {
   EngineStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   const EngineOptions& options() const { return options_; }
   const ModelWeights& weights() const { return *weights_; }
+  // The provider built by the factory (e.g. to read its statistics).
+  ExpertProvider* experts() const { return experts_.get(); }
 
  private:
   struct Sequence;
