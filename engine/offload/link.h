@@ -1,0 +1,122 @@
+// Link: moves experts from the slow tier into fast-tier memory
+// asynchronously (DESIGN.md "Core abstractions", CPU flavour).
+//
+// Worker thread(s) (default one, like one PCIe copy queue) take transfers
+// (ExpertId, dst, completion) from a FIFO, run SlowTier::Read into `dst`,
+// account the transfer and then call its completion with the Read status.
+//
+// Accounting: a successful transfer adds `bytes_per_transfer` (the padded
+// blob size, ExpertBlob::bytes) to bytes() and its wall time to
+// busy_seconds(); a failed one adds nothing to either and counts in
+// failed_transfers(). Accounting happens before the completion runs, so a
+// caller woken by the completion already sees it.
+//
+// Emulation (LinkOptions::gbps > 0): after the real copy the worker sleeps
+// until start + latency_us + bytes / (gbps * 1e9) s, so a CPU run shows the
+// transfer/compute ratio of a GPU behind PCIe. The sleep counts as busy.
+//
+// Ownership: borrows the SlowTier and the optional metric counters (both
+// must outlive the Link); owns its threads. The destructor finishes every
+// queued transfer (completions run) and joins the workers.
+// Thread safety: every method may be called from any thread; completions run
+// on a worker thread with no Link lock held. std::mutex (not absl::Mutex):
+// Debian's Abseil is not TSan-instrumented.
+#ifndef MOESERVE_ENGINE_OFFLOAD_LINK_H_
+#define MOESERVE_ENGINE_OFFLOAD_LINK_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "engine/model_weights.h"
+#include "engine/offload/slow_tier.h"
+#include "metrics/metric.h"
+
+namespace moeserve::engine {
+
+struct LinkOptions {
+  // Emulated bandwidth in GB/s (1e9 bytes/s). Default: 0 = emulation off.
+  double gbps = 0;
+  // Emulated per-transfer latency in microseconds (only when gbps > 0).
+  // Default: 0.
+  double latency_us = 0;
+  // Worker threads (parallel copy queues). Default: 1; values < 1 mean 1.
+  int num_workers = 1;
+
+  bool emulated() const { return gbps > 0; }
+};
+
+// Optional metric children the link increments (either may be null).
+struct LinkCounters {
+  metrics::Counter* bytes = nullptr;         // moeserve_link_bytes_total
+  metrics::Counter* busy_seconds = nullptr;  // moeserve_link_busy_seconds_total
+};
+
+class Link {
+ public:
+  using Done = std::function<void(absl::Status)>;
+
+  Link(SlowTier* slow, size_t bytes_per_transfer, const LinkOptions& options,
+       LinkCounters counters = {});
+  ~Link();
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  // Queues a transfer of `id` into `dst` (bytes_per_transfer bytes, 64-byte
+  // aligned, untouched by others until `done` runs). `done` runs exactly
+  // once, on a worker thread.
+  void Submit(ExpertId id, std::byte* dst, Done done);
+
+  const LinkOptions& options() const { return options_; }
+  bool emulation_on() const { return options_.emulated(); }
+  size_t bytes_per_transfer() const { return bytes_per_transfer_; }
+
+  uint64_t bytes() const { return bytes_.load(std::memory_order_acquire); }
+  uint64_t transfers() const {
+    return transfers_.load(std::memory_order_acquire);
+  }
+  uint64_t failed_transfers() const {
+    return failed_.load(std::memory_order_acquire);
+  }
+  double busy_seconds() const;
+
+ private:
+  struct Transfer {
+    ExpertId id;
+    std::byte* dst;
+    Done done;
+  };
+
+  void WorkerLoop();
+  void Run(Transfer& t);
+  void Account(double seconds);
+
+  SlowTier* const slow_;
+  const size_t bytes_per_transfer_;
+  const LinkOptions options_;
+  const LinkCounters counters_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Transfer> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::atomic<uint64_t> bytes_{0};
+  std::atomic<uint64_t> transfers_{0};
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<uint64_t> busy_ns_{0};
+
+  std::vector<std::thread> workers_;  // Last: started after the rest exists.
+};
+
+}  // namespace moeserve::engine
+
+#endif  // MOESERVE_ENGINE_OFFLOAD_LINK_H_
