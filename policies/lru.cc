@@ -1,0 +1,14 @@
+#include "policies/lru.h"
+
+namespace moeserve::policies {
+
+absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> LruPolicy::Create(
+    const PolicyConfig& config) {
+  absl::Status keys = CheckConfigKeys("lru", config, {});
+  if (!keys.ok()) return keys;
+  return std::make_unique<LruPolicy>();
+}
+
+MOESERVE_REGISTER_POLICY("lru", LruPolicy::Create);
+
+}  // namespace moeserve::policies

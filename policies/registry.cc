@@ -1,0 +1,155 @@
+#include "policies/registry.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+
+namespace moeserve::policies {
+namespace {
+
+// The Debian Abseil's string_view is its own type, not std::string_view.
+absl::string_view A(std::string_view s) { return {s.data(), s.size()}; }
+
+struct Registry {
+  absl::Mutex mu;
+  std::map<std::string, PolicyFactory, std::less<>> factories
+      ABSL_GUARDED_BY(mu);
+};
+
+Registry& GetRegistry() {
+  static Registry* registry = new Registry();
+  return *registry;
+}
+
+}  // namespace
+
+namespace internal {
+bool RegisterPolicy(std::string_view name, PolicyFactory factory) {
+  Registry& registry = GetRegistry();
+  absl::MutexLock lock(&registry.mu);
+  if (!registry.factories.emplace(std::string(name), std::move(factory))
+           .second) {
+    std::fprintf(stderr, "moeserve: offload policy '%.*s' registered twice\n",
+                 static_cast<int>(name.size()), name.data());
+    std::abort();
+  }
+  return true;
+}
+}  // namespace internal
+
+std::vector<std::string> RegisteredPolicies() {
+  Registry& registry = GetRegistry();
+  absl::MutexLock lock(&registry.mu);
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : registry.factories) names.push_back(name);
+  return names;  // std::map: already sorted
+}
+
+absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> CreatePolicy(
+    std::string_view name, const PolicyConfig& config) {
+  PolicyFactory factory;
+  {
+    Registry& registry = GetRegistry();
+    absl::MutexLock lock(&registry.mu);
+    auto it = registry.factories.find(name);
+    if (it != registry.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    return absl::NotFoundError(absl::StrCat(
+        "unknown offload policy '", A(name),
+        "'; registered: ", absl::StrJoin(RegisteredPolicies(), ", ")));
+  }
+  absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> policy =
+      factory(config);
+  if (!policy.ok()) {
+    return absl::Status(
+        policy.status().code(),
+        absl::StrCat("policy '", A(name), "': ", policy.status().message()));
+  }
+  return policy;
+}
+
+absl::StatusOr<PolicyConfig> ParsePolicyConfig(std::string_view text_in) {
+  const absl::string_view text = A(text_in);
+  PolicyConfig config;
+  if (absl::StripAsciiWhitespace(text).empty()) return config;
+  for (absl::string_view entry : absl::StrSplit(text, ',')) {
+    std::vector<absl::string_view> kv =
+        absl::StrSplit(entry, absl::MaxSplits('=', 1));
+    absl::string_view key = absl::StripAsciiWhitespace(kv[0]);
+    if (kv.size() != 2 || key.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy config entry '", entry, "' is not key=value"));
+    }
+    if (!config
+             .emplace(std::string(key),
+                      std::string(absl::StripAsciiWhitespace(kv[1])))
+             .second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy config key '", key, "' given twice"));
+    }
+  }
+  return config;
+}
+
+absl::Status CheckConfigKeys(std::string_view policy,
+                             const PolicyConfig& config,
+                             std::initializer_list<std::string_view> known) {
+  for (const auto& [key, value] : config) {
+    bool found = false;
+    for (std::string_view k : known) found = found || k == key;
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown config key '", key, "' for policy '", A(policy),
+          "'; known: [",
+          absl::StrJoin(
+              known, ", ",
+              [](std::string* out, std::string_view k) { out->append(k); }),
+          "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> GetIntConfig(const PolicyConfig& config,
+                                     std::string_view key,
+                                     int64_t default_value, int64_t min_value,
+                                     int64_t max_value) {
+  auto it = config.find(std::string(key));
+  if (it == config.end()) return default_value;
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(it->second, &value) || value < min_value ||
+      value > max_value) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key '", A(key), "': '", it->second, "' is not an integer in [",
+        min_value, ", ", max_value, "]"));
+  }
+  return value;
+}
+
+absl::StatusOr<double> GetDoubleConfig(const PolicyConfig& config,
+                                       std::string_view key,
+                                       double default_value, double min_value,
+                                       double max_value) {
+  auto it = config.find(std::string(key));
+  if (it == config.end()) return default_value;
+  double value = 0;
+  if (!absl::SimpleAtod(it->second, &value) || !std::isfinite(value) ||
+      value < min_value || value > max_value) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key '", A(key), "': '", it->second, "' is not a number in [",
+        min_value, ", ", max_value, "]"));
+  }
+  return value;
+}
+
+}  // namespace moeserve::policies

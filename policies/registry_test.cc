@@ -1,0 +1,85 @@
+#include "policies/registry.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moeserve::policies {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::IsSupersetOf;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+const std::vector<std::string> kPolicies = {"lfu_static", "lru", "on_demand",
+                                            "overlap"};
+
+TEST(RegistryTest, AllFourPoliciesRegisteredAndSorted) {
+  const std::vector<std::string> names = RegisteredPolicies();
+  EXPECT_THAT(names, IsSupersetOf(kPolicies));
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+}
+
+TEST(RegistryTest, CreatesEachByNameWithDefaults) {
+  for (const std::string& name : kPolicies) {
+    auto policy = CreatePolicy(name, {});
+    ASSERT_TRUE(policy.ok()) << name << ": " << policy.status();
+    EXPECT_EQ((*policy)->name(), name);
+  }
+}
+
+TEST(RegistryTest, UnknownNameIsNotFoundListingTheNames) {
+  auto policy = CreatePolicy("belady", {});
+  EXPECT_EQ(policy.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(policy.status().message(), HasSubstr("belady"));
+  for (const std::string& name : kPolicies) {
+    EXPECT_THAT(policy.status().message(), HasSubstr(name));
+  }
+}
+
+TEST(RegistryTest, UnknownConfigKeyIsInvalidArgumentNamingTheKey) {
+  for (const std::string& name : kPolicies) {
+    auto policy = CreatePolicy(name, {{"no_such_key", "1"}});
+    EXPECT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument)
+        << name;
+    EXPECT_THAT(policy.status().message(), HasSubstr("no_such_key"));
+    EXPECT_THAT(policy.status().message(), HasSubstr(name));
+  }
+}
+
+TEST(RegistryTest, MalformedValueIsInvalidArgumentNamingTheKey) {
+  auto policy = CreatePolicy("overlap", {{"lookahead", "many"}});
+  EXPECT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(policy.status().message(), HasSubstr("lookahead"));
+}
+
+TEST(RegistryTest, ParsePolicyConfig) {
+  auto config = ParsePolicyConfig(" top_percent = 5,profile_steps=4 ");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(*config, UnorderedElementsAre(Pair("top_percent", "5"),
+                                            Pair("profile_steps", "4")));
+  auto policy = CreatePolicy("lfu_static", *config);
+  EXPECT_TRUE(policy.ok()) << policy.status();
+
+  auto with_equals = ParsePolicyConfig("profile=/a=b.json");
+  ASSERT_TRUE(with_equals.ok());
+  EXPECT_EQ(with_equals->at("profile"), "/a=b.json");
+
+  auto empty = ParsePolicyConfig("");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_THAT(*empty, IsEmpty());
+
+  for (const char* bad : {"lookahead", "=1", "a=1,a=2", "a=1,,b=2"}) {
+    EXPECT_EQ(ParsePolicyConfig(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::policies
