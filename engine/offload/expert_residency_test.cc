@@ -1,0 +1,300 @@
+#include "engine/offload/expert_residency.h"
+
+#include <cstring>
+#include <vector>
+
+#include "engine/offload/test_util.h"
+#include "gtest/gtest.h"
+#include "metrics/registry.h"
+
+namespace moeserve::engine {
+namespace {
+
+using testing::LoadFixture;
+using testing::LruTestPolicy;
+
+class ResidencyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    weights_ = LoadFixture(true);
+    ASSERT_NE(weights_, nullptr);
+    auto host = NewHostSlowTier(weights_.get());
+    ASSERT_TRUE(host.ok()) << host.status();
+    host_ = std::move(*host);
+    blob_ = weights_->expert({0, 0}).bytes;
+  }
+
+  std::unique_ptr<ExpertResidency> Make(OffloadPolicy* policy, int slots,
+                                        metrics::Registry* registry = nullptr,
+                                        LinkOptions link = {}) {
+    auto r = ExpertResidency::Create(weights_.get(), host_.get(), slots * blob_,
+                                     link, policy, nullptr, registry, "test");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+
+  bool Same(const std::byte* p, ExpertId id) const {
+    return std::memcmp(p, weights_->expert(id).data, blob_) == 0;
+  }
+
+  // One MoE layer as moe_model.cc runs it: BeginLayer, then Acquire /
+  // check bytes / Release per expert, then EndLayer.
+  void RunLayer(ExpertResidency* r, int layer, std::vector<int> experts,
+                std::vector<int> counts = {}) {
+    if (counts.empty()) counts.assign(experts.size(), 1);
+    r->BeginLayer(layer, experts, counts, nullptr, 0);
+    for (int e : experts) {
+      absl::StatusOr<const std::byte*> p = r->Acquire({layer, e});
+      ASSERT_TRUE(p.ok()) << p.status();
+      EXPECT_TRUE(Same(*p, {layer, e})) << layer << "," << e;
+      r->Release({layer, e});
+    }
+    r->EndLayer(layer);
+  }
+
+  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<SlowTier> host_;
+  size_t blob_ = 0;
+};
+
+TEST_F(ResidencyTest, RefusesCapacityBelowOneExpert) {
+  LruTestPolicy policy;
+  for (uint64_t cap : {uint64_t{0}, uint64_t{blob_ - 1}}) {
+    auto r = ExpertResidency::Create(weights_.get(), host_.get(), cap, {},
+                                     &policy, nullptr, nullptr, "test");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("holds no expert"), std::string::npos);
+  }
+}
+
+// Trace (2 layers x 8 experts, top-2), 3 slots, LRU on OnAccess ticks:
+//  step 0 L0 {0,1}: 2 demand loads (slots 0,1)                 misses 2
+//         L1 {2,3}: (1,2) -> free slot 2; (1,3) evicts (0,0)   misses 4
+//  step 1 L0 {0,1}: (0,0) evicts (1,2) [(0,1) protected];
+//                   (0,1) resident -> hit                       misses 5 hits 1
+//         L1 {2,4}: (1,2) evicts (1,3); (1,4) evicts (0,0)     misses 7
+TEST_F(ResidencyTest, AccountingOnScriptedTraceLru) {
+  LruTestPolicy policy;
+  metrics::Registry registry;
+  auto r = Make(&policy, 3, &registry);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(policy.control_, r.get());
+  r->BeginStep({.step = 0});
+  RunLayer(r.get(), 0, {0, 1}, {3, 1});
+  RunLayer(r.get(), 1, {2, 3}, {2, 2});
+  r->EndStep();
+  ASSERT_EQ(policy.last_activations.size(), 16u);
+  EXPECT_EQ(policy.last_activations[0], 3u);
+  EXPECT_EQ(policy.last_activations[1], 1u);
+  EXPECT_EQ(policy.last_activations[8 + 2], 2u);
+  EXPECT_EQ(policy.last_activations[8 + 4], 0u);
+  r->BeginStep({.step = 1});
+  RunLayer(r.get(), 0, {0, 1});
+  RunLayer(r.get(), 1, {2, 4});
+  r->EndStep();
+  r->WaitIdle();
+  ResidencyStats s = r->stats();
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.misses, 7u);
+  EXPECT_EQ(s.hits + s.misses, 8u);  // Acquire calls.
+  EXPECT_EQ(s.link_bytes, 7 * blob_);
+  EXPECT_EQ(s.link_transfers, 7u);
+  EXPECT_EQ(s.prefetch_loads, 0u);
+  EXPECT_EQ(s.demand_evicted_unused, 0u);
+  EXPECT_EQ(s.slots, 3);
+  EXPECT_EQ(s.capacity_bytes, 3 * blob_);
+  EXPECT_EQ(s.slots_ready, 3);
+  EXPECT_TRUE(r->IsResident({0, 1}));
+  EXPECT_TRUE(r->IsResident({1, 2}));
+  EXPECT_TRUE(r->IsResident({1, 4}));
+  EXPECT_FALSE(r->IsResident({0, 0}));
+  EXPECT_FALSE(r->IsResident({1, 3}));
+  // The metrics moved with the stats.
+  auto requests = registry.AddCounter("moeserve_expert_requests_total", "",
+                                      {"policy", "result"});
+  ASSERT_TRUE(requests.ok());
+  EXPECT_EQ((*(*requests)->WithLabels({"test", "hit"}))->Value(), 1);
+  EXPECT_EQ((*(*requests)->WithLabels({"test", "miss"}))->Value(), 7);
+  auto bytes = registry.AddCounter("moeserve_link_bytes_total", "",
+                                   {"policy", "direction"});
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ((*(*bytes)->WithLabels({"test", "h2d"}))->Value(), 7.0 * blob_);
+  const std::string text = registry.Serialize();
+  EXPECT_NE(text.find("moeserve_expert_cache_capacity_bytes{policy=\"test\"}"),
+            std::string::npos);
+  EXPECT_NE(text.find("moeserve_expert_cache_bytes{policy=\"test\",state="
+                      "\"ready\"}"),
+            std::string::npos);
+  EXPECT_EQ(text.find("moeserve_link_emulation_info{"), std::string::npos);
+}
+
+// Same policy plus prefetch of (l+1, e) for each routed e (a started
+// prefetch takes a tick like an access), 4 slots:
+//  step 0 L0 {0,1}: prefetch (1,0) t1,(1,1) t2 -> slots 0,1; demand (0,0)
+//                   t3, (0,1) t4 -> slots 2,3            misses 2 prefetch 2
+//         L1 {2,3}: (1,2) evicts (1,0) (oldest, wasted); (1,3) evicts (1,1)
+//                   (wasted); t5, t6                     misses 4 wasted 2
+//  step 1 L0 {0,1}: prefetch (1,0) evicts (1,2), (1,1) evicts (1,3);
+//                   (0,0),(0,1) hits                     prefetch 4 hits 2
+//         L1 {0,1}: both hits, both prefetch used        hits 4 used 2
+TEST_F(ResidencyTest, AccountingOnScriptedTraceWithPrefetch) {
+  LruTestPolicy policy(/*prefetch_next=*/true);
+  metrics::Registry registry;
+  auto r = Make(&policy, 4, &registry);
+  ASSERT_NE(r, nullptr);
+  RunLayer(r.get(), 0, {0, 1});
+  RunLayer(r.get(), 1, {2, 3});
+  RunLayer(r.get(), 0, {0, 1});
+  RunLayer(r.get(), 1, {0, 1});
+  r->WaitIdle();
+  ResidencyStats s = r->stats();
+  EXPECT_EQ(s.hits, 4u);
+  EXPECT_EQ(s.misses, 4u);
+  EXPECT_EQ(s.prefetch_loads, 4u);
+  EXPECT_EQ(s.prefetch_used, 2u);
+  EXPECT_EQ(s.prefetch_wasted, 2u);
+  EXPECT_EQ(s.prefetched_unused_resident, 0u);
+  EXPECT_EQ(s.link_bytes, (4 + 4) * blob_);
+  EXPECT_EQ(s.prefetch_used + s.prefetch_wasted + s.prefetched_unused_resident,
+            s.prefetch_loads);
+  auto prefetch =
+      registry.AddCounter("moeserve_prefetch_total", "", {"policy", "outcome"});
+  ASSERT_TRUE(prefetch.ok());
+  EXPECT_EQ((*(*prefetch)->WithLabels({"test", "used"}))->Value(), 2);
+  EXPECT_EQ((*(*prefetch)->WithLabels({"test", "wasted"}))->Value(), 2);
+}
+
+// A policy that always names the expert in use as its victim.
+class GreedyPolicy : public LruTestPolicy {
+ public:
+  void ChooseVictims(std::span<const ExpertId> candidates, int count,
+                     std::vector<ExpertId>* victims) override {
+    for (const ExpertId& c : candidates) {
+      EXPECT_FALSE((c == ExpertId{0, 0})) << "in-use expert offered";
+    }
+    victims->push_back({0, 0});
+  }
+};
+
+TEST_F(ResidencyTest, ExpertInUseIsNeverEvicted) {
+  GreedyPolicy policy;
+  auto r = Make(&policy, 2);
+  ASSERT_NE(r, nullptr);
+  absl::StatusOr<const std::byte*> a = r->Acquire({0, 0});
+  ASSERT_TRUE(a.ok());
+  for (int e = 1; e < 8; ++e) {  // Every one a miss that needs a victim.
+    absl::StatusOr<const std::byte*> p = r->Acquire({1, e});
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(Same(*p, {1, e}));
+    r->Release({1, e});
+    r->Evict({0, 0});  // In use: no-op.
+    EXPECT_TRUE(r->IsResident({0, 0}));
+    EXPECT_TRUE(Same(*a, {0, 0}));
+  }
+  absl::StatusOr<const std::byte*> c = r->Acquire({1, 0});
+  ASSERT_TRUE(c.ok());
+  absl::StatusOr<const std::byte*> d = r->Acquire({0, 5});
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(d.status().message().find("fast tier of 2 slots too small"),
+            std::string::npos)
+      << d.status();
+  EXPECT_TRUE(Same(*a, {0, 0}));
+  r->Release({1, 0});
+  r->Release({0, 0});
+  ResidencyStats s = r->stats();
+  EXPECT_EQ(s.acquire_failures, 1u);
+  EXPECT_EQ(s.hits + s.misses, 9u);  // Successful Acquires.
+  EXPECT_EQ(s.slots_in_use, 0);
+}
+
+TEST_F(ResidencyTest, PinnedExpertIsNeverEvicted) {
+  LruTestPolicy policy;
+  auto r = Make(&policy, 2);
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(r->Pin({0, 3}));
+  for (int e = 0; e < 8; ++e) RunLayer(r.get(), 1, {e});
+  EXPECT_TRUE(r->IsResident({0, 3}));
+  RunLayer(r.get(), 0, {3});
+  r->Unpin({0, 3});
+  r->Evict({0, 3});
+  EXPECT_FALSE(r->IsResident({0, 3}));
+  ResidencyStats s = r->stats();
+  EXPECT_EQ(s.prefetch_loads, 1u);  // The pin's load.
+  EXPECT_EQ(s.prefetch_used, 1u);
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.misses, 8u);
+}
+
+// One slot and a top-2 layer: the protected set must not block progress.
+TEST_F(ResidencyTest, OneSlotMakesProgressOnATopTwoLayer) {
+  LruTestPolicy policy;
+  auto r = Make(&policy, 1);
+  ASSERT_NE(r, nullptr);
+  RunLayer(r.get(), 0, {2, 5});
+  RunLayer(r.get(), 1, {0, 7});
+  ResidencyStats s = r->stats();
+  EXPECT_EQ(s.misses, 4u);
+  EXPECT_EQ(s.hits, 0u);
+  EXPECT_EQ(s.link_bytes, 4 * blob_);
+}
+
+TEST_F(ResidencyTest, PrefetchNeverWaitsOrEvictsProtectedOrInUse) {
+  LruTestPolicy policy;
+  auto r = Make(&policy, 2);
+  ASSERT_NE(r, nullptr);
+  r->BeginLayer(0, std::vector<int>{0, 1}, std::vector<int>{1, 1}, nullptr, 0);
+  EXPECT_FALSE(r->Prefetch({1, 0}));  // Both slots protected.
+  EXPECT_FALSE(r->Prefetch({0, 0}));  // Already resident.
+  for (int e : {0, 1}) {
+    ASSERT_TRUE(r->Acquire({0, e}).ok());
+    r->Release({0, e});
+  }
+  r->EndLayer(0);
+  EXPECT_TRUE(r->Prefetch({1, 0}));
+  r->WaitIdle();
+  EXPECT_EQ(r->stats().prefetch_loads, 1u);
+  EXPECT_EQ(r->stats().prefetched_unused_resident, 1u);
+}
+
+TEST_F(ResidencyTest, DiskTierBlobsEqualPackedBlobs) {
+  auto unpacked = LoadFixture(false);
+  auto disk = NewDiskSlowTier(unpacked.get());
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  LruTestPolicy policy;
+  auto r = ExpertResidency::Create(unpacked.get(), disk->get(), 3 * blob_, {},
+                                   &policy, nullptr, nullptr, "disk");
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int round = 0; round < 2; ++round) {
+    for (int l = 0; l < 2; ++l) {
+      for (int e = 0; e < 8; ++e) {
+        absl::StatusOr<const std::byte*> p = (*r)->Acquire({l, e});
+        ASSERT_TRUE(p.ok()) << p.status();
+        EXPECT_TRUE(Same(*p, {l, e})) << l << "," << e;
+        (*r)->Release({l, e});
+      }
+    }
+  }
+  EXPECT_EQ((*r)->stats().misses, 32u);
+}
+
+TEST_F(ResidencyTest, EmulationIsExportedAndSlowsLoads) {
+  LruTestPolicy policy;
+  metrics::Registry registry;
+  const LinkOptions link{.gbps = 2, .latency_us = 500};
+  auto r = Make(&policy, 2, &registry, link);
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(r->link_emulation_on());
+  RunLayer(r.get(), 0, {0, 1});
+  ResidencyStats s = r->stats();
+  const double per = 500e-6 + blob_ / 2e9;
+  EXPECT_GE(s.link_busy_seconds, 2 * per);
+  EXPECT_GT(s.stall_seconds, 0);
+  EXPECT_NE(registry.Serialize().find(
+                "moeserve_link_emulation_info{policy=\"test\",gbps=\"2\","
+                "latency_us=\"500\"} 1"),
+            std::string::npos)
+      << registry.Serialize();
+}
+
+}  // namespace
+}  // namespace moeserve::engine
