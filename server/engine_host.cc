@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "server/offload_stack.h"
 #include "server/request_validator.h"
 #include "spdlog/spdlog.h"
 
@@ -42,10 +43,15 @@ constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
-    const ServerOptions& options) {
+    const ServerOptions& options, metrics::Registry* registry) {
   auto host = std::unique_ptr<EngineHost>(new EngineHost(options));
+  absl::StatusOr<policies::PolicyConfig> policy_config =
+      policies::ParsePolicyConfig(options.policy_config);
+  if (!policy_config.ok()) return policy_config.status();
+  // A disk slow tier preads experts from the model files: no RAM for them.
   absl::StatusOr<std::unique_ptr<engine::ModelWeights>> weights =
-      engine::ModelWeights::Load(options.model_dir);
+      engine::ModelWeights::Load(options.model_dir,
+                                 {.pack_experts = options.slow_tier == "host"});
   if (!weights.ok()) return weights.status();
   host->weights_ = *std::move(weights);
   absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
@@ -65,10 +71,25 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
     eo.max_num_seqs = options.max_num_seqs;
     eo.max_batched_tokens = options.max_batched_tokens;
     eo.max_waiting = options.max_waiting;
+    OffloadOptions offload;
+    offload.engine_name = name;
+    offload.policy = name;
+    offload.policy_config = *policy_config;
+    offload.capacity_bytes = ExpertCacheBytes(
+        *host->weights_, options.expert_cache_ratio, options.expert_cache_mb);
+    offload.slow_tier = options.slow_tier;
+    offload.link = {.gbps = options.link_gbps,
+                    .latency_us = options.link_latency_us};
+    offload.registry = registry;
     absl::StatusOr<std::unique_ptr<engine::Engine>> e = engine::Engine::Create(
-        host->weights_.get(), host->tokenizer_.get(), host->backend_.get(), eo);
-    if (!e.ok()) return e.status();
-    NamedEngine named{name, 0, *std::move(e)};
+        host->weights_.get(), host->tokenizer_.get(), host->backend_.get(), eo,
+        OffloadStack::Factory(host->weights_.get(), offload));
+    if (!e.ok()) {
+      return absl::Status(
+          e.status().code(),
+          absl::StrCat("engine '", name, "': ", e.status().message()));
+    }
+    NamedEngine named{name, 0, offload.capacity_bytes, *std::move(e)};
     for (const AbArm& arm : options.ab) {
       if (arm.policy == name) named.ab_weight = arm.weight;
     }
@@ -111,10 +132,9 @@ v1::ListModelsResponse EngineHost::ListModels() const {
     v1::EngineInfo* info = m->add_engines();
     info->set_name(e.name);
     info->set_policy(e.name);
-    // Until the two-tier expert memory lands every expert is resident.
-    info->set_expert_cache_bytes(weights_->expert_bytes());
+    info->set_expert_cache_bytes(e.expert_cache_bytes);
     info->set_ab_weight(e.ab_weight);
-    info->set_slow_tier("host");
+    info->set_slow_tier(options_.slow_tier);
     info->set_backend("cpu");
     info->set_drafter("none");
   }

@@ -23,6 +23,7 @@
 #include "engine/model_weights.h"
 #include "engine/tokenizer.h"
 #include "kernels/backend.h"
+#include "metrics/registry.h"
 #include "server/model_host.h"
 #include "server/server_options.h"
 
@@ -30,9 +31,11 @@ namespace moeserve::server {
 
 class EngineHost final : public ModelHost {
  public:
-  // Loads options.model_dir, builds the engines and warms each one up.
+  // Loads options.model_dir, builds the engines (each with its offload
+  // stack: policy, slow tier, fast tier) and warms each one up. Engine
+  // metrics go to `registry` (may be null; must outlive the host).
   static absl::StatusOr<std::unique_ptr<EngineHost>> Create(
-      const ServerOptions& options);
+      const ServerOptions& options, metrics::Registry* registry);
   ~EngineHost() override;
 
   absl::Status CheckReady() const override { return absl::OkStatus(); }
@@ -48,6 +51,7 @@ class EngineHost final : public ModelHost {
   struct NamedEngine {
     std::string name;
     double ab_weight = 0;
+    uint64_t expert_cache_bytes = 0;
     std::unique_ptr<engine::Engine> engine;
   };
 

@@ -5,6 +5,7 @@
 // loaded and warmed up -> SERVING. Shutdown on SIGINT/SIGTERM: NOT_SERVING,
 // refuse new work, let in-flight streams finish within --drain_seconds,
 // cancel the rest, exit 0.
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -12,8 +13,10 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
 #include "metrics/http_exporter.h"
 #include "metrics/registry.h"
+#include "policies/registry.h"
 #include "server/grpc_server.h"
 #include "server/inference_service.h"
 #include "server/model_host_factory.h"
@@ -34,8 +37,8 @@ sigset_t ShutdownSignals() {
 int Run(const moeserve::server::ServerOptions& options) {
   using namespace moeserve::server;
   namespace metrics = moeserve::metrics;
-  std::unique_ptr<AsyncModelHost> host = CreateModelHost(options);
   metrics::Registry registry;
+  std::unique_ptr<AsyncModelHost> host = CreateModelHost(options, &registry);
   absl::StatusOr<std::unique_ptr<ServerMetrics>> server_metrics =
       ServerMetrics::Create(&registry, options,
                             [&host] { return host->CheckReady().ok(); });
@@ -103,6 +106,18 @@ int main(int argc, char** argv) {
   if (!options.ok()) {
     spdlog::critical("{}", options.status().ToString());
     return 2;
+  }
+  // An engine must name a registered offload policy: refuse to start
+  // otherwise, rather than serve nothing.
+  const std::vector<std::string> known =
+      moeserve::policies::RegisteredPolicies();
+  for (const std::string& name : options->EngineNames()) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      spdlog::critical(
+          "--policy/--ab: unknown offload policy '{}'; registered: {}", name,
+          absl::StrJoin(known, ", "));
+      return 2;
+    }
   }
   return Run(*options);
 }

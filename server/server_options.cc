@@ -40,6 +40,24 @@ ABSL_FLAG(int, max_batched_tokens, 2048,
           "Most tokens (decode + prefill chunks) in one engine step.");
 ABSL_FLAG(int, max_waiting, 256,
           "Most requests waiting per engine; beyond it, RESOURCE_EXHAUSTED.");
+ABSL_FLAG(double, expert_cache_ratio, 1.0,
+          "Fast-tier (expert cache) budget as a share of all expert bytes, "
+          "in (0, 1]. Ignored when --expert_cache_mb is set.");
+ABSL_FLAG(int64_t, expert_cache_mb, 0,
+          "Fast-tier (expert cache) budget in MiB per engine (0: use "
+          "--expert_cache_ratio).");
+ABSL_FLAG(std::string, slow_tier, "host",
+          "Where every expert lives: host (RAM) or disk (the safetensors "
+          "files, read with pread; O_DIRECT where the filesystem allows).");
+ABSL_FLAG(double, link_gbps, 0,
+          "Emulated slow-to-fast link bandwidth in GB/s (1e9 bytes/s), to "
+          "reproduce a GPU's PCIe transfer/compute ratio on a CPU run. 0: "
+          "off (the real copy speed).");
+ABSL_FLAG(double, link_latency_us, 0,
+          "Emulated per-transfer link latency in microseconds.");
+ABSL_FLAG(std::string, policy_config, "",
+          "Offload policy settings, k=v,k=v (e.g. top_percent=10 for "
+          "lfu_static).");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 512,
           "Largest max_new_tokens a request may ask for (and the default).");
 ABSL_FLAG(uint32_t, max_input_tokens, 2048, "Longest prompt, in tokens.");
@@ -154,6 +172,24 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
     return FlagError("max_batched_tokens", "must be >= 1");
   }
   if (o.max_waiting < 0) return FlagError("max_waiting", "must be >= 0");
+  o.expert_cache_ratio = absl::GetFlag(FLAGS_expert_cache_ratio);
+  if (!(o.expert_cache_ratio > 0 && o.expert_cache_ratio <= 1)) {
+    return FlagError("expert_cache_ratio", "must be in (0, 1]");
+  }
+  o.expert_cache_mb = absl::GetFlag(FLAGS_expert_cache_mb);
+  if (o.expert_cache_mb < 0)
+    return FlagError("expert_cache_mb", "must be >= 0");
+  o.slow_tier = absl::GetFlag(FLAGS_slow_tier);
+  if (o.slow_tier != "host" && o.slow_tier != "disk") {
+    return FlagError("slow_tier", absl::StrCat("must be host or disk, got '",
+                                               o.slow_tier, "'"));
+  }
+  o.link_gbps = absl::GetFlag(FLAGS_link_gbps);
+  o.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
+  if (!(o.link_gbps >= 0) || !(o.link_latency_us >= 0)) {
+    return FlagError("link_gbps", "link emulation values must be >= 0");
+  }
+  o.policy_config = absl::GetFlag(FLAGS_policy_config);
   o.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   o.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
   o.limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);

@@ -36,6 +36,13 @@ struct ServerOptions {
   int max_num_seqs = 64;                   // --max_num_seqs
   int max_batched_tokens = 2048;           // --max_batched_tokens
   int max_waiting = 256;                   // --max_waiting
+  // Two-tier expert memory.
+  double expert_cache_ratio = 1.0;  // --expert_cache_ratio (of expert bytes)
+  int64_t expert_cache_mb = 0;      // --expert_cache_mb (wins when > 0)
+  std::string slow_tier = "host";   // --slow_tier=host|disk
+  double link_gbps = 0;             // --link_gbps (GB/s; 0: no emulation)
+  double link_latency_us = 0;       // --link_latency_us
+  std::string policy_config;        // --policy_config=k=v,k=v
   RequestLimits limits;
 
   // The engine instances this configuration asks for: --policy, then every
