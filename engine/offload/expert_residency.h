@@ -45,8 +45,9 @@
 //    finds its expert demand-loaded and not yet acquired consumes that miss;
 //    any other Acquire that finds its expert resident is a hit. An Acquire
 //    that fails before starting a load (RESOURCE_EXHAUSTED) is neither and
-//    counts in acquire_failures. Hence hits + misses == successful Acquires
-//    + demand_evicted_unused (demand loads evicted before their Acquire; only
+//    counts in acquire_failures. Hence hits + misses == Acquires that got
+//    a slot (successful ones, plus ones whose load then failed) +
+//    demand_evicted_unused (demand loads evicted before their Acquire; only
 //    when a tier smaller than a layer's experts forces it).
 //  - Bytes moved per transfer = the padded blob size (ExpertBlob::bytes).
 //    link_bytes == (misses + prefetch_loads) x slot_bytes, minus failed
