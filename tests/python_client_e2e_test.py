@@ -134,9 +134,11 @@ class PythonClientServedModelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.port = free_port()
+        cls.metrics_port = free_port()
         cls.proc = subprocess.Popen(
-            [SERVER, f"--port={cls.port}", f"--metrics_port={free_port()}",
-             "--model_dir=tests/golden/mixtral_tiny", "--threads=2"])
+            [SERVER, f"--port={cls.port}", f"--metrics_port={cls.metrics_port}",
+             "--model_dir=tests/golden/mixtral_tiny", "--threads=2",
+             "--ab=lru=0.5,overlap=0.5", "--expert_cache_ratio=0.25"])
         cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.port}")
         grpc.channel_ready_future(cls.channel).result(timeout=60)
         cls.stub = pb_grpc.InferenceStub(cls.channel)
@@ -168,7 +170,31 @@ class PythonClientServedModelTest(unittest.TestCase):
         models = self.stub.ListModels(pb.ListModelsRequest(), timeout=10).models
         self.assertEqual(len(models), 1)
         self.assertEqual(models[0].architecture, "mixtral")
-        self.assertEqual(models[0].engines[0].policy, "lru")
+        self.assertEqual([e.policy for e in models[0].engines],
+                         ["lru", "overlap"])
+        for engine in models[0].engines:
+            self.assertLess(engine.expert_cache_bytes,
+                            models[0].total_expert_bytes)
+
+    def test_expert_metrics_for_both_engines_pass_promtool(self):
+        for policy in ("lru", "overlap"):
+            self.generate(prompt="The LORD", policy=policy,
+                          sampling=pb.SamplingParams(max_new_tokens=4))
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            body = reply.read()
+        for policy in ("lru", "overlap"):
+            for result in ("hit", "miss"):
+                self.assertIn(
+                    f'moeserve_expert_requests_total{{policy="{policy}",'
+                    f'result="{result}"}}'.encode(), body)
+            self.assertIn(f'moeserve_link_bytes_total{{policy="{policy}"'
+                          .encode(), body)
+        check = subprocess.run(["promtool", "check", "metrics"], input=body,
+                               capture_output=True)
+        self.assertEqual(check.returncode, 0,
+                         check.stdout.decode() + check.stderr.decode())
+        self.assertEqual(check.stdout + check.stderr, b"")
 
     def test_stream_is_reproducible_with_a_seed(self):
         sampling = pb.SamplingParams(max_new_tokens=12, temperature=1.0,
