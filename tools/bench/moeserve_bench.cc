@@ -23,6 +23,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "tools/bench/machine.h"
 #include "tools/bench/model_bench.h"
+#include "tools/bench/policy_bench.h"
 #include "tools/bench/random_model_writer.h"
 #include "tools/bench/report.h"
 
@@ -51,6 +52,27 @@ ABSL_FLAG(int, max_repeats, 20, "Upper bound on repeats per phase.");
 ABSL_FLAG(int, bandwidth_mib, 1024, "Buffer for the read-bandwidth probe.");
 ABSL_FLAG(int, bandwidth_repeats, 5, "Best of this many bandwidth runs.");
 ABSL_FLAG(std::string, json_out, "", "Also write the results as JSON here.");
+
+// Offload-policy mode (README "Offload policies"): replaces the roofline
+// benchmark when --policies is given.
+ABSL_FLAG(std::string, policies, "",
+          "Comma list of offload policies (e.g. on_demand,lru,lfu_static,"
+          "overlap): run the policy comparison on the first --model_dir "
+          "(default models/demo) instead of the roofline benchmark.");
+ABSL_FLAG(std::string, expert_cache_ratio, "0.25,0.5",
+          "Policy mode: fast-tier budget(s) as a share of all expert bytes.");
+ABSL_FLAG(double, link_gbps, 0,
+          "Policy mode: emulated link GB/s (0 = no emulation).");
+ABSL_FLAG(double, link_latency_us, 0,
+          "Policy mode: emulated per-transfer latency in microseconds.");
+ABSL_FLAG(std::string, slow_tier, "host", "Policy mode: host or disk.");
+ABSL_FLAG(std::string, policy_config, "",
+          "Policy mode: k=v,... passed to every policy.");
+ABSL_FLAG(int, num_requests, 8, "Policy mode: requests per run.");
+ABSL_FLAG(std::string, concurrency, "1",
+          "Policy mode: comma list of engine max_num_seqs values.");
+ABSL_FLAG(int, max_new_tokens, 48,
+          "Policy mode: tokens generated per request (EOS ignored).");
 
 namespace moeserve::bench {
 namespace {
@@ -115,7 +137,63 @@ std::string Generate(bool* temporary) {
   return dir;
 }
 
+std::vector<double> ParseDoubles(const std::string& list) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || !(v > 0) || v > 1) {
+      std::fprintf(stderr, "bad ratio '%s'\n", std::string(part).c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+int WriteJson(const nlohmann::json& j) {
+  const std::string json_out = absl::GetFlag(FLAGS_json_out);
+  if (json_out.empty()) return 0;
+  std::ofstream out(json_out);
+  out << j.dump(2) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "cannot write %s\n", json_out.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int PolicyMain(int threads) {
+  PolicyBenchOptions o;
+  const std::vector<std::string> dirs = absl::GetFlag(FLAGS_model_dir);
+  o.model_dir = Resolve(dirs.empty() ? "models/demo" : dirs.front());
+  o.policies =
+      absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
+  o.ratios = ParseDoubles(absl::GetFlag(FLAGS_expert_cache_ratio));
+  o.concurrencies = ParseInts(absl::GetFlag(FLAGS_concurrency));
+  o.link_gbps = absl::GetFlag(FLAGS_link_gbps);
+  o.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
+  o.slow_tier = absl::GetFlag(FLAGS_slow_tier);
+  o.policy_config = absl::GetFlag(FLAGS_policy_config);
+  o.num_requests = absl::GetFlag(FLAGS_num_requests);
+  o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  kernels::cpu::CpuBackend backend({.num_threads = threads});
+  std::fprintf(stderr, "policy bench on %s ...\n", o.model_dir.c_str());
+  absl::StatusOr<PolicyReport> report = RunPolicyBench(o, &backend);
+  if (!report.ok()) {
+    std::fprintf(stderr, "%s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  PrintPolicyReport(*report, stdout);
+  if (int rc = WriteJson(PolicyReportJson(*report)); rc != 0) return rc;
+  return report->outputs_identical ? 0 : 3;
+}
+
 int Main() {
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads <= 0)
+    threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (!absl::GetFlag(FLAGS_policies).empty()) return PolicyMain(threads);
+
   BenchOptions options;
   options.prompt_len = absl::GetFlag(FLAGS_prompt_len);
   options.decode_steps = absl::GetFlag(FLAGS_decode_steps);
@@ -123,9 +201,6 @@ int Main() {
   options.prefill_batches = ParseInts(absl::GetFlag(FLAGS_prefill_batch_sizes));
   options.min_phase_seconds = absl::GetFlag(FLAGS_min_phase_seconds);
   options.max_repeats = absl::GetFlag(FLAGS_max_repeats);
-  int threads = absl::GetFlag(FLAGS_threads);
-  if (threads <= 0)
-    threads = static_cast<int>(std::thread::hardware_concurrency());
 
   std::vector<std::string> dirs;
   for (const std::string& d : absl::GetFlag(FLAGS_model_dir)) {

@@ -1,0 +1,465 @@
+#include "tools/bench/policy_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "engine/generation.h"
+#include "engine/model_weights.h"
+#include "engine/tokenizer.h"
+#include "kernels/tensor.h"
+#include "policies/registry.h"
+#include "server/offload_stack.h"
+
+namespace moeserve::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// The fixed prompt set: the mixtral_demo golden prompts (tests/golden), then
+// a few more of the demo model's domain; request i uses prompt i % size.
+const std::vector<std::string>& Prompts() {
+  static const auto* prompts = new std::vector<std::string>{
+      "The LORD is my shepherd",
+      "Genesis 1\n\n1 In the beginning",
+      "Hello, world!\nHow are you?\n",
+      "A computer program does what you tell it to do, not what you want it "
+      "to do. Q: How many programmers does it take to change a light bulb?"
+      "\nA:",
+      "The LORD",
+      "And God said, Let there be light:",
+      "Blessed is the man that walketh not in the counsel of the ungodly,",
+      "In the beginning was the Word, and the Word was with God,",
+  };
+  return *prompts;
+}
+
+// Mean wall time of ExpertFfn on one token, cycling over every expert of the
+// packed `weights` (so blobs come from memory as they would from slots).
+absl::StatusOr<double> ExpertComputeMicros(const engine::ModelWeights& weights,
+                                           kernels::cpu::CpuBackend* backend) {
+  const engine::ModelConfig& c = weights.config();
+  const int64_t hidden = c.hidden_size;
+  const int64_t ffn = c.expert_intermediate_size;
+  absl::StatusOr<std::unique_ptr<kernels::Stream>> stream =
+      backend->CreateStream();
+  if (!stream.ok()) return stream.status();
+  std::vector<float> x(hidden), out(hidden),
+      ws(kernels::ExpertFfnWorkspaceElems(1, ffn));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0, 1);
+  for (float& v : x) v = normal(rng);
+  const kernels::Tensor xt(x.data(), kernels::DType::kF32, {1, hidden});
+  const kernels::Tensor ot(out.data(), kernels::DType::kF32, {1, hidden});
+  const kernels::Tensor wt(ws.data(), kernels::DType::kF32,
+                           {static_cast<int64_t>(ws.size())});
+  auto pass = [&]() -> absl::Status {
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      for (int e = 0; e < c.num_experts; ++e) {
+        const engine::ExpertBlob& b = weights.expert({l, e});
+        const kernels::Tensor bt(const_cast<std::byte*>(b.data),
+                                 kernels::DType::kBF16, {3 * ffn * hidden});
+        absl::Status s = backend->ExpertFfn(**stream, xt, bt, ffn, wt, ot);
+        if (!s.ok()) return s;
+      }
+    }
+    return (*stream)->Synchronize();
+  };
+  if (absl::Status s = pass(); !s.ok()) return s;  // warm-up
+  const int experts = c.num_hidden_layers * c.num_experts;
+  int passes = 0;
+  const auto start = Clock::now();
+  do {
+    if (absl::Status s = pass(); !s.ok()) return s;
+    ++passes;
+  } while (Seconds(Clock::now() - start) < 0.2 && passes < 1000);
+  return Seconds(Clock::now() - start) * 1e6 / (passes * experts);
+}
+
+struct RequestTrace {
+  std::vector<int32_t> tokens;
+  Clock::time_point submitted;
+  std::vector<Clock::time_point> token_times;  // One per token.
+  engine::FinishReason finish = engine::FinishReason::kNone;
+  std::string error;
+};
+
+void Drain(engine::RequestStream* stream, RequestTrace* trace) {
+  engine::GenerationEvent e;
+  while (stream->Pop(&e, absl::Seconds(120))) {
+    const auto now = Clock::now();
+    for (int32_t t : e.tokens) {
+      trace->tokens.push_back(t);
+      trace->token_times.push_back(now);
+    }
+    if (e.finish != engine::FinishReason::kNone) {
+      trace->finish = e.finish;
+      trace->error = e.error;
+      return;
+    }
+  }
+  trace->error = "no event for 120 s";
+}
+
+engine::GenerationRequest MakeRequest(const std::vector<int32_t>& prompt,
+                                      int max_new_tokens) {
+  engine::GenerationRequest r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0;  // greedy: identical tokens for every policy
+  r.max_new_tokens = max_new_tokens;
+  r.ignore_eos = true;  // fixed lengths
+  return r;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(
+      v.size() - 1, static_cast<size_t>(std::ceil(p * v.size())) - (p > 0));
+  return v[i];
+}
+
+absl::StatusOr<PolicyResult> RunOne(
+    const engine::ModelWeights* weights, const engine::Tokenizer* tokenizer,
+    kernels::cpu::CpuBackend* backend, const PolicyBenchOptions& o,
+    const policies::PolicyConfig& config,
+    const std::vector<std::vector<int32_t>>& prompts, const std::string& policy,
+    double ratio, int concurrency) {
+  server::OffloadOptions offload;
+  offload.engine_name = policy;
+  offload.policy = policy;
+  offload.policy_config = config;
+  offload.capacity_bytes = server::ExpertCacheBytes(*weights, ratio, 0);
+  offload.slow_tier = o.slow_tier;
+  offload.link = {.gbps = o.link_gbps, .latency_us = o.link_latency_us};
+  engine::EngineOptions eo;
+  eo.name = policy;
+  eo.max_num_seqs = concurrency;
+  absl::StatusOr<std::unique_ptr<engine::Engine>> engine =
+      engine::Engine::Create(weights, tokenizer, backend, eo,
+                             server::OffloadStack::Factory(weights, offload));
+  if (!engine.ok()) return engine.status();
+  auto* stack = static_cast<server::OffloadStack*>((*engine)->experts());
+
+  // Untimed warm-up request (kernels, allocations, a first fill of the tier).
+  {
+    absl::StatusOr<std::shared_ptr<engine::RequestStream>> s =
+        (*engine)->Submit(MakeRequest(prompts[0], o.warmup_tokens));
+    if (!s.ok()) return s.status();
+    RequestTrace t;
+    Drain(s->get(), &t);
+    if (!t.error.empty()) return absl::InternalError("warm-up: " + t.error);
+  }
+
+  const engine::ResidencyStats before = stack->stats();
+  std::vector<RequestTrace> traces(o.num_requests);
+  std::vector<std::thread> drainers;
+  const auto start = Clock::now();
+  for (int i = 0; i < o.num_requests; ++i) {
+    traces[i].submitted = Clock::now();
+    absl::StatusOr<std::shared_ptr<engine::RequestStream>> s =
+        (*engine)->Submit(
+            MakeRequest(prompts[i % prompts.size()], o.max_new_tokens));
+    if (!s.ok()) {
+      for (std::thread& t : drainers) t.join();
+      return s.status();
+    }
+    drainers.emplace_back([stream = *std::move(s), trace = &traces[i]] {
+      Drain(stream.get(), trace);
+    });
+  }
+  for (std::thread& t : drainers) t.join();
+  const auto end = Clock::now();
+  const engine::ResidencyStats after = stack->stats();
+
+  PolicyResult r;
+  r.policy = policy;
+  r.ratio = ratio;
+  r.concurrency = concurrency;
+  r.slots = after.slots;
+  r.wall_seconds = Seconds(end - start);
+  std::vector<double> gaps;
+  double tpot_sum = 0, ttft_sum = 0;
+  for (const RequestTrace& t : traces) {
+    if (!t.error.empty()) return absl::InternalError(policy + ": " + t.error);
+    r.tokens += t.tokens.size();
+    r.outputs.push_back(t.tokens);
+    if (t.token_times.empty()) continue;
+    ttft_sum += Seconds(t.token_times.front() - t.submitted);
+    for (size_t k = 1; k < t.token_times.size(); ++k) {
+      gaps.push_back(Seconds(t.token_times[k] - t.token_times[k - 1]));
+    }
+    if (t.token_times.size() > 1) {
+      tpot_sum += Seconds(t.token_times.back() - t.token_times.front()) /
+                  (t.token_times.size() - 1);
+    }
+  }
+  r.tokens_per_s = r.tokens / r.wall_seconds;
+  r.tpot_mean_ms = 1e3 * tpot_sum / traces.size();
+  r.tpot_p50_ms = 1e3 * Percentile(gaps, 0.5);
+  r.tpot_p99_ms = 1e3 * Percentile(gaps, 0.99);
+  r.ttft_mean_ms = 1e3 * ttft_sum / traces.size();
+  r.hits = after.hits - before.hits;
+  r.misses = after.misses - before.misses;
+  r.hit_rate = r.hits + r.misses ? double(r.hits) / (r.hits + r.misses) : 0;
+  r.link_bytes = after.link_bytes - before.link_bytes;
+  r.link_transfers = after.link_transfers - before.link_transfers;
+  r.link_bytes_per_token = r.tokens ? double(r.link_bytes) / r.tokens : 0;
+  r.link_busy_seconds = after.link_busy_seconds - before.link_busy_seconds;
+  r.stall_seconds = after.stall_seconds - before.stall_seconds;
+  r.stall_share = r.stall_seconds / r.wall_seconds;
+  r.prefetch_loads = after.prefetch_loads - before.prefetch_loads;
+  r.prefetch_used = after.prefetch_used - before.prefetch_used;
+  r.prefetch_wasted = after.prefetch_wasted - before.prefetch_wasted;
+  r.prefetch_precision =
+      r.prefetch_loads ? double(r.prefetch_used) / r.prefetch_loads : -1;
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
+                                            kernels::cpu::CpuBackend* backend) {
+  if (o.slow_tier != "host" && o.slow_tier != "disk") {
+    return absl::InvalidArgumentError("--slow_tier must be host or disk");
+  }
+  if (o.num_requests < 1 || o.max_new_tokens < 1 || o.policies.empty() ||
+      o.ratios.empty() || o.concurrencies.empty()) {
+    return absl::InvalidArgumentError(
+        "need >= 1 request, token, policy, ratio and concurrency");
+  }
+  absl::StatusOr<policies::PolicyConfig> config =
+      policies::ParsePolicyConfig(o.policy_config);
+  if (!config.ok()) return config.status();
+  absl::StatusOr<std::unique_ptr<engine::ModelWeights>> weights =
+      engine::ModelWeights::Load(o.model_dir,
+                                 {.pack_experts = o.slow_tier == "host"});
+  if (!weights.ok()) return weights.status();
+  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
+      engine::Tokenizer::LoadFromModelDir(o.model_dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+
+  PolicyReport report;
+  report.machine = DescribeMachine();
+  report.threads = backend->num_threads();
+  report.options = o;
+  report.model_name = std::filesystem::path(o.model_dir).filename().string();
+  if (report.model_name.empty()) {
+    report.model_name =
+        std::filesystem::path(o.model_dir).parent_path().filename().string();
+  }
+  const engine::ModelConfig& c = (*weights)->config();
+  report.layers = c.num_hidden_layers;
+  report.experts = c.num_experts;
+  report.top_k = c.num_experts_per_tok;
+  report.expert_blob_bytes = (*weights)->expert({0, 0}).bytes;
+  report.all_expert_bytes = (*weights)->expert_bytes();
+  if (o.link_gbps > 0) {
+    report.miss_transfer_us =
+        o.link_latency_us + report.expert_blob_bytes / (o.link_gbps * 1e3);
+  }
+  {
+    // Expert compute time needs packed blobs; a disk run loads a packed copy.
+    std::unique_ptr<engine::ModelWeights> packed;
+    const engine::ModelWeights* w = weights->get();
+    if (o.slow_tier != "host") {
+      absl::StatusOr<std::unique_ptr<engine::ModelWeights>> p =
+          engine::ModelWeights::Load(o.model_dir);
+      if (!p.ok()) return p.status();
+      packed = *std::move(p);
+      w = packed.get();
+    }
+    absl::StatusOr<double> us = ExpertComputeMicros(*w, backend);
+    if (!us.ok()) return us.status();
+    report.expert_compute_us = *us;
+  }
+
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& text : Prompts()) {
+    absl::StatusOr<std::vector<int32_t>> ids =
+        (*tokenizer)->Encode(text, /*add_bos=*/true);
+    if (!ids.ok()) return ids.status();
+    prompts.push_back(*std::move(ids));
+  }
+  for (int i = 0; i < o.num_requests; ++i) {
+    report.prompt_lengths.push_back(prompts[i % prompts.size()].size());
+  }
+
+  for (double ratio : o.ratios) {
+    for (int conc : o.concurrencies) {
+      const size_t first = report.results.size();
+      for (const std::string& policy : o.policies) {
+        std::fprintf(stderr, "  ratio %.2f concurrency %d policy %s ...\n",
+                     ratio, conc, policy.c_str());
+        absl::StatusOr<PolicyResult> r =
+            RunOne(weights->get(), tokenizer->get(), backend, o, *config,
+                   prompts, policy, ratio, conc);
+        if (!r.ok()) return r.status();
+        report.results.push_back(*std::move(r));
+      }
+      const PolicyResult* base = nullptr;
+      for (size_t i = first; i < report.results.size(); ++i) {
+        if (report.results[i].policy == "on_demand") base = &report.results[i];
+      }
+      for (size_t i = first; base && i < report.results.size(); ++i) {
+        report.results[i].speedup_vs_on_demand =
+            report.results[i].tokens_per_s / base->tokens_per_s;
+      }
+    }
+  }
+  report.outputs_identical = true;
+  for (const PolicyResult& r : report.results) {
+    if (r.outputs != report.results.front().outputs) {
+      report.outputs_identical = false;
+    }
+  }
+  return report;
+}
+
+void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
+  const PolicyBenchOptions& o = rep.options;
+  std::fprintf(out,
+               "machine: %s, %d logical CPUs, %.1f GiB, %s; %d kernel "
+               "threads\n",
+               rep.machine.cpu_model.c_str(), rep.machine.logical_cpus,
+               rep.machine.memory_bytes / double(1ull << 30),
+               rep.machine.simd.c_str(), rep.threads);
+  std::fprintf(out,
+               "model: %s (%d layers x %d experts, top-%d); expert blob "
+               "%.1f KiB, all experts %.2f MiB\n",
+               rep.model_name.c_str(), rep.layers, rep.experts, rep.top_k,
+               rep.expert_blob_bytes / 1024.0,
+               rep.all_expert_bytes / double(1 << 20));
+  if (o.link_gbps > 0) {
+    std::fprintf(out,
+                 "link emulation: ON, %.3g GB/s, %.3g us latency -> one miss "
+                 "transfer %.1f us\n",
+                 o.link_gbps, o.link_latency_us, rep.miss_transfer_us);
+  } else {
+    std::fprintf(out,
+                 "link emulation: OFF (transfers are %s-tier copies at "
+                 "memory speed)\n",
+                 o.slow_tier.c_str());
+  }
+  std::fprintf(out,
+               "expert compute (ExpertFfn, 1 token, measured): %.1f us; "
+               "miss transfer / compute = %s\n",
+               rep.expert_compute_us,
+               o.link_gbps > 0
+                   ? absl::StrFormat(
+                         "%.1fx", rep.miss_transfer_us / rep.expert_compute_us)
+                         .c_str()
+                   : "n/a");
+  std::fprintf(out,
+               "workload: %d requests (prompt tokens %s), %d new tokens each, "
+               "greedy, ignore_eos; slow tier %s; policy_config '%s'\n",
+               o.num_requests, absl::StrJoin(rep.prompt_lengths, ",").c_str(),
+               o.max_new_tokens, o.slow_tier.c_str(), o.policy_config.c_str());
+  std::fprintf(out, "outputs identical across policies: %s\n\n",
+               rep.outputs_identical ? "yes" : "no");
+  std::fprintf(out,
+               "| ratio | conc | policy | slots | tok/s | vs on_demand | TPOT "
+               "mean/p50/p99 ms | hit rate | link KiB/tok | stall share | "
+               "prefetch precision (used/loads) |\n");
+  std::fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const PolicyResult& r : rep.results) {
+    const std::string vs =
+        r.speedup_vs_on_demand > 0
+            ? absl::StrFormat("%.2fx", r.speedup_vs_on_demand)
+            : "n/a";
+    const std::string prec =
+        r.prefetch_precision < 0
+            ? "n/a"
+            : absl::StrFormat("%.2f (%d/%d)", r.prefetch_precision,
+                              r.prefetch_used, r.prefetch_loads);
+    std::fprintf(out,
+                 "| %.2f | %d | %s | %d | %.1f | %s | %.2f / %.2f / %.2f | "
+                 "%.3f | %.1f | %.1f%% | %s |\n",
+                 r.ratio, r.concurrency, r.policy.c_str(), r.slots,
+                 r.tokens_per_s, vs.c_str(), r.tpot_mean_ms, r.tpot_p50_ms,
+                 r.tpot_p99_ms, r.hit_rate, r.link_bytes_per_token / 1024.0,
+                 100 * r.stall_share, prec.c_str());
+  }
+}
+
+nlohmann::json PolicyReportJson(const PolicyReport& rep) {
+  const PolicyBenchOptions& o = rep.options;
+  nlohmann::json j;
+  j["mode"] = "policies";
+  j["machine"] = {{"cpu_model", rep.machine.cpu_model},
+                  {"logical_cpus", rep.machine.logical_cpus},
+                  {"memory_bytes", rep.machine.memory_bytes},
+                  {"simd", rep.machine.simd}};
+  j["threads"] = rep.threads;
+  j["model"] = {{"name", rep.model_name},
+                {"dir", o.model_dir},
+                {"layers", rep.layers},
+                {"experts", rep.experts},
+                {"top_k", rep.top_k},
+                {"expert_blob_bytes", rep.expert_blob_bytes},
+                {"all_expert_bytes", rep.all_expert_bytes}};
+  j["link"] = {{"emulated", o.link_gbps > 0},
+               {"gbps", o.link_gbps},
+               {"latency_us", o.link_latency_us},
+               {"miss_transfer_us", rep.miss_transfer_us}};
+  j["expert_compute_us"] = rep.expert_compute_us;
+  j["workload"] = {{"num_requests", o.num_requests},
+                   {"max_new_tokens", o.max_new_tokens},
+                   {"prompt_lengths", rep.prompt_lengths},
+                   {"slow_tier", o.slow_tier},
+                   {"policy_config", o.policy_config},
+                   {"greedy", true}};
+  j["outputs_identical"] = rep.outputs_identical;
+  j["results"] = nlohmann::json::array();
+  for (const PolicyResult& r : rep.results) {
+    nlohmann::json x = {
+        {"policy", r.policy},
+        {"expert_cache_ratio", r.ratio},
+        {"concurrency", r.concurrency},
+        {"slots", r.slots},
+        {"tokens", r.tokens},
+        {"wall_seconds", r.wall_seconds},
+        {"tokens_per_s", r.tokens_per_s},
+        {"tpot_mean_ms", r.tpot_mean_ms},
+        {"tpot_p50_ms", r.tpot_p50_ms},
+        {"tpot_p99_ms", r.tpot_p99_ms},
+        {"ttft_mean_ms", r.ttft_mean_ms},
+        {"hits", r.hits},
+        {"misses", r.misses},
+        {"hit_rate", r.hit_rate},
+        {"link_bytes", r.link_bytes},
+        {"link_transfers", r.link_transfers},
+        {"link_bytes_per_token", r.link_bytes_per_token},
+        {"link_busy_seconds", r.link_busy_seconds},
+        {"stall_seconds", r.stall_seconds},
+        {"stall_share", r.stall_share},
+        {"prefetch_loads", r.prefetch_loads},
+        {"prefetch_used", r.prefetch_used},
+        {"prefetch_wasted", r.prefetch_wasted},
+    };
+    x["speedup_vs_on_demand"] = r.speedup_vs_on_demand > 0
+                                    ? nlohmann::json(r.speedup_vs_on_demand)
+                                    : nlohmann::json(nullptr);
+    x["prefetch_precision"] = r.prefetch_precision >= 0
+                                  ? nlohmann::json(r.prefetch_precision)
+                                  : nlohmann::json(nullptr);
+    j["results"].push_back(std::move(x));
+  }
+  return j;
+}
+
+}  // namespace moeserve::bench

@@ -1,0 +1,87 @@
+// Offload-policy comparison (DESIGN.md "A/B comparison", offline): one fixed
+// workload (prompts, greedy sampling, lengths) replayed through a fresh
+// engine + OffloadStack per (expert-cache ratio, concurrency, policy), with
+// the residency statistics of the timed part and latency per token.
+//
+// Thread-compatible: one RunPolicyBench at a time per backend.
+#ifndef MOESERVE_TOOLS_BENCH_POLICY_BENCH_H_
+#define MOESERVE_TOOLS_BENCH_POLICY_BENCH_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "nlohmann/json.hpp"
+#include "tools/bench/machine.h"
+
+namespace moeserve::bench {
+
+struct PolicyBenchOptions {
+  std::string model_dir;  // Needs tokenizer.model (the prompts are text).
+  std::vector<std::string> policies = {"on_demand", "lru", "lfu_static",
+                                       "overlap"};
+  std::vector<double> ratios = {0.25, 0.5};  // Fast tier / all expert bytes.
+  std::vector<int> concurrencies = {1};      // Engine max_num_seqs.
+  double link_gbps = 0;                      // 0: no link emulation.
+  double link_latency_us = 0;
+  std::string slow_tier = "host";  // "host" or "disk".
+  std::string policy_config;       // "k=v,..." passed to every policy.
+  int num_requests = 8;            // Prompts cycle through a fixed list.
+  int max_new_tokens = 48;         // Every request generates exactly this.
+  int warmup_tokens = 4;           // Untimed warm-up request per engine.
+};
+
+// One (ratio, concurrency, policy) run; figures cover the timed workload only.
+struct PolicyResult {
+  std::string policy;
+  double ratio = 0;
+  int concurrency = 0;
+  int slots = 0;  // Fast-tier expert slots.
+  int64_t tokens = 0;
+  double wall_seconds = 0;
+  double tokens_per_s = 0;
+  double speedup_vs_on_demand = 0;  // 0 when on_demand was not run.
+  double tpot_mean_ms = 0;  // Mean over requests of their mean token gap.
+  double tpot_p50_ms = 0;   // Over every inter-token gap of every request.
+  double tpot_p99_ms = 0;
+  double ttft_mean_ms = 0;  // Submit to first token (queueing included).
+  uint64_t hits = 0, misses = 0;
+  double hit_rate = 0;
+  uint64_t link_bytes = 0;
+  uint64_t link_transfers = 0;
+  double link_bytes_per_token = 0;
+  double link_busy_seconds = 0;
+  double stall_seconds = 0;
+  double stall_share = 0;  // stall_seconds / wall_seconds.
+  uint64_t prefetch_loads = 0, prefetch_used = 0, prefetch_wasted = 0;
+  double prefetch_precision = -1;  // prefetch_used / loads; -1: no prefetch.
+  std::vector<std::vector<int32_t>> outputs;  // Per request, for the check.
+};
+
+struct PolicyReport {
+  MachineInfo machine;
+  int threads = 0;
+  PolicyBenchOptions options;
+  std::string model_name;
+  int layers = 0, experts = 0, top_k = 0;
+  uint64_t expert_blob_bytes = 0;   // One padded expert (one transfer).
+  uint64_t all_expert_bytes = 0;    // Unpadded, all layers.
+  double miss_transfer_us = 0;      // latency + blob / link; 0: no emulation.
+  double expert_compute_us = 0;     // ExpertFfn, one token, measured here.
+  std::vector<int> prompt_lengths;  // Tokens per request (BOS included).
+  bool outputs_identical = false;   // Across every run.
+  std::vector<PolicyResult> results;
+};
+
+absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,
+                                            kernels::cpu::CpuBackend* backend);
+
+void PrintPolicyReport(const PolicyReport& report, std::FILE* out);
+nlohmann::json PolicyReportJson(const PolicyReport& report);
+
+}  // namespace moeserve::bench
+
+#endif  // MOESERVE_TOOLS_BENCH_POLICY_BENCH_H_
