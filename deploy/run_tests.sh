@@ -1,7 +1,8 @@
 #!/bin/bash
 # README command 2 (and what .ci/run calls): set everything up and run every
 # test: all Bazel test targets, the unit tests again under AddressSanitizer,
-# and the parser fuzzers for a few seconds each. The last line is
+# the concurrency stress tests under ThreadSanitizer, and the parser fuzzers
+# for a few seconds each. The last line is
 # "N passed, N failed", counting test targets (one per target and config)
 # plus one per fuzzer run.
 set -uo pipefail
@@ -34,7 +35,12 @@ run_bazel_tests //...
 SANITIZED=(//server:all //metrics:all)
 if [ -f kernels/cpu/BUILD ]; then SANITIZED+=(//kernels/...); fi
 if [ -f engine/BUILD ]; then SANITIZED+=(//engine/...); fi
+if [ -f policies/BUILD ]; then SANITIZED+=(//policies/...); fi
 run_bazel_tests --config=asan -- "${SANITIZED[@]}"
+
+# Concurrency stress tests under ThreadSanitizer.
+run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
+  //kernels/cpu:thread_pool_test
 
 # Parser fuzzers (built with clang outside Bazel), briefly.
 if [ -x engine/fuzz/run_fuzzers.sh ]; then
