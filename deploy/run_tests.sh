@@ -31,7 +31,7 @@ run_bazel_tests() {
 # Every test target.
 run_bazel_tests //...
 
-# Unit tests of validation, metrics and kernels under ASan (and UBSan).
+# Unit tests of validation, metrics, kernels, engine and policies under ASan.
 SANITIZED=(//server:all //metrics:all)
 if [ -f kernels/cpu/BUILD ]; then SANITIZED+=(//kernels/...); fi
 if [ -f engine/BUILD ]; then SANITIZED+=(//engine/...); fi
