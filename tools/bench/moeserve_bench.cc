@@ -71,6 +71,9 @@ ABSL_FLAG(std::string, policy_config, "",
 ABSL_FLAG(int, num_requests, 8, "Policy mode: requests per run.");
 ABSL_FLAG(std::string, concurrency, "1",
           "Policy mode: comma list of engine max_num_seqs values.");
+ABSL_FLAG(int, policy_repeats, 1,
+          "Policy mode: run each (ratio, concurrency) group's policies "
+          "round-robin this many times; report each policy's median run.");
 ABSL_FLAG(int, max_new_tokens, 48,
           "Policy mode: tokens generated per request (EOS ignored).");
 
@@ -176,6 +179,7 @@ int PolicyMain(int threads) {
   o.policy_config = absl::GetFlag(FLAGS_policy_config);
   o.num_requests = absl::GetFlag(FLAGS_num_requests);
   o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  o.repeats = absl::GetFlag(FLAGS_policy_repeats);
   kernels::cpu::CpuBackend backend({.num_threads = threads});
   std::fprintf(stderr, "policy bench on %s ...\n", o.model_dir.c_str());
   absl::StatusOr<PolicyReport> report = RunPolicyBench(o, &backend);

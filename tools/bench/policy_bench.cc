@@ -222,6 +222,7 @@ absl::StatusOr<PolicyResult> RunOne(
   r.link_busy_seconds = after.link_busy_seconds - before.link_busy_seconds;
   r.stall_seconds = after.stall_seconds - before.stall_seconds;
   r.stall_share = r.stall_seconds / r.wall_seconds;
+  r.link_busy_share = r.link_busy_seconds / r.wall_seconds;
   r.prefetch_loads = after.prefetch_loads - before.prefetch_loads;
   r.prefetch_used = after.prefetch_used - before.prefetch_used;
   r.prefetch_wasted = after.prefetch_wasted - before.prefetch_wasted;
@@ -299,17 +300,38 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
     report.prompt_lengths.push_back(prompts[i % prompts.size()].size());
   }
 
+  bool identical = true;
   for (double ratio : o.ratios) {
     for (int conc : o.concurrencies) {
       const size_t first = report.results.size();
-      for (const std::string& policy : o.policies) {
-        std::fprintf(stderr, "  ratio %.2f concurrency %d policy %s ...\n",
-                     ratio, conc, policy.c_str());
-        absl::StatusOr<PolicyResult> r =
-            RunOne(weights->get(), tokenizer->get(), backend, o, *config,
-                   prompts, policy, ratio, conc);
-        if (!r.ok()) return r.status();
-        report.results.push_back(*std::move(r));
+      std::vector<std::vector<PolicyResult>> runs(o.policies.size());
+      for (int rep = 0; rep < std::max(1, o.repeats); ++rep) {
+        for (size_t p = 0; p < o.policies.size(); ++p) {
+          std::fprintf(stderr,
+                       "  ratio %.2f concurrency %d policy %s (repeat %d) "
+                       "...\n",
+                       ratio, conc, o.policies[p].c_str(), rep + 1);
+          absl::StatusOr<PolicyResult> r =
+              RunOne(weights->get(), tokenizer->get(), backend, o, *config,
+                     prompts, o.policies[p], ratio, conc);
+          if (!r.ok()) return r.status();
+          runs[p].push_back(*std::move(r));
+        }
+      }
+      for (std::vector<PolicyResult>& v : runs) {
+        std::vector<double> tps;
+        for (const PolicyResult& r : v) tps.push_back(r.tokens_per_s);
+        // Every repeat must generate the same tokens as the reported one.
+        for (const PolicyResult& r : v) {
+          if (r.outputs != v.front().outputs) identical = false;
+        }
+        std::sort(v.begin(), v.end(),
+                  [](const PolicyResult& a, const PolicyResult& b) {
+                    return a.tokens_per_s < b.tokens_per_s;
+                  });
+        PolicyResult median = std::move(v[v.size() / 2]);
+        median.repeat_tokens_per_s = std::move(tps);
+        report.results.push_back(std::move(median));
       }
       const PolicyResult* base = nullptr;
       for (size_t i = first; i < report.results.size(); ++i) {
@@ -321,7 +343,7 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
       }
     }
   }
-  report.outputs_identical = true;
+  report.outputs_identical = identical;
   for (const PolicyResult& r : report.results) {
     if (r.outputs != report.results.front().outputs) {
       report.outputs_identical = false;
@@ -366,16 +388,18 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                    : "n/a");
   std::fprintf(out,
                "workload: %d requests (prompt tokens %s), %d new tokens each, "
-               "greedy, ignore_eos; slow tier %s; policy_config '%s'\n",
+               "greedy, ignore_eos; slow tier %s; policy_config '%s'; median "
+               "of %d interleaved repeats\n",
                o.num_requests, absl::StrJoin(rep.prompt_lengths, ",").c_str(),
-               o.max_new_tokens, o.slow_tier.c_str(), o.policy_config.c_str());
+               o.max_new_tokens, o.slow_tier.c_str(), o.policy_config.c_str(),
+               o.repeats);
   std::fprintf(out, "outputs identical across policies: %s\n\n",
                rep.outputs_identical ? "yes" : "no");
   std::fprintf(out,
                "| ratio | conc | policy | slots | tok/s | vs on_demand | TPOT "
                "mean/p50/p99 ms | hit rate | link KiB/tok | stall share | "
-               "prefetch precision (used/loads) |\n");
-  std::fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "link busy | prefetch precision (used/loads) |\n");
+  std::fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const PolicyResult& r : rep.results) {
     const std::string vs =
         r.speedup_vs_on_demand > 0
@@ -388,11 +412,11 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                               r.prefetch_used, r.prefetch_loads);
     std::fprintf(out,
                  "| %.2f | %d | %s | %d | %.1f | %s | %.2f / %.2f / %.2f | "
-                 "%.3f | %.1f | %.1f%% | %s |\n",
+                 "%.3f | %.1f | %.1f%% | %.1f%% | %s |\n",
                  r.ratio, r.concurrency, r.policy.c_str(), r.slots,
                  r.tokens_per_s, vs.c_str(), r.tpot_mean_ms, r.tpot_p50_ms,
                  r.tpot_p99_ms, r.hit_rate, r.link_bytes_per_token / 1024.0,
-                 100 * r.stall_share, prec.c_str());
+                 100 * r.stall_share, 100 * r.link_busy_share, prec.c_str());
   }
 }
 
@@ -422,6 +446,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
                    {"prompt_lengths", rep.prompt_lengths},
                    {"slow_tier", o.slow_tier},
                    {"policy_config", o.policy_config},
+                   {"repeats", o.repeats},
                    {"greedy", true}};
   j["outputs_identical"] = rep.outputs_identical;
   j["results"] = nlohmann::json::array();
@@ -447,6 +472,8 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
         {"link_busy_seconds", r.link_busy_seconds},
         {"stall_seconds", r.stall_seconds},
         {"stall_share", r.stall_share},
+        {"link_busy_share", r.link_busy_share},
+        {"repeat_tokens_per_s", r.repeat_tokens_per_s},
         {"prefetch_loads", r.prefetch_loads},
         {"prefetch_used", r.prefetch_used},
         {"prefetch_wasted", r.prefetch_wasted},

@@ -32,6 +32,10 @@ struct PolicyBenchOptions {
   int num_requests = 8;            // Prompts cycle through a fixed list.
   int max_new_tokens = 48;         // Every request generates exactly this.
   int warmup_tokens = 4;           // Untimed warm-up request per engine.
+  // Each (ratio, concurrency) group runs its policies round-robin this many
+  // times (fresh engine each time); the run with the median tokens/s of each
+  // policy is reported. Interleaving spreads background load evenly.
+  int repeats = 1;
 };
 
 // One (ratio, concurrency, policy) run; figures cover the timed workload only.
@@ -55,7 +59,9 @@ struct PolicyResult {
   double link_bytes_per_token = 0;
   double link_busy_seconds = 0;
   double stall_seconds = 0;
-  double stall_share = 0;  // stall_seconds / wall_seconds.
+  double stall_share = 0;                   // stall_seconds / wall_seconds.
+  double link_busy_share = 0;               // link_busy_seconds / wall_seconds.
+  std::vector<double> repeat_tokens_per_s;  // Every repeat, in run order.
   uint64_t prefetch_loads = 0, prefetch_used = 0, prefetch_wasted = 0;
   double prefetch_precision = -1;  // prefetch_used / loads; -1: no prefetch.
   std::vector<std::vector<int32_t>> outputs;  // Per request, for the check.

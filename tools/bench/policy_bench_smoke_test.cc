@@ -26,6 +26,7 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
                           " --expert_cache_ratio=0.25 --link_gbps=20"
                           " --link_latency_us=5 --num_requests=2"
                           " --max_new_tokens=4 --concurrency=2 --threads=2"
+                          " --policy_repeats=2"
                           " --json_out=" +
                           json_path;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -53,7 +54,8 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
           "link_bytes_per_token", "speedup_vs_on_demand", "wall_seconds"}) {
       EXPECT_GT(r.at(key).get<double>(), 0) << key << " in " << r.dump();
     }
-    for (const char* key : {"hit_rate", "stall_share"}) {
+    EXPECT_EQ(r.at("repeat_tokens_per_s").size(), 2u);
+    for (const char* key : {"hit_rate", "stall_share", "link_busy_share"}) {
       EXPECT_GE(r.at(key).get<double>(), 0) << key;
       EXPECT_LE(r.at(key).get<double>(), 1) << key;
     }
