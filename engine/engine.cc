@@ -27,6 +27,9 @@ struct Engine::Sequence {
   std::unique_ptr<StopStringMatcher> stops;
   uint32_t generated = 0;
   bool finished = false;
+  bool admitted_once = false;
+  absl::Time arrival;
+  absl::Time last_token;
 
   bool prefilling() const {
     return computed + chunk < static_cast<int64_t>(tokens.size());
@@ -68,6 +71,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                       KvCache::BlocksForBytes(c, options.kv_block_size,
                                               options.kv_cache_bytes),
                       options.kv_block_size));
+  if (options.registry != nullptr) {
+    Engine* raw = engine.get();
+    ENGINE_ASSIGN_OR_RETURN(
+        engine->metrics_,
+        EngineMetrics::Create(options.registry, options.name, [raw] {
+          const EngineStats s = raw->stats();
+          return EngineLoad{s.running, s.waiting,
+                            s.kv_total_blocks == 0
+                                ? 0.0
+                                : 1.0 - static_cast<double>(s.kv_free_blocks) /
+                                            s.kv_total_blocks};
+        }));
+  }
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
@@ -95,6 +111,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
   for (int32_t id : request.prompt) (void)seq->detokenizer->Next(id);
   seq->stops = std::make_unique<StopStringMatcher>(request.stop);
   seq->request = std::move(request);
+  seq->arrival = absl::Now();
   std::shared_ptr<RequestStream> stream = seq->stream;
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("engine is shutting down");
@@ -164,8 +181,14 @@ void Engine::Loop() {
 
 void Engine::Admit() {
   absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
   while (!waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_num_seqs) {
+    Sequence* seq = waiting_.front().get();
+    if (!seq->admitted_once && metrics_ != nullptr) {
+      metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - seq->arrival));
+    }
+    seq->admitted_once = true;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -279,6 +302,7 @@ void Engine::Preempt(Sequence* seq) {
   absl::MutexLock lock(&mu_);
   waiting_.push_front(std::move(owned));
   ++preemptions_;
+  if (metrics_ != nullptr) metrics_->CountPreemption();
 }
 
 // Samples the next token of `seq` from its logits row and streams it.
@@ -305,6 +329,19 @@ void Engine::Emit(Sequence* seq, const float* row) {
   seq->tokens.push_back(token);
   ++seq->generated;
   event.tokens.push_back(token);
+  if (metrics_ != nullptr) {
+    const absl::Time now = absl::Now();
+    if (seq->generated == 1) {
+      metrics_->ObserveTimeToFirstToken(
+          absl::ToDoubleSeconds(now - seq->arrival));
+      metrics_->AddPromptTokens(static_cast<double>(seq->prompt_len));
+    } else {
+      metrics_->ObserveInterTokenLatency(
+          absl::ToDoubleSeconds(now - seq->last_token));
+    }
+    metrics_->AddGenerationTokens(1);
+    seq->last_token = now;
+  }
 
   FinishReason reason = FinishReason::kNone;
   const bool is_eos = token == eos && !r.ignore_eos;
@@ -348,6 +385,11 @@ void Engine::Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
   if (seq->finished) return;
   seq->finished = true;
   kv_->Release(&seq->blocks);
+  if (metrics_ != nullptr) {
+    metrics_->CountFinished(reason);
+    metrics_->ObserveRequestLatency(
+        absl::ToDoubleSeconds(absl::Now() - seq->arrival));
+  }
   event.finish = reason;
   event.error = error;
   event.prompt_tokens = static_cast<uint32_t>(seq->prompt_len);

@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/engine_metrics.h"
 #include "engine/expert_provider.h"
 #include "engine/generation.h"
 #include "engine/kv_cache.h"
@@ -44,6 +45,8 @@ struct EngineOptions {
   int max_batched_tokens = 2048;
   // Most requests waiting for admission; more is RESOURCE_EXHAUSTED.
   int max_waiting = 256;
+  // Serving metrics go here, labelled policy=name. Null: none.
+  metrics::Registry* registry = nullptr;
 };
 
 // Builds the engine's expert provider. `predict` is the engine's router
@@ -127,6 +130,9 @@ class Engine {
   uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
+  // Last member: destroyed first, so its gauges stop reading the engine
+  // before anything they read goes away.
+  std::unique_ptr<EngineMetrics> metrics_;
 };
 
 }  // namespace moeserve::engine

@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
     eo.max_num_seqs = options.max_num_seqs;
     eo.max_batched_tokens = options.max_batched_tokens;
     eo.max_waiting = options.max_waiting;
+    eo.registry = registry;
     OffloadOptions offload;
     offload.engine_name = name;
     offload.policy = name;
