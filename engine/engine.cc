@@ -394,11 +394,15 @@ void Engine::Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
   event.error = error;
   event.prompt_tokens = static_cast<uint32_t>(seq->prompt_len);
   event.completion_tokens = seq->generated;
-  seq->stream->Push(std::move(event));
-  absl::MutexLock lock(&mu_);
-  if (!seq->request.request_id.empty()) {
-    in_flight_.erase(seq->request.request_id);
+  // The id is free again before the client can see the last event, so a
+  // client may reuse it (or Abort it) as soon as its stream ends.
+  {
+    absl::MutexLock lock(&mu_);
+    if (!seq->request.request_id.empty()) {
+      in_flight_.erase(seq->request.request_id);
+    }
   }
+  seq->stream->Push(std::move(event));
 }
 
 }  // namespace moeserve::engine
