@@ -1,0 +1,157 @@
+#include "tools/loadgen/level_runner.h"
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "grpcpp/client_context.h"
+
+namespace moeserve::loadgen {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::string StatusCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "CODE_" + std::to_string(static_cast<int>(code));
+  }
+}
+
+}  // namespace
+
+moeserve::v1::GenerateRequest MakeRequest(const std::string& prompt,
+                                          const LevelOptions& options) {
+  moeserve::v1::GenerateRequest request;
+  request.set_prompt(prompt);
+  request.set_policy(options.policy);
+  auto* sampling = request.mutable_sampling();
+  sampling->set_max_new_tokens(options.max_new_tokens);
+  sampling->set_temperature(0);  // greedy: identical work every run
+  sampling->set_seed(0);
+  sampling->set_ignore_eos(options.ignore_eos);
+  return request;
+}
+
+RequestSample RunOneRequest(moeserve::v1::Inference::Stub& stub,
+                            const moeserve::v1::GenerateRequest& request,
+                            double deadline_s) {
+  RequestSample sample;
+  grpc::ClientContext context;
+  context.set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1000)));
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first;
+  Clock::time_point last;
+  auto reader = stub.Generate(&context, request);
+  moeserve::v1::GenerateResponse response;
+  bool finished_with_error = false;
+  while (reader->Read(&response)) {
+    if (response.token_ids_size() > 0) {
+      const Clock::time_point now = Clock::now();
+      if (sample.tokens == 0) first = now;
+      last = now;
+      sample.tokens += response.token_ids_size();
+    }
+    if (response.finish_reason() == moeserve::v1::ERROR) {
+      finished_with_error = true;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  sample.status_code = StatusCodeName(status.error_code());
+  if (status.ok() && finished_with_error) sample.status_code = "FINISH_ERROR";
+  sample.ok = status.ok() && !finished_with_error && sample.tokens > 0;
+  if (status.ok() && !finished_with_error && sample.tokens == 0) {
+    sample.status_code = "NO_TOKENS";
+  }
+  if (sample.tokens > 0) sample.ttft_s = Seconds(first - start);
+  if (sample.tokens > 1) {
+    sample.tpot_s = Seconds(last - first) / (sample.tokens - 1);
+  }
+  return sample;
+}
+
+absl::StatusOr<LevelSummary> RunLevel(moeserve::v1::Inference::Stub& stub,
+                                      const std::vector<std::string>& prompts,
+                                      const LevelOptions& options) {
+  if (options.concurrency <= 0 || options.requests <= 0 || prompts.empty()) {
+    return absl::InvalidArgumentError(
+        "RunLevel: concurrency, requests and prompts must be positive");
+  }
+  std::vector<moeserve::v1::GenerateRequest> requests;
+  for (const std::string& prompt : prompts) {
+    requests.push_back(MakeRequest(prompt, options));
+  }
+  std::atomic<int> next{0};
+  std::atomic<bool> time_capped{false};
+  std::mutex mu;
+  std::vector<RequestSample> samples;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point stop_issuing =
+      start + std::chrono::microseconds(
+                  static_cast<int64_t>(options.max_seconds * 1e6));
+  auto worker = [&] {
+    while (true) {
+      if (Clock::now() >= stop_issuing) {
+        time_capped = true;
+        return;
+      }
+      const int i = next.fetch_add(1);
+      if (i >= options.requests) return;
+      RequestSample sample = RunOneRequest(stub, requests[i % requests.size()],
+                                           options.request_deadline_s);
+      std::lock_guard<std::mutex> lock(mu);
+      samples.push_back(std::move(sample));
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < options.concurrency; ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+  const double wall_s = Seconds(Clock::now() - start);
+  return Summarize(options.concurrency, options.requests,
+                   time_capped.load() && next.load() < options.requests, wall_s,
+                   samples);
+}
+
+}  // namespace moeserve::loadgen
