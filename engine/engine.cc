@@ -93,7 +93,8 @@ Engine::~Engine() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  // Not joinable when Create() failed before starting the scheduler.
+  if (thread_.joinable()) thread_.join();
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(

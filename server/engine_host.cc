@@ -64,7 +64,8 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
           : static_cast<int>(std::thread::hardware_concurrency());
   host->backend_ = std::make_unique<kernels::cpu::CpuBackend>(
       kernels::cpu::CpuBackendOptions{.num_threads = std::max(1, threads)});
-  for (const std::string& name : options.EngineNames()) {
+  for (const EngineSpec& spec : options.EngineSpecs()) {
+    const std::string& name = spec.name;
     engine::EngineOptions eo;
     eo.name = name;
     eo.kv_cache_bytes = options.kv_cache_bytes;
@@ -74,10 +75,15 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
     eo.registry = registry;
     OffloadOptions offload;
     offload.engine_name = name;
-    offload.policy = name;
+    offload.policy = spec.policy;
     offload.policy_config = *policy_config;
+    // An engine's own budget (--engines) wins over the server-wide flags.
+    const bool own_budget =
+        spec.expert_cache_ratio > 0 || spec.expert_cache_mb > 0;
     offload.capacity_bytes = ExpertCacheBytes(
-        *host->weights_, options.expert_cache_ratio, options.expert_cache_mb);
+        *host->weights_,
+        own_budget ? spec.expert_cache_ratio : options.expert_cache_ratio,
+        own_budget ? spec.expert_cache_mb : options.expert_cache_mb);
     offload.slow_tier = options.slow_tier;
     offload.link = {.gbps = options.link_gbps,
                     .latency_us = options.link_latency_us};
@@ -90,7 +96,8 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
           e.status().code(),
           absl::StrCat("engine '", name, "': ", e.status().message()));
     }
-    NamedEngine named{name, 0, offload.capacity_bytes, *std::move(e)};
+    NamedEngine named{name, spec.policy, 0, offload.capacity_bytes,
+                      *std::move(e)};
     for (const AbArm& arm : options.ab) {
       if (arm.policy == name) named.ab_weight = arm.weight;
     }
@@ -132,7 +139,7 @@ v1::ListModelsResponse EngineHost::ListModels() const {
   for (const NamedEngine& e : engines_) {
     v1::EngineInfo* info = m->add_engines();
     info->set_name(e.name);
-    info->set_policy(e.name);
+    info->set_policy(e.policy);
     info->set_expert_cache_bytes(e.expert_cache_bytes);
     info->set_ab_weight(e.ab_weight);
     info->set_slow_tier(options_.slow_tier);

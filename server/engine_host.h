@@ -50,6 +50,7 @@ class EngineHost final : public ModelHost {
  private:
   struct NamedEngine {
     std::string name;
+    std::string policy;
     double ab_weight = 0;
     uint64_t expert_cache_bytes = 0;
     std::unique_ptr<engine::Engine> engine;

@@ -111,11 +111,12 @@ int main(int argc, char** argv) {
   // otherwise, rather than serve nothing.
   const std::vector<std::string> known =
       moeserve::policies::RegisteredPolicies();
-  for (const std::string& name : options->EngineNames()) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
+  for (const auto& spec : options->EngineSpecs()) {
+    if (std::find(known.begin(), known.end(), spec.policy) == known.end()) {
       spdlog::critical(
-          "--policy/--ab: unknown offload policy '{}'; registered: {}", name,
-          absl::StrJoin(known, ", "));
+          "--policy/--ab/--engines: unknown offload policy '{}'; registered: "
+          "{}",
+          spec.policy, absl::StrJoin(known, ", "));
       return 2;
     }
   }

@@ -65,11 +65,14 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
   absl::StatusOr<metrics::GaugeFamily*> info = registry->AddGauge(
       "moeserve_engine_info",
       "Configuration of each engine instance (value is always 1).",
-      {"policy", "model_dir", "ab_weight"});
+      {"policy", "offload_policy", "model_dir", "ab_weight", "slow_tier",
+       "link_gbps"});
   if (!info.ok()) return info.status();
-  for (const std::string& engine : options.EngineNames()) {
+  for (const EngineSpec& spec : options.EngineSpecs()) {
     absl::StatusOr<metrics::Gauge*> g = (*info)->WithLabels(
-        {engine, options.model_dir, absl::StrCat(AbWeight(options, engine))});
+        {spec.name, spec.policy, options.model_dir,
+         absl::StrCat(AbWeight(options, spec.name)), options.slow_tier,
+         absl::StrCat(options.link_gbps)});
     if (!g.ok()) return g.status();
     (*g)->Set(1);
   }

@@ -24,6 +24,11 @@ ABSL_FLAG(std::string, ab, "",
           "Weighted A/B split over engine instances, e.g. "
           "lru=0.5,overlap=0.5. Empty: every request without a policy goes "
           "to --policy.");
+ABSL_FLAG(std::string, engines, "",
+          "Engine instances, NAME=POLICY[@ratio=R|@mb=N],... each with its "
+          "own offload policy and optional fast-tier budget, e.g. "
+          "small=lru@ratio=0.25,big=lru@ratio=0.5. Empty: one engine per "
+          "--policy / --ab name. --ab and requests refer to these names.");
 ABSL_FLAG(int, drain_seconds, 30,
           "On SIGTERM/SIGINT, how long in-flight streams may run on before "
           "they are cancelled.");
@@ -88,14 +93,70 @@ absl::Status CheckPort(absl::string_view flag, int port) {
 
 }  // namespace
 
-std::vector<std::string> ServerOptions::EngineNames() const {
-  std::vector<std::string> names = {policy};
+std::vector<EngineSpec> ServerOptions::EngineSpecs() const {
+  if (!engines.empty()) return engines;
+  std::vector<EngineSpec> specs = {{policy, policy}};
   for (const AbArm& arm : ab) {
-    if (std::find(names.begin(), names.end(), arm.policy) == names.end()) {
-      names.push_back(arm.policy);
+    if (std::none_of(specs.begin(), specs.end(), [&](const EngineSpec& s) {
+          return s.name == arm.policy;
+        })) {
+      specs.push_back({arm.policy, arm.policy});
     }
   }
+  return specs;
+}
+
+std::vector<std::string> ServerOptions::EngineNames() const {
+  std::vector<std::string> names;
+  for (const EngineSpec& spec : EngineSpecs()) names.push_back(spec.name);
   return names;
+}
+
+absl::StatusOr<std::vector<EngineSpec>> ParseEngineSpecs(
+    absl::string_view text) {
+  std::vector<EngineSpec> specs;
+  if (absl::StripAsciiWhitespace(text).empty()) return specs;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    std::vector<absl::string_view> fields = absl::StrSplit(part, '@');
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(fields[0], absl::MaxSplits('=', 1));
+    EngineSpec spec;
+    spec.name = std::string(absl::StripAsciiWhitespace(kv.first));
+    spec.policy = std::string(absl::StripAsciiWhitespace(kv.second));
+    if (!IsValidEngineName(spec.name) || !IsValidEngineName(spec.policy)) {
+      return FlagError("engines",
+                       absl::StrCat("want NAME=POLICY with names [a-z0-9_]+, "
+                                    "got '",
+                                    part, "'"));
+    }
+    for (size_t i = 1; i < fields.size(); ++i) {
+      std::pair<absl::string_view, absl::string_view> opt =
+          absl::StrSplit(fields[i], absl::MaxSplits('=', 1));
+      double value = 0;
+      if (!absl::SimpleAtod(opt.second, &value) || !(value > 0)) {
+        return FlagError("engines",
+                         absl::StrCat("bad value in '", fields[i],
+                                      "' of engine '", spec.name, "'"));
+      }
+      if (opt.first == "ratio" && value <= 1) {
+        spec.expert_cache_ratio = value;
+      } else if (opt.first == "mb") {
+        spec.expert_cache_mb = static_cast<int64_t>(value);
+      } else {
+        return FlagError(
+            "engines",
+            absl::StrCat("unknown option '", fields[i], "' of engine '",
+                         spec.name, "' (want ratio=R in (0, 1] or mb=N)"));
+      }
+    }
+    for (const EngineSpec& seen : specs) {
+      if (seen.name == spec.name) {
+        return FlagError("engines", absl::StrCat("'", spec.name, "' twice"));
+      }
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
 }
 
 absl::StatusOr<std::vector<AbArm>> ParseAbSplit(absl::string_view text) {
@@ -145,6 +206,23 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   absl::StatusOr<std::vector<AbArm>> ab = ParseAbSplit(absl::GetFlag(FLAGS_ab));
   if (!ab.ok()) return ab.status();
   o.ab = *std::move(ab);
+  absl::StatusOr<std::vector<EngineSpec>> engines =
+      ParseEngineSpecs(absl::GetFlag(FLAGS_engines));
+  if (!engines.ok()) return engines.status();
+  o.engines = *std::move(engines);
+  if (!o.engines.empty()) {
+    // --policy names the default engine only when it is one of them.
+    const std::vector<std::string> names = o.EngineNames();
+    if (std::find(names.begin(), names.end(), o.policy) == names.end()) {
+      o.engines.insert(o.engines.begin(), {o.policy, o.policy});
+    }
+    for (const AbArm& arm : o.ab) {
+      if (std::find(names.begin(), names.end(), arm.policy) == names.end()) {
+        return FlagError("ab", absl::StrCat("'", arm.policy,
+                                            "' is not an engine of --engines"));
+      }
+    }
+  }
   const int drain = absl::GetFlag(FLAGS_drain_seconds);
   if (drain < 0) return FlagError("drain_seconds", "must be >= 0");
   o.drain = absl::Seconds(drain);

@@ -13,10 +13,19 @@
 
 namespace moeserve::server {
 
-// One engine instance of an A/B split: a name (= its policy) and a weight.
+// One engine instance of an A/B split: an engine name and a weight.
 struct AbArm {
-  std::string policy;
+  std::string policy;  // the engine's name (by default also its policy)
   double weight = 0;
+};
+
+// One engine instance: its name (what requests and metrics call it), its
+// offload policy, and optionally its own fast-tier budget.
+struct EngineSpec {
+  std::string name;
+  std::string policy;
+  double expert_cache_ratio = 0;  // 0: the server-wide flags
+  int64_t expert_cache_mb = 0;    // wins when > 0
 };
 
 struct ServerOptions {
@@ -45,13 +54,23 @@ struct ServerOptions {
   std::string policy_config;        // --policy_config=k=v,k=v
   RequestLimits limits;
 
-  // The engine instances this configuration asks for: --policy, then every
-  // --ab arm not already named, in order.
+  // --engines, when given: every engine instance explicitly.
+  std::vector<EngineSpec> engines;
+
+  // The engine instances this configuration asks for: --engines if given;
+  // else --policy, then every --ab arm not already named, each named after
+  // its policy and using the server-wide budget.
+  std::vector<EngineSpec> EngineSpecs() const;
   std::vector<std::string> EngineNames() const;
 };
 
 // Reads every flag and checks it; errors name the flag.
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags();
+
+// Parses "--engines" text: NAME=POLICY[@ratio=R|@mb=N],... e.g.
+// "small=lru@ratio=0.25,big=lru@ratio=0.5". Exposed for tests.
+absl::StatusOr<std::vector<EngineSpec>> ParseEngineSpecs(
+    absl::string_view text);
 
 // Parses "--ab" text such as "lru=0.5,overlap=0.5" (weights > 0; they are
 // normalised to sum to 1). Exposed for tests.

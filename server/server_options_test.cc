@@ -40,6 +40,25 @@ TEST(ServerOptions, EngineNamesDefaultFirstNoDuplicates) {
   EXPECT_THAT(o.EngineNames(), ::testing::ElementsAre("lru", "overlap"));
 }
 
+TEST(ParseEngineSpecs, NamesPoliciesAndBudgets) {
+  absl::StatusOr<std::vector<EngineSpec>> specs =
+      ParseEngineSpecs("small=lru@ratio=0.25,big=overlap@mb=64");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 2u);
+  EXPECT_EQ((*specs)[0].name, "small");
+  EXPECT_EQ((*specs)[0].policy, "lru");
+  EXPECT_DOUBLE_EQ((*specs)[0].expert_cache_ratio, 0.25);
+  EXPECT_EQ((*specs)[1].policy, "overlap");
+  EXPECT_EQ((*specs)[1].expert_cache_mb, 64);
+  for (const char* bad : {"small", "a=lru@ratio=2", "a=lru@size=3",
+                          "a=lru,a=lru", "A=lru", "a=lru@ratio=x"}) {
+    absl::StatusOr<std::vector<EngineSpec>> r = ParseEngineSpecs(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--engines"))
+        << bad;
+  }
+}
+
 TEST(ServerOptions, DefaultsFollowDesign) {
   absl::StatusOr<ServerOptions> o = ServerOptionsFromFlags();
   ASSERT_TRUE(o.ok()) << o.status();
