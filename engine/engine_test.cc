@@ -134,6 +134,26 @@ TEST_F(EngineTest, SeedReproducesSampling) {
   EXPECT_NE(run(11), run(12));
 }
 
+TEST_F(EngineTest, SeededSamplingDoesNotDependOnTheBatch) {
+  auto engine = MakeEngine();
+  GenerationRequest r = Greedy(golden_->at("cases")[2], 24);
+  r.sampling.temperature = 0.8f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.seed = 77;
+  const std::vector<int32_t> alone = Drain(engine->Submit(r)->get()).tokens;
+  // The same request again, now batched with other sampled requests.
+  std::vector<std::shared_ptr<RequestStream>> others;
+  for (int i = 0; i < 5; ++i) {
+    GenerationRequest o = Greedy(golden_->at("cases")[i % 3], 30);
+    o.sampling.temperature = 1.0f;
+    o.sampling.seed = 1000 + i;
+    others.push_back(*engine->Submit(o));
+  }
+  auto batched = *engine->Submit(r);
+  EXPECT_EQ(Drain(batched.get()).tokens, alone);
+  for (auto& o : others) Drain(o.get());
+}
+
 TEST_F(EngineTest, StopStringIsNotEmittedAndEndsTheStream) {
   auto engine = MakeEngine();
   const auto& c = golden_->at("cases")[1];
