@@ -65,6 +65,25 @@ TEST(ReportTest, RatioIsHighestOverLowestConcurrency) {
   EXPECT_EQ(ComputeRatio({levels[0]}).ratio, 0);
 }
 
+TEST(ReportTest, MedianSweepAndRatio) {
+  std::vector<Sweep> sweeps(3, Sweep(2));
+  const double low[] = {10, 20, 40};
+  const double high[] = {50, 60, 80};  // ratios 5, 3, 2
+  for (int i = 0; i < 3; ++i) {
+    sweeps[i][0].concurrency = 1;
+    sweeps[i][0].tokens_per_s = low[i];
+    sweeps[i][0].requests_ok = 1;
+    sweeps[i][1].concurrency = 64;
+    sweeps[i][1].tokens_per_s = high[i];
+  }
+  const Sweep median = MedianSweep(sweeps);
+  EXPECT_DOUBLE_EQ(median[0].tokens_per_s, 20);
+  EXPECT_DOUBLE_EQ(median[1].tokens_per_s, 60);
+  EXPECT_EQ(median[0].requests_ok, 3);
+  EXPECT_DOUBLE_EQ(MedianRatio(sweeps).ratio, 3);
+  EXPECT_DOUBLE_EQ(Median({1, 2, 3, 4}), 2.5);
+}
+
 TEST(PromptsTest, SixteenDistinctNonEmptyPrompts) {
   const auto& prompts = FixedPrompts();
   ASSERT_EQ(prompts.size(), 16u);

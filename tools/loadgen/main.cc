@@ -28,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -43,7 +44,7 @@ ABSL_FLAG(std::vector<std::string>, concurrency,
           std::vector<std::string>({"1", "4", "16", "64"}),
           "Concurrency levels (client threads), each in 1..256.");
 ABSL_FLAG(int, requests_per_level, 0,
-          "Requests per level; 0 = max(8, 2 x concurrency). At most 1024.");
+          "Requests per level; 0 = max(64, 4 x concurrency). At most 1024.");
 ABSL_FLAG(double, max_seconds_per_level, 120,
           "Stop issuing requests in a level after this many seconds and "
           "report what completed.");
@@ -57,6 +58,9 @@ ABSL_FLAG(std::string, json_out, "", "Also write the report as JSON here.");
 ABSL_FLAG(double, wait_ready_seconds, 0,
           "Retry ListModels and a 1-token Generate for up to this long "
           "before the run (0: try once).");
+ABSL_FLAG(int, repeats, 1,
+          "Sweeps over all levels (1..10); the table shows per-level "
+          "medians and the ratio is the median of each sweep's own ratio.");
 ABSL_FLAG(int, warmup_requests, 1,
           "Untimed requests (max_new_tokens each) before the first level.");
 
@@ -95,10 +99,11 @@ absl::Status CheckFlags() {
   if (!(absl::GetFlag(FLAGS_max_seconds_per_level) > 0) ||
       !(absl::GetFlag(FLAGS_request_deadline_seconds) > 0) ||
       absl::GetFlag(FLAGS_wait_ready_seconds) < 0 ||
-      absl::GetFlag(FLAGS_warmup_requests) < 0) {
+      absl::GetFlag(FLAGS_warmup_requests) < 0 ||
+      absl::GetFlag(FLAGS_repeats) < 1 || absl::GetFlag(FLAGS_repeats) > 10) {
     return absl::InvalidArgumentError(
         "time limits must be positive (wait_ready_seconds, warmup_requests "
-        ">= 0)");
+        ">= 0), repeats in 1..10");
   }
   return lg::CheckLoopbackTarget(absl::GetFlag(FLAGS_target));
 }
@@ -106,7 +111,10 @@ absl::Status CheckFlags() {
 int RequestsFor(int concurrency) {
   const int n = absl::GetFlag(FLAGS_requests_per_level);
   if (n > 0) return n;
-  return std::min(kMaxRequestsPerLevel, std::max(8, 2 * concurrency));
+  // At least 64 requests and 4 rounds per thread: with fewer, a level lasts
+  // under a second and its figures are dominated by the start-up burst
+  // (every thread prefilling at once) and by noise from other processes.
+  return std::min(kMaxRequestsPerLevel, std::max(64, 4 * concurrency));
 }
 
 // ListModels, then one 1-token Generate; retried until both succeed or
@@ -194,37 +202,54 @@ int main(int argc, char** argv) {
         base.request_deadline_s);
   }
 
-  std::vector<lg::LevelSummary> results;
+  const int repeats = absl::GetFlag(FLAGS_repeats);
+  std::vector<lg::Sweep> sweeps;
   bool any_error = false;
-  for (int c : *levels) {
-    lg::LevelOptions options = base;
-    options.concurrency = c;
-    options.requests = RequestsFor(c);
-    absl::StatusOr<lg::LevelSummary> level =
-        lg::RunLevel(*stub, lg::FixedPrompts(), options);
-    if (!level.ok()) {
-      std::cerr << "moeserve_loadgen: " << level.status().message() << "\n";
-      return 1;
+  for (int r = 0; r < repeats; ++r) {
+    lg::Sweep sweep;
+    for (int c : *levels) {
+      lg::LevelOptions options = base;
+      options.concurrency = c;
+      options.requests = RequestsFor(c);
+      absl::StatusOr<lg::LevelSummary> level =
+          lg::RunLevel(*stub, lg::FixedPrompts(), options);
+      if (!level.ok()) {
+        std::cerr << "moeserve_loadgen: " << level.status().message() << "\n";
+        return 1;
+      }
+      std::cerr << absl::StrFormat(
+          "sweep %d level %d: %d/%d ok, %.1f tok/s, %.1fs\n", r + 1, c,
+          level->requests_ok, level->requests_issued, level->tokens_per_s,
+          level->wall_s);
+      any_error = any_error || level->requests_ok != level->requests_issued;
+      sweep.push_back(*std::move(level));
     }
-    std::cerr << absl::StrFormat("level %d: %d/%d ok, %.1f tok/s, %.1fs\n", c,
-                                 level->requests_ok, level->requests_issued,
-                                 level->tokens_per_s, level->wall_s);
-    any_error = any_error || level->requests_ok != level->requests_issued;
-    results.push_back(*std::move(level));
+    if (repeats > 1) {
+      std::cout << "\nsweep " << r + 1 << "\n" << lg::FormatTable(sweep);
+    }
+    sweeps.push_back(std::move(sweep));
   }
 
-  std::cout << "\n" << lg::FormatTable(results);
-  const lg::ThroughputRatio ratio = lg::ComputeRatio(results);
+  std::vector<double> per_sweep;
+  for (const lg::Sweep& s : sweeps)
+    per_sweep.push_back(lg::ComputeRatio(s).ratio);
+  if (repeats > 1) std::cout << "\nmedian of " << repeats << " sweeps";
+  std::cout << "\n" << lg::FormatTable(lg::MedianSweep(sweeps));
+  const lg::ThroughputRatio ratio = lg::MedianRatio(sweeps);
   if (ratio.high_concurrency != ratio.low_concurrency) {
     std::cout << absl::StrFormat(
-        "throughput ratio tok/s(c=%d) / tok/s(c=%d) = %.2f (same run)\n",
-        ratio.high_concurrency, ratio.low_concurrency, ratio.ratio);
+        "throughput ratio tok/s(c=%d) / tok/s(c=%d) = %.2f (levels of the "
+        "same sweep; median over sweeps of: %s)\n",
+        ratio.high_concurrency, ratio.low_concurrency, ratio.ratio,
+        absl::StrJoin(per_sweep, " ", [](std::string* out, double v) {
+          absl::StrAppendFormat(out, "%.2f", v);
+        }));
   }
   const std::string json_out = absl::GetFlag(FLAGS_json_out);
   if (!json_out.empty()) {
     const absl::Status written =
         lg::WriteFile(json_out, lg::ToJson(machine, target, base.max_new_tokens,
-                                           base.ignore_eos, *models, results));
+                                           base.ignore_eos, *models, sweeps));
     if (!written.ok()) {
       std::cerr << "moeserve_loadgen: " << written.message() << "\n";
       return 1;

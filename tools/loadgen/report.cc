@@ -66,6 +66,29 @@ ThroughputRatio ComputeRatio(const std::vector<LevelSummary>& levels) {
   return r;
 }
 
+Sweep MedianSweep(const std::vector<Sweep>& sweeps) {
+  Sweep out;
+  if (sweeps.empty()) return out;
+  for (size_t i = 0; i < sweeps.front().size(); ++i) {
+    std::vector<LevelSummary> same_level;
+    for (const Sweep& s : sweeps) same_level.push_back(s[i]);
+    out.push_back(MedianLevel(same_level));
+  }
+  return out;
+}
+
+ThroughputRatio MedianRatio(const std::vector<Sweep>& sweeps) {
+  ThroughputRatio r;
+  if (sweeps.empty()) return r;
+  std::vector<double> ratios;
+  for (const Sweep& s : sweeps) {
+    r = ComputeRatio(s);
+    ratios.push_back(r.ratio);
+  }
+  r.ratio = Median(ratios);
+  return r;
+}
+
 std::string FormatTable(const std::vector<LevelSummary>& levels) {
   std::string out =
       absl::StrFormat("%5s %5s %5s %8s %7s %9s %9s %9s %9s %9s  %s\n", "conc",
@@ -90,7 +113,26 @@ std::string FormatTable(const std::vector<LevelSummary>& levels) {
 std::string ToJson(const MachineInfo& machine, const std::string& target,
                    uint32_t max_new_tokens, bool ignore_eos,
                    const moeserve::v1::ListModelsResponse& models,
-                   const std::vector<LevelSummary>& levels) {
+                   const std::vector<Sweep>& sweeps) {
+  auto levels_json = [](const Sweep& levels) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const LevelSummary& l : levels) {
+      out.push_back({{"concurrency", l.concurrency},
+                     {"requests_planned", l.requests_planned},
+                     {"requests_issued", l.requests_issued},
+                     {"requests_ok", l.requests_ok},
+                     {"time_capped", l.time_capped},
+                     {"wall_s", l.wall_s},
+                     {"tokens", l.tokens},
+                     {"tokens_per_s", l.tokens_per_s},
+                     {"ttft_p50_ms", l.ttft_p50_ms},
+                     {"ttft_p99_ms", l.ttft_p99_ms},
+                     {"tpot_p50_ms", l.tpot_p50_ms},
+                     {"tpot_p99_ms", l.tpot_p99_ms},
+                     {"errors", l.errors}});
+    }
+    return out;
+  };
   nlohmann::json j;
   j["machine"] = {{"cpu_model", machine.cpu_model}, {"cores", machine.cores}};
   j["target"] = target;
@@ -112,26 +154,18 @@ std::string ToJson(const MachineInfo& machine, const std::string& target,
                            {"architecture", m.architecture()},
                            {"engines", engines}});
   }
-  j["levels"] = nlohmann::json::array();
-  for (const LevelSummary& l : levels) {
-    j["levels"].push_back({{"concurrency", l.concurrency},
-                           {"requests_planned", l.requests_planned},
-                           {"requests_issued", l.requests_issued},
-                           {"requests_ok", l.requests_ok},
-                           {"time_capped", l.time_capped},
-                           {"wall_s", l.wall_s},
-                           {"tokens", l.tokens},
-                           {"tokens_per_s", l.tokens_per_s},
-                           {"ttft_p50_ms", l.ttft_p50_ms},
-                           {"ttft_p99_ms", l.ttft_p99_ms},
-                           {"tpot_p50_ms", l.tpot_p50_ms},
-                           {"tpot_p99_ms", l.tpot_p99_ms},
-                           {"errors", l.errors}});
+  j["levels"] = levels_json(MedianSweep(sweeps));
+  j["sweeps"] = nlohmann::json::array();
+  std::vector<double> per_sweep;
+  for (const Sweep& s : sweeps) {
+    j["sweeps"].push_back(levels_json(s));
+    per_sweep.push_back(ComputeRatio(s).ratio);
   }
-  const ThroughputRatio r = ComputeRatio(levels);
+  const ThroughputRatio r = MedianRatio(sweeps);
   j["throughput_ratio"] = {{"high_concurrency", r.high_concurrency},
                            {"low_concurrency", r.low_concurrency},
-                           {"ratio", r.ratio}};
+                           {"ratio", r.ratio},
+                           {"per_sweep", per_sweep}};
   return j.dump(2) + "\n";
 }
 

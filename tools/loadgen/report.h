@@ -34,14 +34,25 @@ struct ThroughputRatio {
 };
 ThroughputRatio ComputeRatio(const std::vector<LevelSummary>& levels);
 
+// One sweep = every level once, in order; a run makes --repeats sweeps.
+using Sweep = std::vector<LevelSummary>;
+
+// Field-wise median of each level over the sweeps (see MedianLevel).
+Sweep MedianSweep(const std::vector<Sweep>& sweeps);
+
+// The median over sweeps of each sweep's own ratio (each ratio compares
+// levels measured minutes apart in the same run, never across runs).
+ThroughputRatio MedianRatio(const std::vector<Sweep>& sweeps);
+
 // The fixed-width table printed after the run.
 std::string FormatTable(const std::vector<LevelSummary>& levels);
 
-// Everything above as one JSON document (pretty-printed).
+// Everything above as one JSON document (pretty-printed): "levels" and
+// "throughput_ratio" are the medians; "sweeps" holds every sweep.
 std::string ToJson(const MachineInfo& machine, const std::string& target,
                    uint32_t max_new_tokens, bool ignore_eos,
                    const moeserve::v1::ListModelsResponse& models,
-                   const std::vector<LevelSummary>& levels);
+                   const std::vector<Sweep>& sweeps);
 
 // Writes `contents` to `path`.
 absl::Status WriteFile(const std::string& path, const std::string& contents);

@@ -42,4 +42,39 @@ LevelSummary Summarize(int concurrency, int requests_planned, bool time_capped,
   return s;
 }
 
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+LevelSummary MedianLevel(const std::vector<LevelSummary>& repeats) {
+  LevelSummary m = repeats.front();
+  m.requests_planned = m.requests_issued = m.requests_ok = 0;
+  m.tokens = 0;
+  m.errors.clear();
+  m.time_capped = false;
+  auto median_of = [&](double LevelSummary::*field) {
+    std::vector<double> v;
+    for (const LevelSummary& r : repeats) v.push_back(r.*field);
+    return Median(v);
+  };
+  for (const LevelSummary& r : repeats) {
+    m.requests_planned += r.requests_planned;
+    m.requests_issued += r.requests_issued;
+    m.requests_ok += r.requests_ok;
+    m.tokens += r.tokens;
+    m.time_capped = m.time_capped || r.time_capped;
+    for (const auto& [code, count] : r.errors) m.errors[code] += count;
+  }
+  m.wall_s = median_of(&LevelSummary::wall_s);
+  m.tokens_per_s = median_of(&LevelSummary::tokens_per_s);
+  m.ttft_p50_ms = median_of(&LevelSummary::ttft_p50_ms);
+  m.ttft_p99_ms = median_of(&LevelSummary::ttft_p99_ms);
+  m.tpot_p50_ms = median_of(&LevelSummary::tpot_p50_ms);
+  m.tpot_p99_ms = median_of(&LevelSummary::tpot_p99_ms);
+  return m;
+}
+
 }  // namespace moeserve::loadgen

@@ -42,6 +42,13 @@ LevelSummary Summarize(int concurrency, int requests_planned, bool time_capped,
                        double wall_s,
                        const std::vector<RequestSample>& samples);
 
+// Field-wise median of the same level measured in several repeats (counts
+// are summed, errors merged); `repeats` must be non-empty.
+LevelSummary MedianLevel(const std::vector<LevelSummary>& repeats);
+
+// Median of `values` (mean of the middle two for an even count); 0 if empty.
+double Median(std::vector<double> values);
+
 }  // namespace moeserve::loadgen
 
 #endif  // MOESERVE_TOOLS_LOADGEN_STATS_H_
