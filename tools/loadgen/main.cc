@@ -117,8 +117,8 @@ int RequestsFor(int concurrency) {
   return std::min(kMaxRequestsPerLevel, std::max(64, 4 * concurrency));
 }
 
-// ListModels, then one 1-token Generate; retried until both succeed or
-// --wait_ready_seconds pass.
+// One 1-token Generate, then ListModels; retried until both succeed (with a
+// model listed) or --wait_ready_seconds pass.
 absl::StatusOr<moeserve::v1::ListModelsResponse> WaitReady(
     Inference::Stub& stub, const lg::LevelOptions& base) {
   const auto give_up = std::chrono::steady_clock::now() +
@@ -132,16 +132,18 @@ absl::StatusOr<moeserve::v1::ListModelsResponse> WaitReady(
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(5));
-    const grpc::Status status =
-        stub.ListModels(&context, moeserve::v1::ListModelsRequest(), &models);
-    if (status.ok()) {
-      const lg::RequestSample sample = lg::RunOneRequest(
-          stub, lg::MakeRequest(lg::FixedPrompts()[0], probe), 60);
-      if (sample.ok) return models;
-      last_error = absl::StrCat("Generate: ", sample.status_code);
-    } else {
+    // Generate first: ListModels answers (empty) while the model loads, so
+    // only a ListModels taken after a successful Generate describes it.
+    const lg::RequestSample sample = lg::RunOneRequest(
+        stub, lg::MakeRequest(lg::FixedPrompts()[0], probe), 60);
+    if (sample.ok) {
+      const grpc::Status status =
+          stub.ListModels(&context, moeserve::v1::ListModelsRequest(), &models);
+      if (status.ok() && models.models_size() > 0) return models;
       last_error = absl::StrCat("ListModels: ", status.error_code(), " ",
                                 status.error_message());
+    } else {
+      last_error = absl::StrCat("Generate: ", sample.status_code);
     }
     if (std::chrono::steady_clock::now() >= give_up) {
       return absl::UnavailableError(absl::StrCat("server not ready at ",
