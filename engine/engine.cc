@@ -155,6 +155,7 @@ absl::Status Engine::WarmUp() {
       std::max<int64_t>(0, weights_->config().bos_token_id.value_or(0)))};
   request.max_new_tokens = 4;
   request.ignore_eos = true;
+  request.count_in_metrics = false;
   ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream,
                           Submit(std::move(request)));
   GenerationEvent event;
@@ -186,7 +187,8 @@ void Engine::Admit() {
   while (!waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_num_seqs) {
     Sequence* seq = waiting_.front().get();
-    if (!seq->admitted_once && metrics_ != nullptr) {
+    if (!seq->admitted_once && metrics_ != nullptr &&
+        seq->request.count_in_metrics) {
       metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - seq->arrival));
     }
     seq->admitted_once = true;
@@ -330,7 +332,7 @@ void Engine::Emit(Sequence* seq, const float* row) {
   seq->tokens.push_back(token);
   ++seq->generated;
   event.tokens.push_back(token);
-  if (metrics_ != nullptr) {
+  if (metrics_ != nullptr && r.count_in_metrics) {
     const absl::Time now = absl::Now();
     if (seq->generated == 1) {
       metrics_->ObserveTimeToFirstToken(
@@ -386,7 +388,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
   if (seq->finished) return;
   seq->finished = true;
   kv_->Release(&seq->blocks);
-  if (metrics_ != nullptr) {
+  if (metrics_ != nullptr && seq->request.count_in_metrics) {
     metrics_->CountFinished(reason);
     metrics_->ObserveRequestLatency(
         absl::ToDoubleSeconds(absl::Now() - seq->arrival));

@@ -36,6 +36,8 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int logprobs = 0;  // top-n alternatives per token; 0: none
   absl::Time deadline = absl::InfiniteFuture();  // -> kTimeLimit
+  // False for the engine's own warm-up, which serving metrics must not see.
+  bool count_in_metrics = true;
 };
 
 // Log-probabilities of one generated token.

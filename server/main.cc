@@ -95,11 +95,11 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gRPC inference server for offloaded Mixture-of-Experts models.\n"
       "  moeserve --model_dir=models/demo --port=50051 --metrics_port=9400");
-  absl::ParseCommandLine(argc, argv);
-  // Block before any thread exists so every thread inherits the mask and
-  // only the sigwait in Run() sees the signals.
+  // Block first, before any thread can exist, so every thread inherits the
+  // mask and only the sigwait in Run() sees the signals.
   const sigset_t signals = ShutdownSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  absl::ParseCommandLine(argc, argv);
 
   absl::StatusOr<moeserve::server::ServerOptions> options =
       moeserve::server::ServerOptionsFromFlags();
