@@ -11,7 +11,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev libcivetweb-dev nlohmann-json3-dev
   libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev
   # tests
-  python3 python3-grpcio python3-protobuf prometheus sentencepiece
+  python3 python3-grpcio python3-protobuf prometheus curl sentencepiece
   python3-sentencepiece
 )
 
