@@ -19,41 +19,17 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/tensor.h"
+#include "kernels/testing/differential.h"
 
 namespace moeserve::kernels::cuda {
 namespace {
 
 namespace ref = ::moeserve::kernels::cpu::ref;
 
-constexpr double kTolDot = 2e-5;
-constexpr double kTolPointwise = 2e-6;
-
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float Uniform(float lo, float hi) {
-    return lo + (hi - lo) * static_cast<float>(Next() >> 40) / (1 << 24);
-  }
-  std::vector<float> F32(int64_t n, float lo = -1, float hi = 1) {
-    std::vector<float> v(n);
-    for (float& x : v) x = Uniform(lo, hi);
-    return v;
-  }
-  std::vector<bf16> Bf16(int64_t n, float lo = -1, float hi = 1) {
-    std::vector<bf16> v(n);
-    for (bf16& x : v) x = FloatToBf16(Uniform(lo, hi));
-    return v;
-  }
-
- private:
-  uint64_t s_;
-};
+using ::moeserve::kernels::testing::Close;
+using ::moeserve::kernels::testing::kTolDot;
+using ::moeserve::kernels::testing::kTolPointwise;
+using ::moeserve::kernels::testing::Rng;
 
 template <typename T>
 Tensor H(std::vector<T>& v, std::initializer_list<int64_t> shape) {
@@ -85,29 +61,6 @@ class DeviceBuf {
   size_t n_;
   void* p_ = nullptr;
 };
-
-::testing::AssertionResult Close(const std::vector<float>& got,
-                                 const std::vector<float>& want, double tol) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure()
-           << "size " << got.size() << " vs " << want.size();
-  }
-  double scale = 0, worst = 0;
-  size_t worst_i = 0;
-  for (float w : want) scale = std::max(scale, std::fabs(double{w}));
-  scale = std::max(scale, 1e-30);
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(double{got[i]} - want[i]) / scale;
-    if (!(err <= worst)) {
-      worst = std::isnan(err) ? INFINITY : err;
-      worst_i = i;
-    }
-  }
-  if (worst <= tol) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << "relative error " << worst << " > " << tol << " at " << worst_i
-         << ": got " << got[worst_i] << ", want " << want[worst_i];
-}
 
 class CudaOps : public ::testing::Test {
  protected:

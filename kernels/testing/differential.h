@@ -1,0 +1,83 @@
+// What every backend's differential test shares (the llama.cpp
+// test-backend-ops idea): a fast deterministic RNG for random inputs, the
+// tolerances per kind of op, and the comparison against the scalar
+// reference (kernels/cpu/reference_ops). One harness, one yardstick, for the
+// vectorised CPU kernels and the CUDA kernels alike.
+#ifndef MOESERVE_KERNELS_TESTING_DIFFERENTIAL_H_
+#define MOESERVE_KERNELS_TESTING_DIFFERENTIAL_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/tensor.h"
+
+namespace moeserve::kernels::testing {
+
+// Tolerances: max |got - want| / max |want|.
+// fp32 accumulation of up to 14336 products vs double: ~1e-6 observed.
+inline constexpr double kTolDot = 2e-5;
+// Transcendentals in fp32 (exp, sin, cos) vs double: a few ulp.
+inline constexpr double kTolPointwise = 2e-6;
+
+// splitmix64: fast enough to fill hundreds of MB in unoptimised builds.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [lo, hi).
+  float Uniform(float lo, float hi) {
+    return lo + (hi - lo) * static_cast<float>(Next() >> 40) / (1 << 24);
+  }
+  int32_t Int(int32_t n) { return static_cast<int32_t>(Next() % n); }
+  std::vector<float> F32(int64_t n, float lo = -1, float hi = 1) {
+    std::vector<float> v(n);
+    for (float& x : v) x = Uniform(lo, hi);
+    return v;
+  }
+  std::vector<bf16> Bf16(int64_t n, float lo = -1, float hi = 1) {
+    std::vector<bf16> v(n);
+    for (bf16& x : v) x = FloatToBf16(Uniform(lo, hi));
+    return v;
+  }
+
+ private:
+  uint64_t s_;
+};
+
+// Max error relative to the output's scale; fails on any NaN mismatch.
+inline ::testing::AssertionResult Close(const std::vector<float>& got,
+                                        const std::vector<float>& want,
+                                        double tol) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure()
+           << "size " << got.size() << " vs " << want.size();
+  }
+  double scale = 0, worst = 0;
+  size_t worst_i = 0;
+  for (float w : want) scale = std::max(scale, std::fabs(double{w}));
+  scale = std::max(scale, 1e-30);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double{got[i]} - want[i]) / scale;
+    if (!(err <= worst)) {  // Also catches NaN.
+      worst = std::isnan(err) ? INFINITY : err;
+      worst_i = i;
+    }
+  }
+  if (worst <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "relative error " << worst << " > " << tol << " at " << worst_i
+         << ": got " << got[worst_i] << ", want " << want[worst_i]
+         << " (scale " << scale << ")";
+}
+
+}  // namespace moeserve::kernels::testing
+
+#endif  // MOESERVE_KERNELS_TESTING_DIFFERENTIAL_H_
