@@ -296,16 +296,11 @@ std::vector<int> MoeModel::PredictExperts(int layer, const float* hidden,
   k = std::clamp<int>(k, 1, static_cast<int>(E));
   Scratch& s = *scratch_;
   Tensor h(const_cast<float*>(hidden), KDType::kF32, {n, c.hidden_size});
-  Tensor logits = F32(s.predict_logits, {n, E});
-  Tensor weights = F32(s.predict_weights, {n, k});
-  s.predict_ids.resize(n * k);
   std::vector<int> experts;
-  if (!backend_->MatMul(*stream_, h, layers_[layer].router, {}, logits).ok() ||
-      !backend_
-           ->RouterTopK(*stream_, logits, k, false, weights,
-                        I32(s.predict_ids, {n, k}))
-           .ok() ||
-      !stream_->Synchronize().ok()) {
+  // Own buffers: this runs inside RoutedExperts, whose routing is in use.
+  if (!Route(layer, h, k, /*normalize=*/false, &s.predict_logits,
+             &s.predict_weights, &s.predict_ids)
+           .ok()) {
     return experts;  // a failed prediction only costs prefetching
   }
   std::vector<bool> chosen(E, false);
@@ -316,6 +311,21 @@ std::vector<int> MoeModel::PredictExperts(int layer, const float* hidden,
   return experts;
 }
 
+absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
+                             std::vector<float>* logits,
+                             std::vector<float>* weights,
+                             std::vector<int32_t>* ids) {
+  const int64_t n = h.dim(0), E = config().num_experts;
+  Tensor logits_t = F32(*logits, {n, E});
+  ENGINE_RETURN_IF_ERROR(
+      backend_->MatMul(*stream_, h, layers_[layer].router, {}, logits_t));
+  ids->resize(n * k);
+  ENGINE_RETURN_IF_ERROR(backend_->RouterTopK(*stream_, logits_t, k, normalize,
+                                              F32(*weights, {n, k}),
+                                              I32(*ids, {n, k})));
+  return stream_->Synchronize();  // routing is read on the host
+}
+
 // Router, top-k, then every selected expert once on all of its tokens.
 absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   const ModelConfig& c = config();
@@ -324,15 +334,9 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   const int64_t d = c.hidden_size, E = c.num_experts;
   const int64_t k = c.num_experts_per_tok, ffn = c.expert_intermediate_size;
   Tensor h = F32(s.h, {n, d});
-  Tensor router_logits = F32(s.router_logits, {n, E});
-  ENGINE_RETURN_IF_ERROR(
-      backend_->MatMul(st, h, layers_[layer].router, {}, router_logits));
-  Tensor weights = F32(s.router_weights, {n, k});
-  s.topk_ids.resize(n * k);
-  ENGINE_RETURN_IF_ERROR(
-      backend_->RouterTopK(st, router_logits, static_cast<int>(k),
-                           c.norm_topk_prob, weights, I32(s.topk_ids, {n, k})));
-  ENGINE_RETURN_IF_ERROR(st.Synchronize());  // routing is read on the host
+  ENGINE_RETURN_IF_ERROR(Route(layer, h, static_cast<int>(k), c.norm_topk_prob,
+                               &s.router_logits, &s.router_weights,
+                               &s.topk_ids));
 
   // Group (token, weight) pairs by expert, experts in ascending order.
   std::vector<std::vector<int32_t>> rows(E);

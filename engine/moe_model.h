@@ -64,6 +64,11 @@ class MoeModel {
            ExpertProvider* experts, std::unique_ptr<kernels::Stream> stream);
   absl::Status ResolveWeights();
   absl::Status RunLayers(int64_t n);
+  // `layer`'s router on h [n, d]: top-k weights and expert ids (read on the
+  // host) into the given buffers, which are grown as needed.
+  absl::Status Route(int layer, const kernels::Tensor& h, int k, bool normalize,
+                     std::vector<float>* logits, std::vector<float>* weights,
+                     std::vector<int32_t>* ids);
   absl::Status Attention(int layer, int64_t n, KvCache* cache);
   absl::Status MoeBlock(int layer, int64_t n);
   absl::Status RoutedExperts(int layer, int64_t n);
