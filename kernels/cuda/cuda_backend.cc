@@ -3,66 +3,37 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/op_checks.h"
 
 namespace moeserve::kernels::cuda {
 namespace {
 
-absl::Status FromCuda(int err, const char* what) {
-  if (err == 0) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", RtErrorName(err), " (",
-                                          RtErrorString(err), ")"));
-}
-
-class CudaStream final : public Stream {
- public:
-  CudaStream(const CudaBackend* owner, Strm stream)
-      : owner_(owner), stream_(stream) {}
-  ~CudaStream() override { RtStreamDestroy(stream_); }
-  Device device() const override { return Device::kCuda; }
-  absl::Status Synchronize() override {
-    return FromCuda(RtStreamSynchronize(stream_), "cudaStreamSynchronize");
-  }
-  const CudaBackend* owner() const { return owner_; }
-  Strm get() const { return stream_; }
-
- private:
-  const CudaBackend* owner_;
-  Strm stream_;
-};
-
-#define MOESERVE_RETURN_IF_ERROR(expr) \
-  do {                                 \
-    absl::Status _st = (expr);         \
-    if (!_st.ok()) return _st;         \
+#define MOESERVE_RETURN_IF_ERROR(expr)                                         \
+  do {                                                                         \
+    absl::Status _st = (expr);                                                 \
+    if (!_st.ok())                                                             \
+      return _st;                                                              \
   } while (0)
 
-// The stream's Strm, or InvalidArgument if it is not ours.
-absl::StatusOr<Strm> StreamOf(const CudaBackend* self, Stream& s) {
-  auto* cs = dynamic_cast<CudaStream*>(&s);
-  if (cs == nullptr || cs->owner() != self) {
-    return absl::InvalidArgumentError("stream does not belong to this backend");
-  }
-  return cs->get();
-}
-
-#define MOESERVE_ASSIGN_STREAM(var, s)          \
-  auto var##_or = StreamOf(this, s);            \
-  if (!var##_or.ok()) return var##_or.status(); \
+#define MOESERVE_ASSIGN_STREAM(var, s)                                         \
+  auto var##_or = RawStream(this, s);                                          \
+  if (!var##_or.ok())                                                          \
+    return var##_or.status();                                                  \
   Strm var = *var##_or
 
-absl::Status TooLarge(const char* op, const char* what, int64_t value,
+absl::Status TooLarge(const char *op, const char *what, int64_t value,
                       int64_t limit) {
   return absl::InvalidArgumentError(absl::StrCat(
       op, ": ", what, " ", value, " exceeds the CUDA limit ", limit));
 }
 
-const uint16_t* Bf16Ptr(const Tensor& t) {
-  return static_cast<const uint16_t*>(t.raw());
+const uint16_t *Bf16Ptr(const Tensor &t) {
+  return static_cast<const uint16_t *>(t.raw());
 }
 
-}  // namespace
+} // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   int count = 0;
@@ -92,18 +63,18 @@ absl::StatusOr<std::unique_ptr<Stream>> CudaBackend::CreateStream() {
   return std::make_unique<CudaStream>(this, stream);
 }
 
-absl::Status CudaBackend::Embedding(Stream& s, const Tensor& ids,
-                                    const Tensor& table, const Tensor& out) {
+absl::Status CudaBackend::Embedding(Stream &s, const Tensor &ids,
+                                    const Tensor &table, const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckEmbedding(Device::kCuda, ids, table, out));
-  return FromCuda(
-      LaunchEmbedding(ids.data<int32_t>(), ids.dim(0), Bf16Ptr(table),
-                      table.dim(0), table.dim(1), out.data<float>(), st),
-      "Embedding");
+  return FromCuda(LaunchEmbedding(ids.data<int32_t>(), ids.dim(0),
+                                  Bf16Ptr(table), table.dim(0), table.dim(1),
+                                  out.data<float>(), st),
+                  "Embedding");
 }
 
-absl::Status CudaBackend::RmsNorm(Stream& s, const Tensor& x, const Tensor& w,
-                                  float eps, const Tensor& out) {
+absl::Status CudaBackend::RmsNorm(Stream &s, const Tensor &x, const Tensor &w,
+                                  float eps, const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckRmsNorm(Device::kCuda, x, w, eps, out));
   return FromCuda(LaunchRmsNorm(x.data<float>(), x.dim(0), x.dim(1), Bf16Ptr(w),
@@ -111,46 +82,46 @@ absl::Status CudaBackend::RmsNorm(Stream& s, const Tensor& x, const Tensor& w,
                   "RmsNorm");
 }
 
-absl::Status CudaBackend::MatMul(Stream& s, const Tensor& x, const Tensor& w,
-                                 const Tensor& bias, const Tensor& out) {
+absl::Status CudaBackend::MatMul(Stream &s, const Tensor &x, const Tensor &w,
+                                 const Tensor &bias, const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckMatMul(Device::kCuda, x, w, bias, out));
-  return FromCuda(
-      LaunchMatMulBf16(x.data<float>(), x.dim(0), x.dim(1), Bf16Ptr(w),
-                       w.dim(0), bias.valid() ? Bf16Ptr(bias) : nullptr,
-                       out.data<float>(), st),
-      "MatMul");
+  return FromCuda(LaunchMatMulBf16(x.data<float>(), x.dim(0), x.dim(1),
+                                   Bf16Ptr(w), w.dim(0),
+                                   bias.valid() ? Bf16Ptr(bias) : nullptr,
+                                   out.data<float>(), st),
+                  "MatMul");
 }
 
-absl::Status CudaBackend::RopeRotateHalf(Stream& s, const Tensor& x,
-                                         const Tensor& positions, float theta) {
+absl::Status CudaBackend::RopeRotateHalf(Stream &s, const Tensor &x,
+                                         const Tensor &positions, float theta) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckRope(Device::kCuda, x, positions, theta));
-  return FromCuda(
-      LaunchRopeRotateHalf(x.data<float>(), x.dim(0), x.dim(1), x.dim(2),
-                           positions.data<int32_t>(), theta, st),
-      "RopeRotateHalf");
+  return FromCuda(LaunchRopeRotateHalf(x.data<float>(), x.dim(0), x.dim(1),
+                                       x.dim(2), positions.data<int32_t>(),
+                                       theta, st),
+                  "RopeRotateHalf");
 }
 
-absl::Status CudaBackend::KvWrite(Stream& s, const Tensor& k, const Tensor& v,
-                                  const Tensor& slot_mapping,
-                                  const PagedKvCache& cache) {
+absl::Status CudaBackend::KvWrite(Stream &s, const Tensor &k, const Tensor &v,
+                                  const Tensor &slot_mapping,
+                                  const PagedKvCache &cache) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(
       CheckKvWrite(Device::kCuda, k, v, slot_mapping, cache));
   const int64_t row = k.dim(1) * k.dim(2);
   const int64_t slots = cache.k_pool.dim(0) * cache.k_pool.dim(1);
-  return FromCuda(
-      LaunchKvWrite(k.data<float>(), v.data<float>(), k.dim(0), row,
-                    slot_mapping.data<int32_t>(), slots,
-                    cache.k_pool.data<float>(), cache.v_pool.data<float>(), st),
-      "KvWrite");
+  return FromCuda(LaunchKvWrite(k.data<float>(), v.data<float>(), k.dim(0), row,
+                                slot_mapping.data<int32_t>(), slots,
+                                cache.k_pool.data<float>(),
+                                cache.v_pool.data<float>(), st),
+                  "KvWrite");
 }
 
-absl::Status CudaBackend::Attention(Stream& s, const Tensor& q,
-                                    const PagedKvCache& cache,
-                                    const AttentionBatch& batch,
-                                    const Tensor& out) {
+absl::Status CudaBackend::Attention(Stream &s, const Tensor &q,
+                                    const PagedKvCache &cache,
+                                    const AttentionBatch &batch,
+                                    const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckAttention(Device::kCuda, q, cache, batch, out));
   if (q.dim(2) > kMaxHeadDim) {
@@ -167,22 +138,23 @@ absl::Status CudaBackend::Attention(Stream& s, const Tensor& q,
       "Attention");
 }
 
-absl::Status CudaBackend::RouterTopK(Stream& s, const Tensor& logits, int k,
-                                     bool normalize, const Tensor& weights,
-                                     const Tensor& ids) {
+absl::Status CudaBackend::RouterTopK(Stream &s, const Tensor &logits, int k,
+                                     bool normalize, const Tensor &weights,
+                                     const Tensor &ids) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(
       CheckRouterTopK(Device::kCuda, logits, k, weights, ids));
-  if (k > kMaxTopK) return TooLarge("RouterTopK", "k", k, kMaxTopK);
-  return FromCuda(
-      LaunchRouterTopK(logits.data<float>(), logits.dim(0), logits.dim(1), k,
-                       normalize, weights.data<float>(), ids.data<int32_t>(),
-                       st),
-      "RouterTopK");
+  if (k > kMaxTopK)
+    return TooLarge("RouterTopK", "k", k, kMaxTopK);
+  return FromCuda(LaunchRouterTopK(logits.data<float>(), logits.dim(0),
+                                   logits.dim(1), k, normalize,
+                                   weights.data<float>(), ids.data<int32_t>(),
+                                   st),
+                  "RouterTopK");
 }
 
-absl::Status CudaBackend::SiluMul(Stream& s, const Tensor& gate,
-                                  const Tensor& up, const Tensor& out) {
+absl::Status CudaBackend::SiluMul(Stream &s, const Tensor &gate,
+                                  const Tensor &up, const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCuda, gate, up, out));
   const int64_t f = gate.dim(gate.rank() - 1);
@@ -192,8 +164,8 @@ absl::Status CudaBackend::SiluMul(Stream& s, const Tensor& gate,
                   "SiluMul");
 }
 
-absl::Status CudaBackend::Add(Stream& s, const Tensor& a, const Tensor& b,
-                              const Tensor& out) {
+absl::Status CudaBackend::Add(Stream &s, const Tensor &a, const Tensor &b,
+                              const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCuda, a, b, out));
   return FromCuda(LaunchAdd(a.data<float>(), b.data<float>(), a.numel(),
@@ -201,8 +173,8 @@ absl::Status CudaBackend::Add(Stream& s, const Tensor& a, const Tensor& b,
                   "Add");
 }
 
-absl::Status CudaBackend::GatherRows(Stream& s, const Tensor& x,
-                                     const Tensor& rows, const Tensor& out) {
+absl::Status CudaBackend::GatherRows(Stream &s, const Tensor &x,
+                                     const Tensor &rows, const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckGatherRows(Device::kCuda, x, rows, out));
   return FromCuda(LaunchGatherRows(x.data<float>(), x.dim(0), x.dim(1),
@@ -211,9 +183,9 @@ absl::Status CudaBackend::GatherRows(Stream& s, const Tensor& x,
                   "GatherRows");
 }
 
-absl::Status CudaBackend::ScaleAddRows(Stream& s, const Tensor& x,
-                                       const Tensor& rows,
-                                       const Tensor& weights, const Tensor& y) {
+absl::Status CudaBackend::ScaleAddRows(Stream &s, const Tensor &x,
+                                       const Tensor &rows,
+                                       const Tensor &weights, const Tensor &y) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(
       CheckScaleAddRows(Device::kCuda, x, rows, weights, y));
@@ -224,27 +196,27 @@ absl::Status CudaBackend::ScaleAddRows(Stream& s, const Tensor& x,
       "ScaleAddRows");
 }
 
-absl::Status CudaBackend::SigmoidGatedAdd(Stream& s, const Tensor& x,
-                                          const Tensor& gate, const Tensor& y) {
+absl::Status CudaBackend::SigmoidGatedAdd(Stream &s, const Tensor &x,
+                                          const Tensor &gate, const Tensor &y) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckSigmoidGatedAdd(Device::kCuda, x, gate, y));
-  return FromCuda(
-      LaunchSigmoidGatedAdd(x.data<float>(), x.dim(0), x.dim(1),
-                            gate.data<float>(), y.data<float>(), st),
-      "SigmoidGatedAdd");
+  return FromCuda(LaunchSigmoidGatedAdd(x.data<float>(), x.dim(0), x.dim(1),
+                                        gate.data<float>(), y.data<float>(),
+                                        st),
+                  "SigmoidGatedAdd");
 }
 
-absl::Status CudaBackend::ExpertFfn(Stream& s, const Tensor& x,
-                                    const Tensor& blob, int64_t ffn,
-                                    const Tensor& workspace,
-                                    const Tensor& out) {
+absl::Status CudaBackend::ExpertFfn(Stream &s, const Tensor &x,
+                                    const Tensor &blob, int64_t ffn,
+                                    const Tensor &workspace,
+                                    const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfn(Device::kCuda, x, blob, ffn, workspace, out));
   const int64_t m = x.dim(0), hidden = x.dim(1);
-  const uint16_t* w = Bf16Ptr(blob);
-  float* gate_up = workspace.data<float>();  // [m, 2 * ffn]
-  float* act = gate_up + m * 2 * ffn;        // [m, ffn]
+  const uint16_t *w = Bf16Ptr(blob);
+  float *gate_up = workspace.data<float>(); // [m, 2 * ffn]
+  float *act = gate_up + m * 2 * ffn;       // [m, ffn]
   // Gate and up are adjacent in the blob: one [2*ffn, hidden] weight.
   MOESERVE_RETURN_IF_ERROR(
       FromCuda(LaunchMatMulBf16(x.data<float>(), m, hidden, w, 2 * ffn, nullptr,
@@ -258,8 +230,8 @@ absl::Status CudaBackend::ExpertFfn(Stream& s, const Tensor& x,
                   "ExpertFfn down");
 }
 
-absl::Status CudaBackend::Softmax(Stream& s, const Tensor& x,
-                                  const Tensor& out) {
+absl::Status CudaBackend::Softmax(Stream &s, const Tensor &x,
+                                  const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckSoftmax(Device::kCuda, x, out));
   return FromCuda(
@@ -267,8 +239,8 @@ absl::Status CudaBackend::Softmax(Stream& s, const Tensor& x,
       "Softmax");
 }
 
-absl::Status CudaBackend::Argmax(Stream& s, const Tensor& x,
-                                 const Tensor& out) {
+absl::Status CudaBackend::Argmax(Stream &s, const Tensor &x,
+                                 const Tensor &out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckArgmax(Device::kCuda, x, out));
   return FromCuda(LaunchArgmax(x.data<float>(), x.dim(0), x.dim(1),
@@ -276,4 +248,4 @@ absl::Status CudaBackend::Argmax(Stream& s, const Tensor& x,
                   "Argmax");
 }
 
-}  // namespace moeserve::kernels::cuda
+} // namespace moeserve::kernels::cuda

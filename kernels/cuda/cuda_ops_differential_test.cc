@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/reference_ops.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/tensor.h"
 #include "kernels/testing/differential.h"
+#include "gtest/gtest.h"
 
 namespace moeserve::kernels::cuda {
 namespace {
@@ -32,21 +32,20 @@ using ::moeserve::kernels::testing::kTolPointwise;
 using ::moeserve::kernels::testing::Rng;
 
 template <typename T>
-Tensor H(std::vector<T>& v, std::initializer_list<int64_t> shape) {
+Tensor H(std::vector<T> &v, std::initializer_list<int64_t> shape) {
   return Tensor(v.data(), DTypeOf<T>::value, shape);
 }
 
 // A device copy of a host vector; freed on destruction.
-template <typename T>
-class DeviceBuf {
- public:
-  explicit DeviceBuf(const std::vector<T>& host) : n_(host.size()) {
+template <typename T> class DeviceBuf {
+public:
+  explicit DeviceBuf(const std::vector<T> &host) : n_(host.size()) {
     EXPECT_EQ(RtMalloc(&p_, Bytes()), 0);
     EXPECT_EQ(RtCopyToDevice(p_, host.data(), Bytes()), 0);
   }
   ~DeviceBuf() { RtFree(p_); }
-  DeviceBuf(const DeviceBuf&) = delete;
-  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  DeviceBuf(const DeviceBuf &) = delete;
+  DeviceBuf &operator=(const DeviceBuf &) = delete;
   Tensor View(std::initializer_list<int64_t> shape) const {
     return Tensor(p_, DTypeOf<T>::value, shape, Device::kCuda);
   }
@@ -56,14 +55,14 @@ class DeviceBuf {
     return out;
   }
 
- private:
+private:
   int64_t Bytes() const { return static_cast<int64_t>(n_ * sizeof(T)); }
   size_t n_;
-  void* p_ = nullptr;
+  void *p_ = nullptr;
 };
 
 class CudaOps : public ::testing::Test {
- protected:
+protected:
   void SetUp() override {
     auto b = CudaBackend::Create();
     if (absl::IsUnavailable(b.status())) {
@@ -76,8 +75,8 @@ class CudaOps : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.status();
     stream_ = std::move(*s);
   }
-  Backend& B() { return *backend_; }
-  Stream& S() { return *stream_; }
+  Backend &B() { return *backend_; }
+  Stream &S() { return *stream_; }
 
   std::unique_ptr<CudaBackend> backend_;
   std::unique_ptr<Stream> stream_;
@@ -88,8 +87,8 @@ TEST(CudaBackendCreate, UnavailableOrOk) {
   EXPECT_TRUE(b.ok() || absl::IsUnavailable(b.status())) << b.status();
 }
 
-void RunMatMul(CudaOps& t, Backend& b, Stream& s, int64_t m, int64_t k,
-               int64_t n, bool bias, Rng& rng) {
+void RunMatMul(CudaOps &t, Backend &b, Stream &s, int64_t m, int64_t k,
+               int64_t n, bool bias, Rng &rng) {
   SCOPED_TRACE(absl::StrCat("m=", m, " k=", k, " n=", n, " bias=", bias));
   auto x = rng.F32(m * k);
   auto w = rng.Bf16(n * k);
@@ -168,5 +167,5 @@ TEST_F(CudaOps, RefusesHostTensors) {
       B().RmsNorm(S(), H(x, {1, 8}), H(w, {8}), 1e-6f, H(out, {1, 8}))));
 }
 
-}  // namespace
-}  // namespace moeserve::kernels::cuda
+} // namespace
+} // namespace moeserve::kernels::cuda

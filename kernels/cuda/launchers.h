@@ -1,10 +1,8 @@
 // Raw-pointer CUDA launchers behind CudaBackend (flashinfer style): each takes
 // device pointers and a stream (CUstream_st*, the type cudaStream_t names),
-// enqueues its kernel(s) and returns the launch's int as an int
-// (0 = cudaSuccess). The header includes only std types: Bazel's header
-// inclusion check rejects /usr/local/cuda/include in a cc_library without a
-// CUDA toolchain, so host C++ reaches the runtime through the small shim
-// below, compiled by nvcc. bf16 is passed as its raw uint16_t bits.
+// enqueues its kernel(s) and returns the launch's cudaError_t as an int
+// (0 = cudaSuccess). The header includes only std types (see runtime_shim.h
+// for why). bf16 is passed as its raw uint16_t bits.
 //
 // REQUIRES: arguments already validated by kernels/op_checks.h. Index values
 // (ids, rows, slots, block ids) live on the device and are not range-checked
@@ -16,72 +14,54 @@
 
 #include <cstdint>
 
-struct CUstream_st;
+#include "kernels/cuda/runtime_shim.h"
 
 namespace moeserve::kernels::cuda {
 
-using Strm = CUstream_st*;  // == cudaStream_t
-
-// Runtime shim (all return the cudaError_t value; 0 is success).
-int RtDeviceCount(int* count);
-int RtSetDevice(int device);
-// Writes "name-smXY" into buf (NUL-terminated, truncated to len).
-int RtDeviceName(int device, char* buf, int len);
-int RtStreamCreate(Strm* stream);
-int RtStreamDestroy(Strm stream);
-int RtStreamSynchronize(Strm stream);
-int RtMalloc(void** p, int64_t bytes);
-int RtFree(void* p);
-int RtCopyToDevice(void* dst, const void* src, int64_t bytes);
-int RtCopyToHost(void* dst, const void* src, int64_t bytes);
-int RtMemset(void* p, int value, int64_t bytes);
-const char* RtErrorName(int err);
-const char* RtErrorString(int err);
-
 // Limits of the simple kernels (checked by CudaBackend before launching).
-inline constexpr int64_t kMaxHeadDim = 512;  // Attention: 16 floats a lane.
-inline constexpr int64_t kMaxTopK = 64;      // RouterTopK picks per row.
+inline constexpr int64_t kMaxHeadDim = 512; // Attention: 16 floats a lane.
+inline constexpr int64_t kMaxTopK = 64;     // RouterTopK picks per row.
 
-int LaunchEmbedding(const int32_t* ids, int64_t n, const uint16_t* table,
-                    int64_t vocab, int64_t d, float* out, Strm stream);
-int LaunchRmsNorm(const float* x, int64_t n, int64_t d, const uint16_t* w,
-                  float eps, float* out, Strm stream);
+int LaunchEmbedding(const int32_t *ids, int64_t n, const uint16_t *table,
+                    int64_t vocab, int64_t d, float *out, Strm stream);
+int LaunchRmsNorm(const float *x, int64_t n, int64_t d, const uint16_t *w,
+                  float eps, float *out, Strm stream);
 // out[m, n] = x[m, k] * w[n, k]^T (+ bias[n]); fp32 accumulation.
-int LaunchMatMulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w,
-                     int64_t n, const uint16_t* bias, float* out, Strm stream);
-int LaunchRopeRotateHalf(float* x, int64_t n, int64_t heads, int64_t hd,
-                         const int32_t* positions, float theta, Strm stream);
-int LaunchKvWrite(const float* k, const float* v, int64_t n, int64_t row,
-                  const int32_t* slots, int64_t num_slots, float* k_pool,
-                  float* v_pool, Strm stream);
+int LaunchMatMulBf16(const float *x, int64_t m, int64_t k, const uint16_t *w,
+                     int64_t n, const uint16_t *bias, float *out, Strm stream);
+int LaunchRopeRotateHalf(float *x, int64_t n, int64_t heads, int64_t hd,
+                         const int32_t *positions, float theta, Strm stream);
+int LaunchKvWrite(const float *k, const float *v, int64_t n, int64_t row,
+                  const int32_t *slots, int64_t num_slots, float *k_pool,
+                  float *v_pool, Strm stream);
 // q [n_q, heads, hd]; pools [num_blocks, block_size, kv_heads, hd].
-int LaunchPagedAttention(const float* q, int64_t n_q, int64_t heads,
-                         int64_t kv_heads, int64_t hd, const float* k_pool,
-                         const float* v_pool, int64_t num_blocks,
-                         int64_t block_size, const int32_t* query_start,
-                         int64_t num_seqs, const int32_t* positions,
-                         const int32_t* block_tables, int64_t max_blocks,
-                         float* out, Strm stream);
-int LaunchRouterTopK(const float* logits, int64_t n, int64_t e, int k,
-                     bool normalize, float* weights, int32_t* ids, Strm stream);
+int LaunchPagedAttention(const float *q, int64_t n_q, int64_t heads,
+                         int64_t kv_heads, int64_t hd, const float *k_pool,
+                         const float *v_pool, int64_t num_blocks,
+                         int64_t block_size, const int32_t *query_start,
+                         int64_t num_seqs, const int32_t *positions,
+                         const int32_t *block_tables, int64_t max_blocks,
+                         float *out, Strm stream);
+int LaunchRouterTopK(const float *logits, int64_t n, int64_t e, int k,
+                     bool normalize, float *weights, int32_t *ids, Strm stream);
 // out[i, j] = silu(gate[i*ldg + j]) * up[i*ldu + j], out row stride f.
-int LaunchSiluMul(const float* gate, int64_t ldg, const float* up, int64_t ldu,
-                  int64_t m, int64_t f, float* out, Strm stream);
-int LaunchAdd(const float* a, const float* b, int64_t count, float* out,
+int LaunchSiluMul(const float *gate, int64_t ldg, const float *up, int64_t ldu,
+                  int64_t m, int64_t f, float *out, Strm stream);
+int LaunchAdd(const float *a, const float *b, int64_t count, float *out,
               Strm stream);
-int LaunchGatherRows(const float* x, int64_t n, int64_t d, const int32_t* rows,
-                     int64_t m, float* out, Strm stream);
+int LaunchGatherRows(const float *x, int64_t n, int64_t d, const int32_t *rows,
+                     int64_t m, float *out, Strm stream);
 // rows may be null (rows[i] = i).
-int LaunchScaleAddRows(const float* x, int64_t m, int64_t d,
-                       const int32_t* rows, const float* weights, float* y,
+int LaunchScaleAddRows(const float *x, int64_t m, int64_t d,
+                       const int32_t *rows, const float *weights, float *y,
                        int64_t n, Strm stream);
-int LaunchSigmoidGatedAdd(const float* x, int64_t n, int64_t d,
-                          const float* gate, float* y, Strm stream);
-int LaunchSoftmax(const float* x, int64_t n, int64_t v, float* out,
+int LaunchSigmoidGatedAdd(const float *x, int64_t n, int64_t d,
+                          const float *gate, float *y, Strm stream);
+int LaunchSoftmax(const float *x, int64_t n, int64_t v, float *out,
                   Strm stream);
-int LaunchArgmax(const float* x, int64_t n, int64_t v, int32_t* out,
+int LaunchArgmax(const float *x, int64_t n, int64_t v, int32_t *out,
                  Strm stream);
 
-}  // namespace moeserve::kernels::cuda
+} // namespace moeserve::kernels::cuda
 
-#endif  // MOESERVE_KERNELS_CUDA_LAUNCHERS_H_
+#endif // MOESERVE_KERNELS_CUDA_LAUNCHERS_H_
