@@ -4,8 +4,10 @@
 #include <cmath>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/architecture.h"
+#include "engine/internal/scratch_buffer.h"
 #include "engine/internal/status_macros.h"
 
 namespace moeserve::engine {
@@ -17,28 +19,19 @@ namespace {
 
 // A bf16 weight as a kernels tensor (weights are read-only; kernels take
 // non-const views).
-absl::StatusOr<Tensor> WeightTensor(const ModelWeights& w,
-                                    const std::string& name) {
-  const WeightView* view = w.Find(name);
+absl::StatusOr<Tensor> WeightTensor(const ModelWeights &w,
+                                    const std::string &name) {
+  const WeightView *view = w.Find(name);
   if (view == nullptr) {
     return absl::NotFoundError(absl::StrCat("weight ", name, " not loaded"));
   }
-  return Tensor::Make(const_cast<void*>(view->data), KDType::kBF16,
+  return Tensor::Make(const_cast<void *>(view->data), KDType::kBF16,
                       view->shape.data(), static_cast<int>(view->shape.size()));
 }
 
-Tensor F32(std::vector<float>& buf, std::initializer_list<int64_t> shape) {
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  if (static_cast<int64_t>(buf.size()) < numel) buf.resize(numel);
-  return Tensor(buf.data(), KDType::kF32, shape);
-}
+int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-Tensor I32(std::vector<int32_t>& buf, std::initializer_list<int64_t> shape) {
-  return Tensor(buf.data(), KDType::kI32, shape);
-}
-
-}  // namespace
+} // namespace
 
 struct MoeModel::LayerWeights {
   Tensor input_norm, post_norm;
@@ -48,36 +41,47 @@ struct MoeModel::LayerWeights {
   Tensor shared_gate_proj, shared_up, shared_down, shared_gate;
 };
 
-// Activations of one forward pass; grown on demand, reused across calls.
+// One router evaluation's buffers: device outputs and their host copies.
+struct MoeModel::RouteBuffers {
+  ScratchBuffer logits, weights, ids; // device
+  std::vector<float> host_weights;    // [n, k]
+  std::vector<int32_t> host_ids;      // [n, k]
+};
+
+// Activations of one forward pass in device scratch (grown at the start of
+// a step, reused across steps) plus the host-side tables that drive them.
 struct MoeModel::Scratch {
+  // Device.
+  ScratchBuffer x, h, q, k, v, attn, proj, moe_out, expert_in, expert_out,
+      expert_ws, shared_a, shared_b, shared_out, shared_gate, last, logits,
+      meta, perm, perm_weights;
+  RouteBuffers route, predict;
+  // Host: step metadata, uploaded once per step into `meta` as
+  // [ids | positions | slots | query_start | last_rows | block_tables].
   std::vector<int32_t> ids, positions, slots, query_start, block_tables;
-  std::vector<int32_t> last_rows, expert_ids, rows;
-  std::vector<float> x, h, q, k, v, attn, proj, router_logits, router_weights;
-  std::vector<float> moe_out, expert_in, expert_out, expert_ws, row_weights;
-  std::vector<float> shared_a, shared_b, shared_out, shared_gate, last;
-  std::vector<float> predict_logits, predict_weights;
-  std::vector<int32_t> predict_ids;
-  std::vector<int32_t> topk_ids;
+  std::vector<int32_t> last_rows, meta_host;
+  int64_t off_positions = 0, off_slots = 0, off_query_start = 0,
+          off_last_rows = 0, off_block_tables = 0;
+  // Host: one layer's routing grouped by expert (counting sort).
+  std::vector<int32_t> perm_host, expert_begin, fill;
+  std::vector<float> perm_weights_host;
   int64_t num_seqs = 0;
   int64_t max_blocks = 0;
 };
 
-MoeModel::MoeModel(const ModelWeights* weights, kernels::Backend* backend,
-                   ExpertProvider* experts,
+MoeModel::MoeModel(const ModelWeights *weights, kernels::Backend *backend,
+                   ExpertProvider *experts,
                    std::unique_ptr<kernels::Stream> stream)
-    : weights_(weights),
-      backend_(backend),
-      experts_(experts),
-      stream_(std::move(stream)),
-      scratch_(std::make_unique<Scratch>()) {}
+    : weights_(weights), backend_(backend), experts_(experts),
+      stream_(std::move(stream)), scratch_(std::make_unique<Scratch>()) {}
 
 MoeModel::~MoeModel() = default;
 
-absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
-    const ModelWeights* weights, kernels::Backend* backend,
-    ExpertProvider* experts) {
-  const ModelConfig& c = weights->config();
-  const ExpertBlob& blob = weights->expert({0, 0});
+absl::StatusOr<std::unique_ptr<MoeModel>>
+MoeModel::Create(const ModelWeights *weights, kernels::Backend *backend,
+                 ExpertProvider *experts) {
+  const ModelConfig &c = weights->config();
+  const ExpertBlob &blob = weights->expert({0, 0});
   if (blob.up_offset != blob.gate_bytes ||
       blob.down_offset != 2 * blob.gate_bytes) {
     return absl::UnimplementedError(absl::StrCat(
@@ -85,18 +89,68 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
         " are not contiguous in the packed blob (bf16 size ", blob.gate_bytes,
         " is not a multiple of 64 bytes)"));
   }
+  if (experts->device() != backend->device()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("backend ", backend->name(), " computes on ",
+                     kernels::DeviceName(backend->device()),
+                     " but the expert provider hands out blobs in ",
+                     kernels::DeviceName(experts->device()),
+                     " memory (use an offload stack on the backend's device)"));
+  }
   ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
                           backend->CreateStream());
   auto model = std::unique_ptr<MoeModel>(
       new MoeModel(weights, backend, experts, std::move(stream)));
   ENGINE_RETURN_IF_ERROR(model->ResolveWeights());
+  if (backend->device() != kernels::Device::kCpu) {
+    ENGINE_RETURN_IF_ERROR(model->UploadWeights());
+  }
+  ENGINE_RETURN_IF_ERROR(experts->AttachCompute(backend, model->stream_.get()));
   return model;
 }
 
+absl::Status MoeModel::UploadWeights() {
+  // Every distinct weight tensor (tied embeddings appear twice).
+  std::vector<Tensor *> all = {&embedding_, &final_norm_, &lm_head_};
+  for (LayerWeights &lw : layers_) {
+    for (Tensor *t : {&lw.input_norm, &lw.post_norm, &lw.q, &lw.k, &lw.v, &lw.o,
+                      &lw.q_bias, &lw.k_bias, &lw.v_bias, &lw.q_norm,
+                      &lw.k_norm, &lw.router, &lw.shared_gate_proj,
+                      &lw.shared_up, &lw.shared_down, &lw.shared_gate}) {
+      if (t->valid())
+        all.push_back(t);
+    }
+  }
+  absl::flat_hash_map<const void *, int64_t> offset_of;
+  int64_t total = 0;
+  for (const Tensor *t : all) {
+    if (offset_of.try_emplace(t->raw(), total).second) {
+      total += Align256(t->nbytes());
+    }
+  }
+  ENGINE_ASSIGN_OR_RETURN(device_weights_, backend_->Allocate(total));
+  std::byte *base = static_cast<std::byte *>(device_weights_->data());
+  absl::flat_hash_map<const void *, bool> copied;
+  for (Tensor *t : all) {
+    void *host = t->raw();
+    std::byte *dst = base + offset_of[host];
+    if (copied.try_emplace(host, true).second) {
+      ENGINE_RETURN_IF_ERROR(
+          backend_->CopyToDevice(*stream_, dst, host, t->nbytes()));
+    }
+    int64_t shape[Tensor::kMaxDims];
+    for (int i = 0; i < t->rank(); ++i)
+      shape[i] = t->dim(i);
+    ENGINE_ASSIGN_OR_RETURN(*t, Tensor::Make(dst, t->dtype(), shape, t->rank(),
+                                             backend_->device()));
+  }
+  return stream_->Synchronize();
+}
+
 absl::Status MoeModel::ResolveWeights() {
-  const ModelWeights& w = *weights_;
-  const ModelConfig& c = w.config();
-  const Architecture& arch = *c.architecture;
+  const ModelWeights &w = *weights_;
+  const ModelConfig &c = w.config();
+  const Architecture &arch = *c.architecture;
   ENGINE_ASSIGN_OR_RETURN(embedding_, WeightTensor(w, arch.EmbeddingName()));
   ENGINE_ASSIGN_OR_RETURN(final_norm_, WeightTensor(w, arch.FinalNormName()));
   if (c.tie_word_embeddings) {
@@ -106,7 +160,7 @@ absl::Status MoeModel::ResolveWeights() {
   }
   layers_.resize(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    LayerWeights& lw = layers_[l];
+    LayerWeights &lw = layers_[l];
     const AttentionTensorNames a = arch.AttentionNames(l);
     ENGINE_ASSIGN_OR_RETURN(lw.input_norm,
                             WeightTensor(w, arch.InputNormName(l)));
@@ -138,11 +192,50 @@ absl::Status MoeModel::ResolveWeights() {
   return absl::OkStatus();
 }
 
+absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs,
+                                      int64_t max_blocks) {
+  const ModelConfig &c = config();
+  Scratch &s = *scratch_;
+  kernels::Backend &b = *backend_;
+  const int64_t d = c.hidden_size, hd = c.head_dim, E = c.num_experts;
+  const int64_t qd = c.num_attention_heads * hd;
+  const int64_t kvd = c.num_key_value_heads * hd;
+  const int64_t k = c.num_experts_per_tok;
+  const int64_t f = 4; // sizeof(float) == sizeof(int32_t)
+  for (ScratchBuffer *buf : {&s.x, &s.h, &s.proj, &s.moe_out, &s.expert_in,
+                             &s.expert_out, &s.shared_out}) {
+    ENGINE_RETURN_IF_ERROR(buf->Reserve(b, n * d * f));
+  }
+  ENGINE_RETURN_IF_ERROR(s.q.Reserve(b, n * qd * f));
+  ENGINE_RETURN_IF_ERROR(s.attn.Reserve(b, n * qd * f));
+  ENGINE_RETURN_IF_ERROR(s.k.Reserve(b, n * kvd * f));
+  ENGINE_RETURN_IF_ERROR(s.v.Reserve(b, n * kvd * f));
+  ENGINE_RETURN_IF_ERROR(s.expert_ws.Reserve(
+      b, kernels::ExpertFfnWorkspaceElems(n, c.expert_intermediate_size) * f));
+  const int64_t sf = std::max<int64_t>(1, c.shared_expert_intermediate_size);
+  ENGINE_RETURN_IF_ERROR(s.shared_a.Reserve(b, n * sf * f));
+  ENGINE_RETURN_IF_ERROR(s.shared_b.Reserve(b, n * sf * f));
+  ENGINE_RETURN_IF_ERROR(s.shared_gate.Reserve(b, n * f));
+  ENGINE_RETURN_IF_ERROR(s.last.Reserve(b, num_seqs * d * f));
+  ENGINE_RETURN_IF_ERROR(s.logits.Reserve(b, num_seqs * c.vocab_size * f));
+  ENGINE_RETURN_IF_ERROR(s.perm.Reserve(b, n * k * f));
+  ENGINE_RETURN_IF_ERROR(s.perm_weights.Reserve(b, n * k * f));
+  // The prediction probe may ask for up to E experts a row.
+  for (RouteBuffers *r : {&s.route, &s.predict}) {
+    ENGINE_RETURN_IF_ERROR(r->logits.Reserve(b, n * E * f));
+    ENGINE_RETURN_IF_ERROR(r->weights.Reserve(b, n * E * f));
+    ENGINE_RETURN_IF_ERROR(r->ids.Reserve(b, n * E * f));
+  }
+  return s.meta.Reserve(b,
+                        (3 * n + 2 * num_seqs + 1 + num_seqs * max_blocks) * f);
+}
+
 absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
-                               KvCache* cache, std::vector<float>* logits) {
-  const ModelConfig& c = config();
-  Scratch& s = *scratch_;
-  if (batch.empty()) return absl::InvalidArgumentError("empty batch");
+                               KvCache *cache, std::vector<float> *logits) {
+  const ModelConfig &c = config();
+  Scratch &s = *scratch_;
+  if (batch.empty())
+    return absl::InvalidArgumentError("empty batch");
   // Flatten the batch: token ids, positions, KV slots, per-sequence ranges
   // and block tables.
   s.ids.clear();
@@ -152,7 +245,7 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   s.last_rows.clear();
   s.num_seqs = static_cast<int64_t>(batch.size());
   s.max_blocks = 1;
-  for (const SequenceChunk& seq : batch) {
+  for (const SequenceChunk &seq : batch) {
     const int64_t end = seq.start_position + seq.tokens.size();
     if (seq.tokens.empty() || seq.block_table == nullptr ||
         static_cast<int64_t>(seq.block_table->size()) * cache->block_size() <
@@ -184,14 +277,37 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   }
   const int64_t n = static_cast<int64_t>(s.ids.size());
   const int64_t d = c.hidden_size;
-  kernels::Stream& st = *stream_;
+  kernels::Stream &st = *stream_;
+  ENGINE_RETURN_IF_ERROR(ReserveScratch(n, s.num_seqs, s.max_blocks));
+
+  // One upload of the step's metadata.
+  s.meta_host.clear();
+  for (const std::vector<int32_t> *part :
+       {&s.ids, &s.positions, &s.slots, &s.query_start, &s.last_rows,
+        &s.block_tables}) {
+    if (part == &s.positions)
+      s.off_positions = s.meta_host.size();
+    if (part == &s.slots)
+      s.off_slots = s.meta_host.size();
+    if (part == &s.query_start)
+      s.off_query_start = s.meta_host.size();
+    if (part == &s.last_rows)
+      s.off_last_rows = s.meta_host.size();
+    if (part == &s.block_tables)
+      s.off_block_tables = s.meta_host.size();
+    s.meta_host.insert(s.meta_host.end(), part->begin(), part->end());
+  }
+  ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(
+      st, s.meta.data(), s.meta_host.data(),
+      static_cast<int64_t>(s.meta_host.size() * sizeof(int32_t))));
 
   StepInfo info;
   info.step = step_++;
   info.num_seqs = static_cast<int>(s.num_seqs);
   info.num_tokens = static_cast<int>(n);
-  for (const SequenceChunk& seq : batch) {
-    if (seq.tokens.size() > 1) info.num_prefill_tokens += seq.tokens.size();
+  for (const SequenceChunk &seq : batch) {
+    if (seq.tokens.size() > 1)
+      info.num_prefill_tokens += seq.tokens.size();
   }
   cache_ = cache;
   experts_->BeginStep(info);
@@ -201,21 +317,36 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   Tensor x = F32(s.x, {n, d});
   // Final norm and lm_head on each sequence's last token only.
   Tensor last = F32(s.last, {s.num_seqs, d});
-  ENGINE_RETURN_IF_ERROR(
-      backend_->GatherRows(st, x, I32(s.last_rows, {s.num_seqs}), last));
+  ENGINE_RETURN_IF_ERROR(backend_->GatherRows(
+      st, x, I32(s.meta, s.off_last_rows, {s.num_seqs}), last));
   ENGINE_RETURN_IF_ERROR(
       backend_->RmsNorm(st, last, final_norm_, c.rms_norm_eps, last));
-  logits->resize(s.num_seqs * c.vocab_size);
-  Tensor out(logits->data(), KDType::kF32, {s.num_seqs, c.vocab_size});
+  Tensor out = F32(s.logits, {s.num_seqs, c.vocab_size});
   ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, last, lm_head_, {}, out));
+  logits->resize(s.num_seqs * c.vocab_size);
+  ENGINE_RETURN_IF_ERROR(
+      backend_->CopyToHost(st, logits->data(), out.raw(), out.nbytes()));
   return st.Synchronize();
 }
 
-absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
-  const ModelConfig& c = config();
-  const LayerWeights& lw = layers_[layer];
-  Scratch& s = *scratch_;
-  kernels::Stream& st = *stream_;
+Tensor MoeModel::F32(const ScratchBuffer &buf,
+                     std::initializer_list<int64_t> shape,
+                     int64_t offset) const {
+  return Tensor(static_cast<float *>(buf.data()) + offset, KDType::kF32, shape,
+                backend_->device());
+}
+
+Tensor MoeModel::I32(const ScratchBuffer &buf, int64_t offset,
+                     std::initializer_list<int64_t> shape) const {
+  return Tensor(static_cast<int32_t *>(buf.data()) + offset, KDType::kI32,
+                shape, backend_->device());
+}
+
+absl::Status MoeModel::Attention(int layer, int64_t n, KvCache *cache) {
+  const ModelConfig &c = config();
+  const LayerWeights &lw = layers_[layer];
+  Scratch &s = *scratch_;
+  kernels::Stream &st = *stream_;
   const int64_t d = c.hidden_size, hd = c.head_dim;
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   Tensor x = F32(s.x, {n, d});
@@ -241,16 +372,16 @@ absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
   Tensor q3 = F32(s.q, {n, heads, hd});
   Tensor k3 = F32(s.k, {n, kv, hd});
   Tensor v3 = F32(s.v, {n, kv, hd});
-  Tensor positions = I32(s.positions, {n});
+  Tensor positions = I32(s.meta, s.off_positions, {n});
   const float theta = static_cast<float>(c.rope_theta);
   ENGINE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, q3, positions, theta));
   ENGINE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, k3, positions, theta));
   const kernels::PagedKvCache pages = cache->layer(layer);
   ENGINE_RETURN_IF_ERROR(
-      backend_->KvWrite(st, k3, v3, I32(s.slots, {n}), pages));
+      backend_->KvWrite(st, k3, v3, I32(s.meta, s.off_slots, {n}), pages));
   const kernels::AttentionBatch batch{
-      I32(s.query_start, {s.num_seqs + 1}), positions,
-      I32(s.block_tables, {s.num_seqs, s.max_blocks})};
+      I32(s.meta, s.off_query_start, {s.num_seqs + 1}), positions,
+      I32(s.meta, s.off_block_tables, {s.num_seqs, s.max_blocks})};
   Tensor attn = F32(s.attn, {n, heads * hd});
   ENGINE_RETURN_IF_ERROR(backend_->Attention(st, q3, pages, batch, attn));
   Tensor proj = F32(s.proj, {n, d});
@@ -259,16 +390,16 @@ absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
 }
 
 absl::Status MoeModel::MoeBlock(int layer, int64_t n) {
-  const ModelConfig& c = config();
-  Scratch& s = *scratch_;
-  kernels::Stream& st = *stream_;
+  const ModelConfig &c = config();
+  Scratch &s = *scratch_;
+  kernels::Stream &st = *stream_;
   const int64_t d = c.hidden_size;
   Tensor x = F32(s.x, {n, d});
   Tensor h = F32(s.h, {n, d});
   ENGINE_RETURN_IF_ERROR(
       backend_->RmsNorm(st, x, layers_[layer].post_norm, c.rms_norm_eps, h));
   Tensor moe_out = F32(s.moe_out, {n, d});
-  std::fill_n(s.moe_out.begin(), n * d, 0.0f);
+  ENGINE_RETURN_IF_ERROR(backend_->Zero(st, moe_out.raw(), moe_out.nbytes()));
   ENGINE_RETURN_IF_ERROR(RoutedExperts(layer, n));
   if (layers_[layer].shared_up.valid()) {
     ENGINE_RETURN_IF_ERROR(SharedExpert(layer, n));
@@ -277,11 +408,11 @@ absl::Status MoeModel::MoeBlock(int layer, int64_t n) {
 }
 
 absl::Status MoeModel::RunLayers(int64_t n) {
-  const ModelConfig& c = config();
-  Scratch& s = *scratch_;
+  const ModelConfig &c = config();
+  Scratch &s = *scratch_;
   Tensor x = F32(s.x, {n, c.hidden_size});
   ENGINE_RETURN_IF_ERROR(
-      backend_->Embedding(*stream_, I32(s.ids, {n}), embedding_, x));
+      backend_->Embedding(*stream_, I32(s.meta, 0, {n}), embedding_, x));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     ENGINE_RETURN_IF_ERROR(Attention(l, n, cache_));
     ENGINE_RETURN_IF_ERROR(MoeBlock(l, n));
@@ -289,91 +420,130 @@ absl::Status MoeModel::RunLayers(int64_t n) {
   return absl::OkStatus();
 }
 
-std::vector<int> MoeModel::PredictExperts(int layer, const float* hidden,
+std::vector<int> MoeModel::PredictExperts(int layer, const float *hidden,
                                           int64_t n, int k) {
-  const ModelConfig& c = config();
+  const ModelConfig &c = config();
   const int64_t E = c.num_experts;
   k = std::clamp<int>(k, 1, static_cast<int>(E));
-  Scratch& s = *scratch_;
-  Tensor h(const_cast<float*>(hidden), KDType::kF32, {n, c.hidden_size});
+  Scratch &s = *scratch_;
   std::vector<int> experts;
+  if (hidden == nullptr || n <= 0 || layer < 0 ||
+      layer >= c.num_hidden_layers) {
+    return experts;
+  }
+  Tensor h(const_cast<float *>(hidden), KDType::kF32, {n, c.hidden_size},
+           backend_->device());
   // Own buffers: this runs inside RoutedExperts, whose routing is in use.
-  if (!Route(layer, h, k, /*normalize=*/false, &s.predict_logits,
-             &s.predict_weights, &s.predict_ids)
-           .ok()) {
-    return experts;  // a failed prediction only costs prefetching
+  if (!Route(layer, h, k, /*normalize=*/false, s.predict).ok()) {
+    return experts; // a failed prediction only costs prefetching
   }
   std::vector<bool> chosen(E, false);
-  for (int32_t e : s.predict_ids) chosen[e] = true;
+  for (int32_t e : s.predict.host_ids)
+    chosen[e] = true;
   for (int e = 0; e < E; ++e) {
-    if (chosen[e]) experts.push_back(e);
+    if (chosen[e])
+      experts.push_back(e);
   }
   return experts;
 }
 
-absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
-                             std::vector<float>* logits,
-                             std::vector<float>* weights,
-                             std::vector<int32_t>* ids) {
+absl::Status MoeModel::Route(int layer, const Tensor &h, int k, bool normalize,
+                             RouteBuffers &r) {
   const int64_t n = h.dim(0), E = config().num_experts;
-  Tensor logits_t = F32(*logits, {n, E});
+  if (r.logits.bytes() < n * E * 4 || r.weights.bytes() < n * k * 4 ||
+      r.ids.bytes() < n * k * 4) {
+    return absl::InternalError("router scratch not reserved");
+  }
+  Tensor logits = F32(r.logits, {n, E});
+  Tensor weights = F32(r.weights, {n, k});
+  Tensor ids = I32(r.ids, 0, {n, k});
+  kernels::Stream &st = *stream_;
   ENGINE_RETURN_IF_ERROR(
-      backend_->MatMul(*stream_, h, layers_[layer].router, {}, logits_t));
-  ids->resize(n * k);
-  ENGINE_RETURN_IF_ERROR(backend_->RouterTopK(*stream_, logits_t, k, normalize,
-                                              F32(*weights, {n, k}),
-                                              I32(*ids, {n, k})));
-  return stream_->Synchronize();  // routing is read on the host
+      backend_->MatMul(st, h, layers_[layer].router, {}, logits));
+  ENGINE_RETURN_IF_ERROR(
+      backend_->RouterTopK(st, logits, k, normalize, weights, ids));
+  // Routing is read on the host: it decides which experts to fetch.
+  r.host_weights.resize(n * k);
+  r.host_ids.resize(n * k);
+  ENGINE_RETURN_IF_ERROR(backend_->CopyToHost(st, r.host_weights.data(),
+                                              weights.raw(), weights.nbytes()));
+  ENGINE_RETURN_IF_ERROR(
+      backend_->CopyToHost(st, r.host_ids.data(), ids.raw(), ids.nbytes()));
+  return st.Synchronize();
 }
 
 // Router, top-k, then every selected expert once on all of its tokens.
 absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
-  const ModelConfig& c = config();
-  Scratch& s = *scratch_;
-  kernels::Stream& st = *stream_;
+  const ModelConfig &c = config();
+  Scratch &s = *scratch_;
+  kernels::Stream &st = *stream_;
   const int64_t d = c.hidden_size, E = c.num_experts;
   const int64_t k = c.num_experts_per_tok, ffn = c.expert_intermediate_size;
   Tensor h = F32(s.h, {n, d});
-  ENGINE_RETURN_IF_ERROR(Route(layer, h, static_cast<int>(k), c.norm_topk_prob,
-                               &s.router_logits, &s.router_weights,
-                               &s.topk_ids));
-
-  // Group (token, weight) pairs by expert, experts in ascending order.
-  std::vector<std::vector<int32_t>> rows(E);
-  std::vector<std::vector<float>> row_weights(E);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = s.topk_ids[t * k + j];
-      rows[e].push_back(static_cast<int32_t>(t));
-      row_weights[e].push_back(s.router_weights[t * k + j]);
+  ENGINE_RETURN_IF_ERROR(
+      Route(layer, h, static_cast<int>(k), c.norm_topk_prob, s.route));
+  const std::vector<int32_t> &ids = s.route.host_ids;
+  const std::vector<float> &weights = s.route.host_weights;
+  for (int32_t e : ids) {
+    if (e < 0 || e >= E) {
+      return absl::InternalError(
+          absl::StrCat("router of layer ", layer, " picked expert ", e));
     }
   }
+
+  // Group the (token, weight) pairs by expert, experts ascending and tokens
+  // in order within each (a counting sort into perm), and upload them once.
+  s.expert_begin.assign(E + 1, 0);
+  for (int32_t e : ids)
+    ++s.expert_begin[e + 1];
+  for (int64_t e = 0; e < E; ++e)
+    s.expert_begin[e + 1] += s.expert_begin[e];
+  s.fill.assign(s.expert_begin.begin(), s.expert_begin.end() - 1);
+  s.perm_host.resize(n * k);
+  s.perm_weights_host.resize(n * k);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = ids[t * k + j];
+      const int32_t at = s.fill[e]++;
+      s.perm_host[at] = static_cast<int32_t>(t);
+      s.perm_weights_host[at] = weights[t * k + j];
+    }
+  }
+  ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(
+      st, s.perm.data(), s.perm_host.data(), n * k * sizeof(int32_t)));
+  ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(st, s.perm_weights.data(),
+                                                s.perm_weights_host.data(),
+                                                n * k * sizeof(float)));
   std::vector<int> selected, counts;
   for (int e = 0; e < E; ++e) {
-    if (rows[e].empty()) continue;
+    const int count = s.expert_begin[e + 1] - s.expert_begin[e];
+    if (count == 0)
+      continue;
     selected.push_back(e);
-    counts.push_back(static_cast<int>(rows[e].size()));
+    counts.push_back(count);
   }
-  experts_->BeginLayer(layer, selected, counts, s.h.data(), n);
+  experts_->BeginLayer(layer, selected, counts,
+                       static_cast<float *>(s.h.data()), n);
   Tensor moe_out = F32(s.moe_out, {n, d});
   for (int e : selected) {
-    ENGINE_ASSIGN_OR_RETURN(const std::byte* blob_data,
+    ENGINE_ASSIGN_OR_RETURN(const std::byte *blob_data,
                             experts_->Acquire({layer, e}));
-    const int64_t m = static_cast<int64_t>(rows[e].size());
-    Tensor row_ids(rows[e].data(), KDType::kI32, {m});
+    const int64_t begin = s.expert_begin[e];
+    const int64_t m = s.expert_begin[e + 1] - begin;
+    Tensor rows = I32(s.perm, begin, {m});
+    Tensor w = F32(s.perm_weights, {m}, begin);
     Tensor in = F32(s.expert_in, {m, d});
     Tensor out = F32(s.expert_out, {m, d});
     Tensor ws = F32(s.expert_ws, {kernels::ExpertFfnWorkspaceElems(m, ffn)});
-    Tensor blob(const_cast<std::byte*>(blob_data), KDType::kBF16,
-                {3 * ffn * d});
-    Tensor w(row_weights[e].data(), KDType::kF32, {m});
-    absl::Status status = backend_->GatherRows(st, h, row_ids, in);
-    if (status.ok()) status = backend_->ExpertFfn(st, in, blob, ffn, ws, out);
-    if (status.ok()) {
-      status = backend_->ScaleAddRows(st, out, row_ids, w, moe_out);
-    }
-    // The blob must stay put until the kernels that read it have run.
-    if (status.ok()) status = st.Synchronize();
+    Tensor blob(const_cast<std::byte *>(blob_data), KDType::kBF16,
+                {3 * ffn * d}, backend_->device());
+    absl::Status status = backend_->GatherRows(st, h, rows, in);
+    if (status.ok())
+      status = backend_->ExpertFfn(st, in, blob, ffn, ws, out);
+    if (status.ok())
+      status = backend_->ScaleAddRows(st, out, rows, w, moe_out);
+    // No wait here: the provider keeps the blob until the stream has passed
+    // these ops (ExpertProvider, "Asynchronous devices").
     experts_->Release({layer, e});
     ENGINE_RETURN_IF_ERROR(status);
   }
@@ -383,10 +553,10 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
 
 // qwen2_moe: out += sigmoid(h Wg^T) * down(silu(gate(h)) * up(h)).
 absl::Status MoeModel::SharedExpert(int layer, int64_t n) {
-  const ModelConfig& c = config();
-  const LayerWeights& lw = layers_[layer];
-  Scratch& s = *scratch_;
-  kernels::Stream& st = *stream_;
+  const ModelConfig &c = config();
+  const LayerWeights &lw = layers_[layer];
+  Scratch &s = *scratch_;
+  kernels::Stream &st = *stream_;
   const int64_t d = c.hidden_size, f = c.shared_expert_intermediate_size;
   Tensor h = F32(s.h, {n, d});
   Tensor a = F32(s.shared_a, {n, f});
@@ -401,4 +571,4 @@ absl::Status MoeModel::SharedExpert(int layer, int64_t n) {
   return backend_->SigmoidGatedAdd(st, out, gate, F32(s.moe_out, {n, d}));
 }
 
-}  // namespace moeserve::engine
+} // namespace moeserve::engine
