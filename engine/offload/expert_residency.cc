@@ -13,21 +13,24 @@ namespace moeserve::engine {
 
 using Clock = std::chrono::steady_clock;
 
-void ExpertResidency::FreeDeleter::operator()(std::byte* p) const {
+void ExpertResidency::FreeDeleter::operator()(std::byte *p) const {
   std::free(p);
 }
 
-absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
-    const ModelWeights* weights, SlowTier* slow, uint64_t capacity_bytes,
-    const LinkOptions& link, OffloadPolicy* policy, PredictFn predict,
-    metrics::Registry* registry, std::string engine_name) {
+absl::StatusOr<std::unique_ptr<ExpertResidency>>
+ExpertResidency::Create(const ModelWeights *weights, SlowTier *slow,
+                        uint64_t capacity_bytes, const LinkOptions &link,
+                        OffloadPolicy *policy, PredictFn predict,
+                        metrics::Registry *registry, std::string engine_name,
+                        kernels::Backend *device) {
   if (weights == nullptr || slow == nullptr || policy == nullptr) {
     return absl::InvalidArgumentError(
         "expert residency needs weights, a slow tier and a policy");
   }
   const int64_t total =
       int64_t{weights->num_layers()} * int64_t{weights->num_experts()};
-  if (total == 0) return absl::InvalidArgumentError("model has no experts");
+  if (total == 0)
+    return absl::InvalidArgumentError("model has no experts");
   const uint64_t blob = weights->expert({0, 0}).bytes;
   if (capacity_bytes < blob) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -38,43 +41,69 @@ absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
       static_cast<int>(std::min<uint64_t>(capacity_bytes / blob, total));
   std::unique_ptr<ExpertResidency> r(
       new ExpertResidency(weights, slow, slots, policy, std::move(predict)));
-  if (absl::Status s = r->Init(link, registry, engine_name); !s.ok()) return s;
+  if (absl::Status s = r->Init(link, registry, engine_name, device); !s.ok()) {
+    return s;
+  }
   policy->Attach(r.get());
   return r;
 }
 
-ExpertResidency::ExpertResidency(const ModelWeights* weights, SlowTier* slow,
-                                 int slots, OffloadPolicy* policy,
+ExpertResidency::ExpertResidency(const ModelWeights *weights, SlowTier *slow,
+                                 int slots, OffloadPolicy *policy,
                                  PredictFn predict)
-    : weights_(weights),
-      slow_(slow),
-      policy_(policy),
-      predict_(std::move(predict)),
-      num_layers_(weights->num_layers()),
+    : weights_(weights), slow_(slow), policy_(policy),
+      predict_(std::move(predict)), num_layers_(weights->num_layers()),
       num_experts_(weights->num_experts()),
       top_k_(static_cast<int>(weights->config().num_experts_per_tok)),
-      num_slots_(slots),
-      slot_bytes_(weights->expert({0, 0}).bytes),
-      slots_(slots),
-      slot_of_(num_layers_ * num_experts_, -1),
+      num_slots_(slots), slot_bytes_(weights->expert({0, 0}).bytes),
+      slots_(slots), slot_of_(num_layers_ * num_experts_, -1),
       protected_(num_layers_ * num_experts_, 0),
       activations_(num_layers_ * num_experts_, 0) {
   state_count_[static_cast<int>(State::kEmpty)] = slots;
 }
 
-absl::Status ExpertResidency::Init(const LinkOptions& link,
-                                   metrics::Registry* registry,
-                                   const std::string& engine_name) {
+absl::Status ExpertResidency::Init(const LinkOptions &link,
+                                   metrics::Registry *registry,
+                                   const std::string &engine_name,
+                                   kernels::Backend *device) {
   const size_t size = (num_slots_ * slot_bytes_ + 4095) / 4096 * 4096;
-  arena_.reset(static_cast<std::byte*>(std::aligned_alloc(4096, size)));
-  if (arena_ == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate a fast tier of ", size, " bytes"));
+  std::unique_ptr<LinkTransport> transport;
+  if (device == nullptr) {
+    arena_.reset(static_cast<std::byte *>(std::aligned_alloc(4096, size)));
+    if (arena_ == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate a fast tier of ", size, " bytes"));
+    }
+    slot_base_ = arena_.get();
+    transport = NewHostTransport(slow_);
+  } else {
+    device_ = device;
+    absl::StatusOr<std::unique_ptr<kernels::Buffer>> arena =
+        device->Allocate(static_cast<int64_t>(size));
+    if (!arena.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "fast tier of ", num_slots_, " expert slots (", size, " bytes) on ",
+          device->name(), ": ", arena.status().message()));
+    }
+    device_arena_ = *std::move(arena);
+    slot_base_ = static_cast<std::byte *>(device_arena_->data());
+    for (int s = 0; s < num_slots_; ++s) {
+      absl::StatusOr<std::unique_ptr<kernels::Event>> e = device->CreateEvent();
+      if (!e.ok())
+        return e.status();
+      released_.push_back(*std::move(e));
+    }
+    absl::StatusOr<std::unique_ptr<LinkTransport>> t =
+        NewDeviceTransport(device, slow_, slot_bytes_, link.num_workers);
+    if (!t.ok())
+      return t.status();
+    transport = *std::move(t);
   }
   metrics_ = std::make_unique<ResidencyMetrics>();
   if (registry != nullptr) {
     absl::Status s = metrics_->Register(registry, engine_name, link);
-    if (!s.ok()) return s;
+    if (!s.ok())
+      return s;
   }
   metrics_->SetCapacity(static_cast<double>(num_slots_ * slot_bytes_));
   {
@@ -82,18 +111,35 @@ absl::Status ExpertResidency::Init(const LinkOptions& link,
     PublishCacheGauges();
   }
   link_ = std::make_unique<Link>(
-      slow_, slot_bytes_, link,
+      std::move(transport), slot_bytes_, link,
       LinkCounters{metrics_->link_bytes, metrics_->link_busy_seconds});
   return absl::OkStatus();
 }
 
 ExpertResidency::~ExpertResidency() {
-  link_.reset();  // Runs every queued completion while the rest is alive.
+  link_.reset(); // Runs every queued completion while the rest is alive.
+}
+
+kernels::Device ExpertResidency::device() const {
+  return on_device() ? device_->device() : kernels::Device::kCpu;
+}
+
+absl::Status ExpertResidency::AttachCompute(kernels::Backend *backend,
+                                            kernels::Stream *stream) {
+  if (on_device()) {
+    if (backend != device_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("expert slots live on ", device_->name(),
+                       " but the model computes on ", backend->name()));
+    }
+    compute_ = stream;
+  }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------- steps
 
-void ExpertResidency::BeginStep(const StepInfo& info) {
+void ExpertResidency::BeginStep(const StepInfo &info) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     step_ = info.step;
@@ -118,10 +164,11 @@ void ExpertResidency::EndStep() {
 
 void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
                                  std::span<const int> token_counts,
-                                 const float* hidden, int64_t n) {
+                                 const float *hidden, int64_t n) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int f : protected_list_) protected_[f] = 0;
+    for (int f : protected_list_)
+      protected_[f] = 0;
     protected_list_.clear();
     for (size_t i = 0; i < experts.size(); ++i) {
       const int f = Flat({layer, experts[i]});
@@ -143,7 +190,8 @@ void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
 void ExpertResidency::EndLayer(int layer) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int f : protected_list_) protected_[f] = 0;
+    for (int f : protected_list_)
+      protected_[f] = 0;
     protected_list_.clear();
   }
   policy_->OnLayerDone(layer);
@@ -151,7 +199,7 @@ void ExpertResidency::EndLayer(int layer) {
 
 // ---------------------------------------------------------------- acquire
 
-absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
+absl::StatusOr<const std::byte *> ExpertResidency::Acquire(ExpertId id) {
   policy_->OnAccess(id);
   double stall = 0;
   std::unique_lock<std::mutex> lock(mu_);
@@ -160,14 +208,15 @@ absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
     AddStall(stall);
     return found.status();
   }
-  Slot& slot = slots_[*found];
+  Slot &slot = slots_[*found];
   if (slot.state == State::kLoading) {
     WaitTimed(lock, &stall, [&] { return slot.state != State::kLoading; });
   }
   AddStall(stall);
-  if (slot.state != State::kReady) {  // The load failed.
+  if (slot.state != State::kReady) { // The load failed.
     absl::Status error = slot.error;
-    if (--slot.in_use == 0) cv_.notify_all();
+    if (--slot.in_use == 0)
+      cv_.notify_all();
     return error;
   }
   if (slot.prefetched_unused) {
@@ -177,14 +226,15 @@ absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
   return SlotData(*found);
 }
 
-absl::StatusOr<int> ExpertResidency::FindOrLoad(
-    ExpertId id, std::unique_lock<std::mutex>& lock, double* stall) {
+absl::StatusOr<int>
+ExpertResidency::FindOrLoad(ExpertId id, std::unique_lock<std::mutex> &lock,
+                            double *stall) {
   const int f = Flat(id);
   for (;;) {
     if (int s = slot_of_[f]; s >= 0) {
-      Slot& slot = slots_[s];
+      Slot &slot = slots_[s];
       if (slot.demand_pending) {
-        slot.demand_pending = false;  // Its miss was counted at the load.
+        slot.demand_pending = false; // Its miss was counted at the load.
       } else {
         Count(&hits_, metrics_->hits);
       }
@@ -192,10 +242,11 @@ absl::StatusOr<int> ExpertResidency::FindOrLoad(
       return s;
     }
     SlotResult r = TrySlot(lock, Reach::kAll);
-    if (r.retry || (r.slot >= 0 && slot_of_[f] >= 0)) continue;
+    if (r.retry || (r.slot >= 0 && slot_of_[f] >= 0))
+      continue;
     if (r.slot >= 0) {
       StartLoad(r.slot, id, Load::kDemand);
-      slots_[r.slot].demand_pending = false;  // Consumed right here.
+      slots_[r.slot].demand_pending = false; // Consumed right here.
       ++slots_[r.slot].in_use;
       return r.slot;
     }
@@ -215,20 +266,33 @@ void ExpertResidency::Release(ExpertId id) {
                   id.layer, id.expert);
     return;
   }
-  if (--slots_[s].in_use == 0) cv_.notify_all();
+  if (on_device() && compute_ != nullptr) {
+    // Marks the end of the kernels that read the slot; a later copy into it
+    // waits for this on the device (StartLoad).
+    if (absl::Status r = device_->RecordEvent(*compute_, *released_[s]);
+        !r.ok()) {
+      // Without the marker the slot cannot be reused safely: drain instead.
+      spdlog::error("expert residency: {}; synchronising", r.ToString());
+      (void)compute_->Synchronize();
+    }
+  }
+  if (--slots_[s].in_use == 0)
+    cv_.notify_all();
 }
 
-void ExpertResidency::WaitTimed(std::unique_lock<std::mutex>& lock,
-                                double* stall,
-                                const std::function<bool()>& done) {
+void ExpertResidency::WaitTimed(std::unique_lock<std::mutex> &lock,
+                                double *stall,
+                                const std::function<bool()> &done) {
   const Clock::time_point start = Clock::now();
   cv_.wait(lock);
-  while (!done()) cv_.wait(lock);
+  while (!done())
+    cv_.wait(lock);
   *stall += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void ExpertResidency::AddStall(double seconds) {
-  if (seconds <= 0) return;
+  if (seconds <= 0)
+    return;
   stall_seconds_ += seconds;
   if (metrics_->stall_seconds != nullptr) {
     metrics_->stall_seconds->Inc(seconds);
@@ -237,7 +301,7 @@ void ExpertResidency::AddStall(double seconds) {
 
 absl::Status ExpertResidency::Exhausted() const {
   int pinned = 0, in_use = 0;
-  for (const Slot& s : slots_) {
+  for (const Slot &s : slots_) {
     pinned += s.pins > 0;
     in_use += s.in_use > 0;
   }
@@ -249,8 +313,8 @@ absl::Status ExpertResidency::Exhausted() const {
 
 // ---------------------------------------------------------------- slots
 
-ExpertResidency::SlotResult ExpertResidency::TrySlot(
-    std::unique_lock<std::mutex>& lock, Reach reach) {
+ExpertResidency::SlotResult
+ExpertResidency::TrySlot(std::unique_lock<std::mutex> &lock, Reach reach) {
   SlotResult r;
   for (int s = 0; s < num_slots_; ++s) {
     if (slots_[s].state == State::kEmpty && slots_[s].in_use == 0) {
@@ -259,7 +323,8 @@ ExpertResidency::SlotResult ExpertResidency::TrySlot(
     }
   }
   std::vector<ExpertId> candidates = Candidates(reach, &r.loading_any);
-  if (candidates.empty()) return r;
+  if (candidates.empty())
+    return r;
   r.slot = PickVictim(lock, candidates, reach);
   if (r.slot < 0) {
     r.retry = true;
@@ -270,56 +335,61 @@ ExpertResidency::SlotResult ExpertResidency::TrySlot(
 }
 
 std::vector<ExpertId> ExpertResidency::Candidates(Reach reach,
-                                                  bool* loading_any) const {
+                                                  bool *loading_any) const {
   // Tier 0: unprotected. Tier 1: protected, already acquired or never
   // demand-loaded. Tier 2: protected and demand-loaded, not yet acquired.
   std::vector<ExpertId> tiers[3];
   *loading_any = false;
-  for (const Slot& s : slots_) {
+  for (const Slot &s : slots_) {
     if ((s.state == State::kLoading && s.pins == 0) ||
         (s.state == State::kEmpty && s.in_use > 0)) {
       *loading_any = true;
     }
-    if (!Evictable(s)) continue;
+    if (!Evictable(s))
+      continue;
     const int tier = !protected_[Flat(s.id)] ? 0 : (s.demand_pending ? 2 : 1);
     tiers[tier].push_back(s.id);
   }
   const int reachable = reach == Reach::kAll ? 3 : 1;
   for (int t = 0; t < reachable; ++t) {
-    if (!tiers[t].empty()) return std::move(tiers[t]);
+    if (!tiers[t].empty())
+      return std::move(tiers[t]);
   }
   return {};
 }
 
-int ExpertResidency::PickVictim(std::unique_lock<std::mutex>& lock,
-                                const std::vector<ExpertId>& candidates,
+int ExpertResidency::PickVictim(std::unique_lock<std::mutex> &lock,
+                                const std::vector<ExpertId> &candidates,
                                 Reach reach) {
   std::vector<ExpertId> victims;
-  lock.unlock();  // The policy may call back into ResidencyControl.
+  lock.unlock(); // The policy may call back into ResidencyControl.
   policy_->ChooseVictims(candidates, 1, &victims);
   lock.lock();
   // State may have moved while unlocked: revalidate; fall back to the
   // candidates' order if the policy's choice no longer holds.
   victims.insert(victims.end(), candidates.begin(), candidates.end());
-  for (const ExpertId& v : victims) {
+  for (const ExpertId &v : victims) {
     if (v.layer < 0 || v.layer >= num_layers_ || v.expert < 0 ||
         v.expert >= num_experts_) {
       continue;
     }
     const int s = slot_of_[Flat(v)];
-    if (s < 0 || !Evictable(slots_[s])) continue;
-    if (reach == Reach::kUnprotected && protected_[Flat(v)]) continue;
+    if (s < 0 || !Evictable(slots_[s]))
+      continue;
+    if (reach == Reach::kUnprotected && protected_[Flat(v)])
+      continue;
     return s;
   }
   return -1;
 }
 
 void ExpertResidency::EvictSlot(int s) {
-  Slot& slot = slots_[s];
+  Slot &slot = slots_[s];
   if (slot.prefetched_unused) {
     Count(&prefetch_wasted_, metrics_->prefetch_wasted);
   }
-  if (slot.demand_pending) ++demand_evicted_unused_;
+  if (slot.demand_pending)
+    ++demand_evicted_unused_;
   slot_of_[Flat(slot.id)] = -1;
   slot.prefetched_unused = false;
   slot.demand_pending = false;
@@ -327,7 +397,7 @@ void ExpertResidency::EvictSlot(int s) {
 }
 
 void ExpertResidency::StartLoad(int s, ExpertId id, Load kind) {
-  Slot& slot = slots_[s];
+  Slot &slot = slots_[s];
   slot.id = id;
   slot.error = absl::OkStatus();
   slot.prefetched_unused = kind == Load::kPrefetch;
@@ -339,13 +409,14 @@ void ExpertResidency::StartLoad(int s, ExpertId id, Load kind) {
   } else {
     ++prefetch_loads_;
   }
-  link_->Submit(id, SlotData(s),
-                [this, s](absl::Status status) { OnLoaded(s, status); });
+  link_->Submit(
+      id, SlotData(s), [this, s](absl::Status status) { OnLoaded(s, status); },
+      on_device() ? released_[s].get() : nullptr);
 }
 
 void ExpertResidency::OnLoaded(int s, absl::Status status) {
   std::lock_guard<std::mutex> lock(mu_);
-  Slot& slot = slots_[s];
+  Slot &slot = slots_[s];
   if (status.ok()) {
     SetState(slot, State::kReady);
   } else {
@@ -361,23 +432,27 @@ void ExpertResidency::OnLoaded(int s, absl::Status status) {
   cv_.notify_all();
 }
 
-int ExpertResidency::EnsureNoWait(std::unique_lock<std::mutex>& lock,
-                                  ExpertId id, Load kind, bool* started) {
+int ExpertResidency::EnsureNoWait(std::unique_lock<std::mutex> &lock,
+                                  ExpertId id, Load kind, bool *started) {
   const int f = Flat(id);
   *started = false;
   for (;;) {
-    if (slot_of_[f] >= 0) return slot_of_[f];
+    if (slot_of_[f] >= 0)
+      return slot_of_[f];
     SlotResult r = TrySlot(lock, Reach::kUnprotected);
-    if (r.retry) continue;
-    if (r.slot < 0) return -1;
-    if (slot_of_[f] >= 0) return slot_of_[f];  // Loaded while unlocked.
+    if (r.retry)
+      continue;
+    if (r.slot < 0)
+      return -1;
+    if (slot_of_[f] >= 0)
+      return slot_of_[f]; // Loaded while unlocked.
     StartLoad(r.slot, id, kind);
     *started = true;
     return r.slot;
   }
 }
 
-void ExpertResidency::SetState(Slot& slot, State state) {
+void ExpertResidency::SetState(Slot &slot, State state) {
   --state_count_[static_cast<int>(slot.state)];
   ++state_count_[static_cast<int>(state)];
   slot.state = state;
@@ -393,9 +468,10 @@ void ExpertResidency::PublishCacheGauges() {
   }
 }
 
-void ExpertResidency::Count(uint64_t* field, metrics::Counter* metric) {
+void ExpertResidency::Count(uint64_t *field, metrics::Counter *metric) {
   ++*field;
-  if (metric != nullptr) metric->Inc();
+  if (metric != nullptr)
+    metric->Inc();
 }
 
 // ---------------------------------------------------------------- control
@@ -416,7 +492,8 @@ bool ExpertResidency::Pin(ExpertId id) {
   std::unique_lock<std::mutex> lock(mu_);
   bool started = false;
   const int s = EnsureNoWait(lock, id, Load::kPrefetch, &started);
-  if (s < 0) return false;
+  if (s < 0)
+    return false;
   ++slots_[s].pins;
   return true;
 }
@@ -424,21 +501,25 @@ bool ExpertResidency::Pin(ExpertId id) {
 void ExpertResidency::Unpin(ExpertId id) {
   std::lock_guard<std::mutex> lock(mu_);
   const int s = slot_of_[Flat(id)];
-  if (s < 0 || slots_[s].pins == 0) return;
-  if (--slots_[s].pins == 0) cv_.notify_all();
+  if (s < 0 || slots_[s].pins == 0)
+    return;
+  if (--slots_[s].pins == 0)
+    cv_.notify_all();
 }
 
 void ExpertResidency::Evict(ExpertId id) {
   std::lock_guard<std::mutex> lock(mu_);
   const int s = slot_of_[Flat(id)];
-  if (s < 0 || !Evictable(slots_[s])) return;
+  if (s < 0 || !Evictable(slots_[s]))
+    return;
   EvictSlot(s);
   cv_.notify_all();
 }
 
-std::vector<int> ExpertResidency::PredictExperts(int layer, const float* hidden,
+std::vector<int> ExpertResidency::PredictExperts(int layer, const float *hidden,
                                                  int64_t n, int k) {
-  if (!predict_) return {};
+  if (!predict_)
+    return {};
   return predict_(layer, hidden, n, k);
 }
 
@@ -466,7 +547,7 @@ ResidencyStats ExpertResidency::stats() const {
   st.prefetch_loads = prefetch_loads_;
   st.prefetch_used = prefetch_used_;
   st.prefetch_wasted = prefetch_wasted_;
-  for (const Slot& s : slots_) {
+  for (const Slot &s : slots_) {
     st.prefetched_unused_resident += s.prefetched_unused;
     st.slots_in_use += s.in_use > 0;
   }
@@ -479,4 +560,4 @@ ResidencyStats ExpertResidency::stats() const {
   return st;
 }
 
-}  // namespace moeserve::engine
+} // namespace moeserve::engine

@@ -7,14 +7,18 @@ namespace moeserve::engine {
 
 using Clock = std::chrono::steady_clock;
 
-Link::Link(SlowTier* slow, size_t bytes_per_transfer,
-           const LinkOptions& options, LinkCounters counters)
-    : slow_(slow),
-      bytes_per_transfer_(bytes_per_transfer),
-      options_(options),
-      counters_(counters) {
+Link::Link(SlowTier *slow, size_t bytes_per_transfer,
+           const LinkOptions &options, LinkCounters counters)
+    : Link(NewHostTransport(slow), bytes_per_transfer, options, counters) {}
+
+Link::Link(std::unique_ptr<LinkTransport> transport, size_t bytes_per_transfer,
+           const LinkOptions &options, LinkCounters counters)
+    : transport_(std::move(transport)), bytes_per_transfer_(bytes_per_transfer),
+      options_(options), counters_(counters) {
   const int n = options.num_workers < 1 ? 1 : options.num_workers;
-  for (int i = 0; i < n; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 0; i < n; ++i) {
+    workers_.emplace_back([this, i] { WorkerLoop(i); });
+  }
 }
 
 Link::~Link() {
@@ -23,13 +27,15 @@ Link::~Link() {
     stop_ = true;
   }
   cv_.notify_all();
-  for (std::thread& t : workers_) t.join();
+  for (std::thread &t : workers_)
+    t.join();
 }
 
-void Link::Submit(ExpertId id, std::byte* dst, Done done) {
+void Link::Submit(ExpertId id, std::byte *dst, Done done,
+                  kernels::Event *after) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({id, dst, std::move(done)});
+    queue_.push_back({id, dst, std::move(done), after});
   }
   cv_.notify_one();
 }
@@ -38,23 +44,26 @@ double Link::busy_seconds() const {
   return static_cast<double>(busy_ns_.load(std::memory_order_acquire)) * 1e-9;
 }
 
-void Link::WorkerLoop() {
+void Link::WorkerLoop(int worker) {
   for (;;) {
     Transfer t;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // Stopping, and drained.
+      if (queue_.empty())
+        return; // Stopping, and drained.
       t = std::move(queue_.front());
       queue_.pop_front();
     }
-    Run(t);
+    Run(worker, t);
   }
 }
 
-void Link::Run(Transfer& t) {
+void Link::Run(int worker, Transfer &t) {
   const Clock::time_point start = Clock::now();
-  absl::Status status = slow_->Read(t.id, t.dst);
+  absl::StatusOr<double> moved = transport_->Move(worker, t.id, t.dst, t.after);
+  absl::Status status = moved.status();
+  double busy = moved.ok() ? *moved : 0;
   if (status.ok() && options_.emulated()) {
     const double s =
         options_.latency_us * 1e-6 +
@@ -62,9 +71,11 @@ void Link::Run(Transfer& t) {
     std::this_thread::sleep_until(
         start +
         std::chrono::ceil<Clock::duration>(std::chrono::duration<double>(s)));
+    // Emulated: the link was busy until the emulated transfer ended.
+    busy = std::chrono::duration<double>(Clock::now() - start).count();
   }
   if (status.ok()) {
-    Account(std::chrono::duration<double>(Clock::now() - start).count());
+    Account(busy);
   } else {
     failed_.fetch_add(1, std::memory_order_acq_rel);
   }
@@ -79,7 +90,8 @@ void Link::Account(double seconds) {
   if (counters_.bytes != nullptr) {
     counters_.bytes->Inc(static_cast<double>(bytes_per_transfer_));
   }
-  if (counters_.busy_seconds != nullptr) counters_.busy_seconds->Inc(seconds);
+  if (counters_.busy_seconds != nullptr)
+    counters_.busy_seconds->Inc(seconds);
 }
 
-}  // namespace moeserve::engine
+} // namespace moeserve::engine

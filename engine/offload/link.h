@@ -2,11 +2,14 @@
 // asynchronously (DESIGN.md "Core abstractions", CPU flavour).
 //
 // Worker thread(s) (default one, like one PCIe copy queue) take transfers
-// (ExpertId, dst, completion) from a FIFO, run SlowTier::Read into `dst`,
-// account the transfer and then call its completion with the Read status.
+// (ExpertId, dst, completion) from a FIFO, move the bytes with a
+// LinkTransport (link_transport.h: SlowTier::Read into host memory, or a
+// copy into device memory on the worker's own stream), account the transfer
+// and then call its completion with the status.
 //
 // Accounting: a successful transfer adds `bytes_per_transfer` (the padded
-// blob size, ExpertBlob::bytes) to bytes() and its wall time to
+// blob size, ExpertBlob::bytes) to bytes() and the transport's busy time
+// (wall time on the host, CUDA event time for device copies) to
 // busy_seconds(); a failed one adds nothing to either and counts in
 // failed_transfers(). Accounting happens before the completion runs, so a
 // caller woken by the completion already sees it.
@@ -14,9 +17,10 @@
 // Emulation (LinkOptions::gbps > 0): after the real copy the worker sleeps
 // until start + latency_us + bytes / (gbps * 1e9) s, so a CPU run shows the
 // transfer/compute ratio of a GPU behind PCIe. The sleep counts as busy.
+// On a device transport it slows a real PCIe copy down to the emulated rate.
 //
-// Ownership: borrows the SlowTier and the optional metric counters (both
-// must outlive the Link); owns its threads. The destructor finishes every
+// Ownership: owns its transport and threads; borrows the optional metric
+// counters (must outlive the Link). The destructor finishes every
 // queued transfer (completions run) and joins the workers.
 // Thread safety: every method may be called from any thread; completions run
 // on a worker thread with no Link lock held. std::mutex (not absl::Mutex):
@@ -37,7 +41,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "engine/model_weights.h"
+#include "engine/offload/link_transport.h"
 #include "engine/offload/slow_tier.h"
+#include "kernels/backend.h"
 #include "metrics/metric.h"
 
 namespace moeserve::engine {
@@ -56,26 +62,33 @@ struct LinkOptions {
 
 // Optional metric children the link increments (either may be null).
 struct LinkCounters {
-  metrics::Counter* bytes = nullptr;         // moeserve_link_bytes_total
-  metrics::Counter* busy_seconds = nullptr;  // moeserve_link_busy_seconds_total
+  metrics::Counter *bytes = nullptr;        // moeserve_link_bytes_total
+  metrics::Counter *busy_seconds = nullptr; // moeserve_link_busy_seconds_total
 };
 
 class Link {
- public:
+public:
   using Done = std::function<void(absl::Status)>;
 
-  Link(SlowTier* slow, size_t bytes_per_transfer, const LinkOptions& options,
+  // Host fast tier: SlowTier::Read into the destination (`slow` must
+  // outlive the Link).
+  Link(SlowTier *slow, size_t bytes_per_transfer, const LinkOptions &options,
        LinkCounters counters = {});
+  // Any transport; it must serve options.num_workers workers (at least 1).
+  Link(std::unique_ptr<LinkTransport> transport, size_t bytes_per_transfer,
+       const LinkOptions &options, LinkCounters counters = {});
   ~Link();
-  Link(const Link&) = delete;
-  Link& operator=(const Link&) = delete;
+  Link(const Link &) = delete;
+  Link &operator=(const Link &) = delete;
 
   // Queues a transfer of `id` into `dst` (bytes_per_transfer bytes, 64-byte
-  // aligned, untouched by others until `done` runs). `done` runs exactly
-  // once, on a worker thread.
-  void Submit(ExpertId id, std::byte* dst, Done done);
+  // aligned, untouched by others until `done` runs). `after` (may be null):
+  // device work the copy must wait for (the slot's last readers). `done`
+  // runs exactly once, on a worker thread.
+  void Submit(ExpertId id, std::byte *dst, Done done,
+              kernels::Event *after = nullptr);
 
-  const LinkOptions& options() const { return options_; }
+  const LinkOptions &options() const { return options_; }
   bool emulation_on() const { return options_.emulated(); }
   size_t bytes_per_transfer() const { return bytes_per_transfer_; }
 
@@ -88,18 +101,19 @@ class Link {
   }
   double busy_seconds() const;
 
- private:
+private:
   struct Transfer {
     ExpertId id;
-    std::byte* dst;
+    std::byte *dst;
     Done done;
+    kernels::Event *after = nullptr;
   };
 
-  void WorkerLoop();
-  void Run(Transfer& t);
+  void WorkerLoop(int worker);
+  void Run(int worker, Transfer &t);
   void Account(double seconds);
 
-  SlowTier* const slow_;
+  const std::unique_ptr<LinkTransport> transport_;
   const size_t bytes_per_transfer_;
   const LinkOptions options_;
   const LinkCounters counters_;
@@ -114,9 +128,9 @@ class Link {
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> busy_ns_{0};
 
-  std::vector<std::thread> workers_;  // Last: started after the rest exists.
+  std::vector<std::thread> workers_; // Last: started after the rest exists.
 };
 
-}  // namespace moeserve::engine
+} // namespace moeserve::engine
 
-#endif  // MOESERVE_ENGINE_OFFLOAD_LINK_H_
+#endif // MOESERVE_ENGINE_OFFLOAD_LINK_H_
