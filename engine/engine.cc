@@ -15,7 +15,7 @@ namespace moeserve::engine {
 struct Engine::Sequence {
   GenerationRequest request;
   std::shared_ptr<RequestStream> stream;
-  std::vector<int32_t> tokens; // prompt, then generated tokens
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
   size_t prompt_len = 0;
   // Tokens whose keys and values are in the KV cache.
   int64_t computed = 0;
@@ -36,14 +36,14 @@ struct Engine::Sequence {
   }
 };
 
-Engine::Engine(const ModelWeights *weights, const Tokenizer *tokenizer,
-               const EngineOptions &options)
+Engine::Engine(const ModelWeights* weights, const Tokenizer* tokenizer,
+               const EngineOptions& options)
     : weights_(weights), tokenizer_(tokenizer), options_(options) {}
 
-absl::StatusOr<std::unique_ptr<Engine>>
-Engine::Create(const ModelWeights *weights, const Tokenizer *tokenizer,
-               kernels::Backend *backend, const EngineOptions &options,
-               ExpertProviderFactory make_experts) {
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const ModelWeights* weights, const Tokenizer* tokenizer,
+    kernels::Backend* backend, const EngineOptions& options,
+    ExpertProviderFactory make_experts) {
   if (options.max_num_seqs <= 0 || options.max_batched_tokens <= 0 ||
       options.max_waiting < 0) {
     return absl::InvalidArgumentError(
@@ -54,17 +54,17 @@ Engine::Create(const ModelWeights *weights, const Tokenizer *tokenizer,
   if (make_experts == nullptr) {
     engine->experts_ = std::make_unique<ResidentExperts>(weights);
   } else {
-    Engine *raw = engine.get();
+    Engine* raw = engine.get();
     ENGINE_ASSIGN_OR_RETURN(
         engine->experts_,
-        make_experts([raw](int layer, const float *hidden, int64_t n, int k) {
+        make_experts([raw](int layer, const float* hidden, int64_t n, int k) {
           return raw->model_->PredictExperts(layer, hidden, n, k);
         }));
   }
   ENGINE_ASSIGN_OR_RETURN(
       engine->model_,
       MoeModel::Create(weights, backend, engine->experts_.get()));
-  const ModelConfig &c = weights->config();
+  const ModelConfig& c = weights->config();
   ENGINE_ASSIGN_OR_RETURN(
       engine->kv_,
       KvCache::Create(c,
@@ -72,7 +72,7 @@ Engine::Create(const ModelWeights *weights, const Tokenizer *tokenizer,
                                               options.kv_cache_bytes),
                       options.kv_block_size, backend));
   if (options.registry != nullptr) {
-    Engine *raw = engine.get();
+    Engine* raw = engine.get();
     ENGINE_ASSIGN_OR_RETURN(
         engine->metrics_,
         EngineMetrics::Create(options.registry, options.name, [raw] {
@@ -94,12 +94,11 @@ Engine::~Engine() {
     stopping_ = true;
   }
   // Not joinable when Create() failed before starting the scheduler.
-  if (thread_.joinable())
-    thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
-absl::StatusOr<std::shared_ptr<RequestStream>>
-Engine::Submit(GenerationRequest request) {
+absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
+    GenerationRequest request) {
   auto seq = std::make_unique<Sequence>();
   seq->stream = std::make_shared<RequestStream>();
   seq->tokens = request.prompt;
@@ -110,21 +109,19 @@ Engine::Submit(GenerationRequest request) {
   seq->detokenizer = std::make_unique<IncrementalDetokenizer>(tokenizer_);
   // Prime the detokenizer with the prompt so the first generated token keeps
   // its leading space (prompt text + streamed text == full decode).
-  for (int32_t id : request.prompt)
-    (void)seq->detokenizer->Next(id);
+  for (int32_t id : request.prompt) (void)seq->detokenizer->Next(id);
   seq->stops = std::make_unique<StopStringMatcher>(request.stop);
   seq->request = std::move(request);
   seq->arrival = absl::Now();
   std::shared_ptr<RequestStream> stream = seq->stream;
   absl::MutexLock lock(&mu_);
-  if (stopping_)
-    return absl::UnavailableError("engine is shutting down");
+  if (stopping_) return absl::UnavailableError("engine is shutting down");
   if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "engine '", options_.name,
         "': waiting queue full (--max_waiting=", options_.max_waiting, ")"));
   }
-  const std::string &id = seq->request.request_id;
+  const std::string& id = seq->request.request_id;
   if (!id.empty()) {
     auto [it, inserted] = in_flight_.try_emplace(id, stream);
     if (!inserted) {
@@ -136,14 +133,12 @@ Engine::Submit(GenerationRequest request) {
   return stream;
 }
 
-bool Engine::Abort(const std::string &request_id) {
+bool Engine::Abort(const std::string& request_id) {
   absl::MutexLock lock(&mu_);
   auto it = in_flight_.find(request_id);
-  if (it == in_flight_.end())
-    return false;
+  if (it == in_flight_.end()) return false;
   std::shared_ptr<RequestStream> stream = it->second.lock();
-  if (stream == nullptr)
-    return false;
+  if (stream == nullptr) return false;
   stream->Cancel();
   return true;
 }
@@ -168,8 +163,7 @@ absl::Status Engine::WarmUp() {
     if (event.finish == FinishReason::kError) {
       return absl::InternalError(absl::StrCat("warm-up: ", event.error));
     }
-    if (event.finish != FinishReason::kNone)
-      return absl::OkStatus();
+    if (event.finish != FinishReason::kNone) return absl::OkStatus();
   }
   return absl::DeadlineExceededError("warm-up did not finish in 60 s");
 }
@@ -178,10 +172,9 @@ void Engine::Loop() {
   while (Step()) {
   }
   // Shutting down: everything still queued or running is cancelled.
-  for (auto &seq : running_)
-    Finish(seq.get(), FinishReason::kCancelled, {});
+  for (auto& seq : running_) Finish(seq.get(), FinishReason::kCancelled, {});
   absl::MutexLock lock(&mu_);
-  for (auto &seq : waiting_) {
+  for (auto& seq : waiting_) {
     GenerationEvent event;
     event.finish = FinishReason::kCancelled;
     seq->stream->Push(std::move(event));
@@ -193,7 +186,7 @@ void Engine::Admit() {
   const absl::Time now = absl::Now();
   while (!waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_num_seqs) {
-    Sequence *seq = waiting_.front().get();
+    Sequence* seq = waiting_.front().get();
     if (!seq->admitted_once && metrics_ != nullptr &&
         seq->request.count_in_metrics) {
       metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - seq->arrival));
@@ -212,25 +205,24 @@ bool Engine::Step() {
       return stopping_ || !waiting_.empty() || !running_.empty();
     };
     mu_.Await(absl::Condition(&has_work));
-    if (stopping_)
-      return false;
+    if (stopping_) return false;
   }
   Admit();
   DropFinishedOrCancelled();
-  std::vector<Sequence *> scheduled;
+  std::vector<Sequence*> scheduled;
   if (absl::Status st = ScheduleKv(&scheduled); !st.ok() || scheduled.empty()) {
     DropFinishedOrCancelled();
     return true;
   }
   std::vector<SequenceChunk> batch;
-  for (Sequence *seq : scheduled) {
+  for (Sequence* seq : scheduled) {
     batch.push_back({std::span(seq->tokens).subspan(seq->computed, seq->chunk),
                      seq->computed, &seq->blocks});
   }
   absl::Status st = model_->Forward(batch, kv_.get(), &logits_);
   const int64_t vocab = weights_->config().vocab_size;
   for (size_t i = 0; i < scheduled.size(); ++i) {
-    Sequence *seq = scheduled[i];
+    Sequence* seq = scheduled[i];
     if (!st.ok()) {
       Finish(seq, FinishReason::kError, {}, std::string(st.message()));
       continue;
@@ -238,8 +230,7 @@ bool Engine::Step() {
     const bool done_prefill = !seq->prefilling();
     seq->computed += seq->chunk;
     seq->chunk = 0;
-    if (done_prefill)
-      Emit(seq, logits_.data() + i * vocab);
+    if (done_prefill) Emit(seq, logits_.data() + i * vocab);
   }
   DropFinishedOrCancelled();
   return true;
@@ -249,9 +240,8 @@ bool Engine::Step() {
 // finished sequence, returning its KV blocks.
 void Engine::DropFinishedOrCancelled() {
   const absl::Time now = absl::Now();
-  for (auto &seq : running_) {
-    if (seq->finished)
-      continue;
+  for (auto& seq : running_) {
+    if (seq->finished) continue;
     if (seq->stream->cancelled()) {
       Finish(seq.get(), FinishReason::kCancelled, {});
     } else if (now >= seq->request.deadline) {
@@ -261,7 +251,7 @@ void Engine::DropFinishedOrCancelled() {
     }
   }
   auto end = std::remove_if(running_.begin(), running_.end(),
-                            [](const auto &s) { return s->finished; });
+                            [](const auto& s) { return s->finished; });
   running_.erase(end, running_.end());
   absl::MutexLock lock(&mu_);
   running_count_ = static_cast<int>(running_.size());
@@ -270,25 +260,23 @@ void Engine::DropFinishedOrCancelled() {
 // Chooses this step's work: one decode token per prefilled sequence, then
 // prefill chunks under the token budget, each with the KV blocks it needs.
 // When blocks run out the newest sequence is preempted (recomputed later).
-absl::Status Engine::ScheduleKv(std::vector<Sequence *> *scheduled) {
+absl::Status Engine::ScheduleKv(std::vector<Sequence*>* scheduled) {
   int64_t budget = options_.max_batched_tokens;
   // Indexed loop: Preempt() removes sequences from the back of running_.
   for (size_t i = 0; i < running_.size(); ++i) {
-    Sequence *seq = running_[i].get();
-    if (seq->finished)
-      continue;
+    Sequence* seq = running_[i].get();
+    if (seq->finished) continue;
     const int64_t remaining =
         static_cast<int64_t>(seq->tokens.size()) - seq->computed;
     const int64_t chunk = std::min(remaining, budget);
-    if (chunk <= 0)
-      break;
+    if (chunk <= 0) break;
     absl::Status st = kv_->Grow(&seq->blocks, seq->computed + chunk);
     while (!st.ok() && running_.back().get() != seq) {
       Preempt(running_.back().get());
       st = kv_->Grow(&seq->blocks, seq->computed + chunk);
     }
     if (!st.ok()) {
-      if (scheduled->empty()) { // cannot fit even alone
+      if (scheduled->empty()) {  // cannot fit even alone
         Finish(seq, FinishReason::kError, {},
                absl::StrCat("sequence of ", seq->computed + chunk,
                             " tokens does not fit in the KV cache (",
@@ -306,37 +294,34 @@ absl::Status Engine::ScheduleKv(std::vector<Sequence *> *scheduled) {
 
 // Recompute preemption (vLLM's default): free the blocks and send the
 // sequence, generated tokens included, back to the front of the queue.
-void Engine::Preempt(Sequence *seq) {
+void Engine::Preempt(Sequence* seq) {
   kv_->Release(&seq->blocks);
   seq->computed = 0;
   seq->chunk = 0;
   auto it = std::find_if(running_.begin(), running_.end(),
-                         [seq](const auto &s) { return s.get() == seq; });
+                         [seq](const auto& s) { return s.get() == seq; });
   std::unique_ptr<Sequence> owned = std::move(*it);
   running_.erase(it);
   absl::MutexLock lock(&mu_);
   waiting_.push_front(std::move(owned));
   ++preemptions_;
-  if (metrics_ != nullptr)
-    metrics_->CountPreemption();
+  if (metrics_ != nullptr) metrics_->CountPreemption();
 }
 
 // Samples the next token of `seq` from its logits row and streams it.
-void Engine::Emit(Sequence *seq, const float *row) {
-  const GenerationRequest &r = seq->request;
+void Engine::Emit(Sequence* seq, const float* row) {
+  const GenerationRequest& r = seq->request;
   const int64_t vocab = weights_->config().vocab_size;
   std::vector<float> logits(row, row + vocab);
   GenerationEvent event;
   if (r.logprobs > 0) {
-    event.logprobs.emplace_back(); // chosen filled after sampling
+    event.logprobs.emplace_back();  // chosen filled after sampling
   }
   const int32_t eos = tokenizer_->eos_id();
   if (seq->generated < r.min_new_tokens) {
     constexpr float kNeverSample = -std::numeric_limits<float>::infinity();
-    if (eos >= 0 && !r.ignore_eos)
-      logits[eos] = kNeverSample;
-    for (int32_t t : r.stop_token_ids)
-      logits[t] = kNeverSample;
+    if (eos >= 0 && !r.ignore_eos) logits[eos] = kNeverSample;
+    for (int32_t t : r.stop_token_ids) logits[t] = kNeverSample;
   }
   const int32_t token = seq->sampler->Sample(logits);
   if (r.logprobs > 0) {
@@ -386,23 +371,21 @@ void Engine::Emit(Sequence *seq, const float *row) {
     seq->stream->Push(std::move(event));
     return;
   }
-  if (reason != FinishReason::kStopSequence)
-    FinishText(seq, &event);
+  if (reason != FinishReason::kStopSequence) FinishText(seq, &event);
   Finish(seq, reason, std::move(event));
 }
 
 // Appends the text still held back (a partial character, a possible stop
 // string prefix) when a sequence ends for a reason other than a stop string.
-void Engine::FinishText(Sequence *seq, GenerationEvent *event) {
+void Engine::FinishText(Sequence* seq, GenerationEvent* event) {
   absl::StatusOr<std::string> tail = seq->detokenizer->Flush();
   event->text += seq->stops->Push(tail.ok() ? *tail : "").emit;
   event->text += seq->stops->Flush();
 }
 
-void Engine::Finish(Sequence *seq, FinishReason reason, GenerationEvent event,
-                    const std::string &error) {
-  if (seq->finished)
-    return;
+void Engine::Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
+                    const std::string& error) {
+  if (seq->finished) return;
   seq->finished = true;
   kv_->Release(&seq->blocks);
   if (metrics_ != nullptr && seq->request.count_in_metrics) {
@@ -425,4 +408,4 @@ void Engine::Finish(Sequence *seq, FinishReason reason, GenerationEvent event,
   seq->stream->Push(std::move(event));
 }
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine

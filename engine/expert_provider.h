@@ -23,7 +23,7 @@
 namespace moeserve::engine {
 
 class ExpertProvider {
-public:
+ public:
   virtual ~ExpertProvider() = default;
 
   // Where Acquire's blobs live; MoeModel refuses a provider whose device is
@@ -33,14 +33,14 @@ public:
   // Called once by MoeModel::Create, before any step: the backend and the
   // stream on which the forward pass reads the blobs (both outlive the
   // provider's use of them).
-  virtual absl::Status AttachCompute(kernels::Backend *backend,
-                                     kernels::Stream *stream) {
+  virtual absl::Status AttachCompute(kernels::Backend* backend,
+                                     kernels::Stream* stream) {
     (void)backend, (void)stream;
     return absl::OkStatus();
   }
 
   // Brackets one forward pass (one engine step).
-  virtual void BeginStep(const StepInfo &info) { (void)info; }
+  virtual void BeginStep(const StepInfo& info) { (void)info; }
   virtual void EndStep() {}
 
   // Called once per MoE layer before any Acquire of that layer, with every
@@ -50,7 +50,7 @@ public:
   // transfers for the whole layer can be issued at once.
   virtual void BeginLayer(int layer, std::span<const int> experts,
                           std::span<const int> token_counts,
-                          const float *hidden, int64_t n) {
+                          const float* hidden, int64_t n) {
     (void)layer, (void)experts, (void)token_counts, (void)hidden, (void)n;
   }
 
@@ -59,7 +59,7 @@ public:
   // ops enqueued before the Release).
   // Blocks until the blob is ready. The forward pass holds at most one
   // expert at a time, so a fast tier of one free slot always makes progress.
-  virtual absl::StatusOr<const std::byte *> Acquire(ExpertId id) = 0;
+  virtual absl::StatusOr<const std::byte*> Acquire(ExpertId id) = 0;
   virtual void Release(ExpertId id) = 0;
 
   // Every expert of `layer` has been computed and released.
@@ -68,20 +68,20 @@ public:
 
 // Every expert resident in the packed arena of ModelWeights: no movement.
 class ResidentExperts final : public ExpertProvider {
-public:
+ public:
   // `weights` must outlive this object and have been loaded with packed
   // experts.
-  explicit ResidentExperts(const ModelWeights *weights) : weights_(weights) {}
+  explicit ResidentExperts(const ModelWeights* weights) : weights_(weights) {}
 
-  absl::StatusOr<const std::byte *> Acquire(ExpertId id) override {
+  absl::StatusOr<const std::byte*> Acquire(ExpertId id) override {
     return weights_->expert(id).data;
   }
   void Release(ExpertId) override {}
 
-private:
-  const ModelWeights *const weights_;
+ private:
+  const ModelWeights* const weights_;
 };
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_EXPERT_PROVIDER_H_
+#endif  // MOESERVE_ENGINE_EXPERT_PROVIDER_H_

@@ -7,23 +7,23 @@
 namespace moeserve::engine {
 namespace {
 
-int64_t FloatsPerBlockPerLayer(const ModelConfig &c, int block_size) {
+int64_t FloatsPerBlockPerLayer(const ModelConfig& c, int block_size) {
   return 2 * static_cast<int64_t>(block_size) * c.num_key_value_heads *
          c.head_dim;
 }
 
-} // namespace
+}  // namespace
 
-int64_t KvCache::BlocksForBytes(const ModelConfig &config, int block_size,
+int64_t KvCache::BlocksForBytes(const ModelConfig& config, int block_size,
                                 uint64_t bytes) {
   const int64_t per_block = FloatsPerBlockPerLayer(config, block_size) *
                             config.num_hidden_layers * sizeof(float);
   return std::max<int64_t>(1, static_cast<int64_t>(bytes) / per_block);
 }
 
-absl::StatusOr<std::unique_ptr<KvCache>>
-KvCache::Create(const ModelConfig &config, int64_t num_blocks, int block_size,
-                kernels::Backend *backend) {
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(
+    const ModelConfig& config, int64_t num_blocks, int block_size,
+    kernels::Backend* backend) {
   if (num_blocks <= 0 || num_blocks > INT32_MAX || block_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV cache: need num_blocks in [1, 2^31) and block_size > "
@@ -48,25 +48,24 @@ KvCache::Create(const ModelConfig &config, int64_t num_blocks, int block_size,
                      " blocks): ", pool.status().message()));
   }
   cache->device_pool_ = *std::move(pool);
-  cache->pool_ = static_cast<float *>(cache->device_pool_->data());
+  cache->pool_ = static_cast<float*>(cache->device_pool_->data());
   // Zeroed like the host pool, so a kernel bug that reads an unwritten row
   // reads zeros on every backend rather than garbage on some.
   absl::StatusOr<std::unique_ptr<kernels::Stream>> stream =
       backend->CreateStream();
-  if (!stream.ok())
-    return stream.status();
+  if (!stream.ok()) return stream.status();
   absl::Status zero = backend->Zero(**stream, cache->pool_, bytes);
-  if (zero.ok())
-    zero = (*stream)->Synchronize();
-  if (!zero.ok())
-    return zero;
+  if (zero.ok()) zero = (*stream)->Synchronize();
+  if (!zero.ok()) return zero;
   return cache;
 }
 
-KvCache::KvCache(const ModelConfig &config, int64_t num_blocks, int block_size,
+KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size,
                  kernels::Device device)
-    : num_blocks_(num_blocks), block_size_(block_size),
-      kv_heads_(config.num_key_value_heads), head_dim_(config.head_dim),
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      kv_heads_(config.num_key_value_heads),
+      head_dim_(config.head_dim),
       num_layers_(static_cast<int>(config.num_hidden_layers)),
       pool_floats_(FloatsPerBlockPerLayer(config, block_size) * num_blocks *
                    config.num_hidden_layers),
@@ -78,11 +77,10 @@ KvCache::KvCache(const ModelConfig &config, int64_t num_blocks, int block_size,
   }
 }
 
-absl::Status KvCache::Grow(BlockTable *table, int64_t num_tokens) {
+absl::Status KvCache::Grow(BlockTable* table, int64_t num_tokens) {
   const int64_t needed = (num_tokens + block_size_ - 1) / block_size_ -
                          static_cast<int64_t>(table->size());
-  if (needed <= 0)
-    return absl::OkStatus();
+  if (needed <= 0) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   if (needed > static_cast<int64_t>(free_.size())) {
     return absl::ResourceExhaustedError(
@@ -96,7 +94,7 @@ absl::Status KvCache::Grow(BlockTable *table, int64_t num_tokens) {
   return absl::OkStatus();
 }
 
-void KvCache::Release(BlockTable *table) {
+void KvCache::Release(BlockTable* table) {
   absl::MutexLock lock(&mu_);
   free_.insert(free_.end(), table->rbegin(), table->rend());
   table->clear();
@@ -109,7 +107,7 @@ int64_t KvCache::free_blocks() const {
 
 kernels::PagedKvCache KvCache::layer(int layer) {
   const int64_t half = num_blocks_ * block_size_ * kv_heads_ * head_dim_;
-  float *base = pool_ + 2 * half * layer;
+  float* base = pool_ + 2 * half * layer;
   return kernels::PagedKvCache{
       kernels::Tensor(base, kernels::DType::kF32,
                       {num_blocks_, block_size_, kv_heads_, head_dim_},
@@ -119,4 +117,4 @@ kernels::PagedKvCache KvCache::layer(int layer) {
                       device_)};
 }
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine

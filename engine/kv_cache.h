@@ -29,26 +29,26 @@ namespace moeserve::engine {
 using BlockTable = std::vector<int32_t>;
 
 class KvCache {
-public:
+ public:
   // REQUIRES: num_blocks > 0, block_size > 0. With a backend the pools are
   // allocated (and zeroed) by it, on its device; ResourceExhausted when they
   // do not fit.
-  static absl::StatusOr<std::unique_ptr<KvCache>>
-  Create(const ModelConfig &config, int64_t num_blocks, int block_size,
-         kernels::Backend *backend = nullptr);
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(
+      const ModelConfig& config, int64_t num_blocks, int block_size,
+      kernels::Backend* backend = nullptr);
 
   // Number of blocks that fit in `bytes` for `config` (at least 1).
-  static int64_t BlocksForBytes(const ModelConfig &config, int block_size,
+  static int64_t BlocksForBytes(const ModelConfig& config, int block_size,
                                 uint64_t bytes);
 
   // Extends `table` so that it covers positions [0, num_tokens). Either
   // allocates every block needed or none: RESOURCE_EXHAUSTED when too few
   // blocks are free.
-  absl::Status Grow(BlockTable *table, int64_t num_tokens)
+  absl::Status Grow(BlockTable* table, int64_t num_tokens)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Returns every block of `table` to the free list and clears it.
-  void Release(BlockTable *table) ABSL_LOCKS_EXCLUDED(mu_);
+  void Release(BlockTable* table) ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t free_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t num_blocks() const { return num_blocks_; }
@@ -58,8 +58,8 @@ public:
   // REQUIRES: 0 <= layer < num_layers.
   kernels::PagedKvCache layer(int layer);
 
-private:
-  KvCache(const ModelConfig &config, int64_t num_blocks, int block_size,
+ private:
+  KvCache(const ModelConfig& config, int64_t num_blocks, int block_size,
           kernels::Device device);
 
   const int64_t num_blocks_;
@@ -73,12 +73,12 @@ private:
   // device_pool_ when a backend allocated it, else host_pool_.
   std::unique_ptr<kernels::Buffer> device_pool_;
   std::vector<float> host_pool_;
-  float *pool_ = nullptr;
+  float* pool_ = nullptr;
 
   mutable absl::Mutex mu_;
   std::vector<int32_t> free_ ABSL_GUARDED_BY(mu_);
 };
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_KV_CACHE_H_
+#endif  // MOESERVE_ENGINE_KV_CACHE_H_

@@ -19,19 +19,19 @@ namespace {
 
 // A bf16 weight as a kernels tensor (weights are read-only; kernels take
 // non-const views).
-absl::StatusOr<Tensor> WeightTensor(const ModelWeights &w,
-                                    const std::string &name) {
-  const WeightView *view = w.Find(name);
+absl::StatusOr<Tensor> WeightTensor(const ModelWeights& w,
+                                    const std::string& name) {
+  const WeightView* view = w.Find(name);
   if (view == nullptr) {
     return absl::NotFoundError(absl::StrCat("weight ", name, " not loaded"));
   }
-  return Tensor::Make(const_cast<void *>(view->data), KDType::kBF16,
+  return Tensor::Make(const_cast<void*>(view->data), KDType::kBF16,
                       view->shape.data(), static_cast<int>(view->shape.size()));
 }
 
 int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-} // namespace
+}  // namespace
 
 struct MoeModel::LayerWeights {
   Tensor input_norm, post_norm;
@@ -43,9 +43,9 @@ struct MoeModel::LayerWeights {
 
 // One router evaluation's buffers: device outputs and their host copies.
 struct MoeModel::RouteBuffers {
-  ScratchBuffer logits, weights, ids; // device
-  std::vector<float> host_weights;    // [n, k]
-  std::vector<int32_t> host_ids;      // [n, k]
+  ScratchBuffer logits, weights, ids;  // device
+  std::vector<float> host_weights;     // [n, k]
+  std::vector<int32_t> host_ids;       // [n, k]
 };
 
 // Activations of one forward pass in device scratch (grown at the start of
@@ -69,19 +69,22 @@ struct MoeModel::Scratch {
   int64_t max_blocks = 0;
 };
 
-MoeModel::MoeModel(const ModelWeights *weights, kernels::Backend *backend,
-                   ExpertProvider *experts,
+MoeModel::MoeModel(const ModelWeights* weights, kernels::Backend* backend,
+                   ExpertProvider* experts,
                    std::unique_ptr<kernels::Stream> stream)
-    : weights_(weights), backend_(backend), experts_(experts),
-      stream_(std::move(stream)), scratch_(std::make_unique<Scratch>()) {}
+    : weights_(weights),
+      backend_(backend),
+      experts_(experts),
+      stream_(std::move(stream)),
+      scratch_(std::make_unique<Scratch>()) {}
 
 MoeModel::~MoeModel() = default;
 
-absl::StatusOr<std::unique_ptr<MoeModel>>
-MoeModel::Create(const ModelWeights *weights, kernels::Backend *backend,
-                 ExpertProvider *experts) {
-  const ModelConfig &c = weights->config();
-  const ExpertBlob &blob = weights->expert({0, 0});
+absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
+    const ModelWeights* weights, kernels::Backend* backend,
+    ExpertProvider* experts) {
+  const ModelConfig& c = weights->config();
+  const ExpertBlob& blob = weights->expert({0, 0});
   if (blob.up_offset != blob.gate_bytes ||
       blob.down_offset != 2 * blob.gate_bytes) {
     return absl::UnimplementedError(absl::StrCat(
@@ -111,36 +114,34 @@ MoeModel::Create(const ModelWeights *weights, kernels::Backend *backend,
 
 absl::Status MoeModel::UploadWeights() {
   // Every distinct weight tensor (tied embeddings appear twice).
-  std::vector<Tensor *> all = {&embedding_, &final_norm_, &lm_head_};
-  for (LayerWeights &lw : layers_) {
-    for (Tensor *t : {&lw.input_norm, &lw.post_norm, &lw.q, &lw.k, &lw.v, &lw.o,
+  std::vector<Tensor*> all = {&embedding_, &final_norm_, &lm_head_};
+  for (LayerWeights& lw : layers_) {
+    for (Tensor* t : {&lw.input_norm, &lw.post_norm, &lw.q, &lw.k, &lw.v, &lw.o,
                       &lw.q_bias, &lw.k_bias, &lw.v_bias, &lw.q_norm,
                       &lw.k_norm, &lw.router, &lw.shared_gate_proj,
                       &lw.shared_up, &lw.shared_down, &lw.shared_gate}) {
-      if (t->valid())
-        all.push_back(t);
+      if (t->valid()) all.push_back(t);
     }
   }
-  absl::flat_hash_map<const void *, int64_t> offset_of;
+  absl::flat_hash_map<const void*, int64_t> offset_of;
   int64_t total = 0;
-  for (const Tensor *t : all) {
+  for (const Tensor* t : all) {
     if (offset_of.try_emplace(t->raw(), total).second) {
       total += Align256(t->nbytes());
     }
   }
   ENGINE_ASSIGN_OR_RETURN(device_weights_, backend_->Allocate(total));
-  std::byte *base = static_cast<std::byte *>(device_weights_->data());
-  absl::flat_hash_map<const void *, bool> copied;
-  for (Tensor *t : all) {
-    void *host = t->raw();
-    std::byte *dst = base + offset_of[host];
+  std::byte* base = static_cast<std::byte*>(device_weights_->data());
+  absl::flat_hash_map<const void*, bool> copied;
+  for (Tensor* t : all) {
+    void* host = t->raw();
+    std::byte* dst = base + offset_of[host];
     if (copied.try_emplace(host, true).second) {
       ENGINE_RETURN_IF_ERROR(
           backend_->CopyToDevice(*stream_, dst, host, t->nbytes()));
     }
     int64_t shape[Tensor::kMaxDims];
-    for (int i = 0; i < t->rank(); ++i)
-      shape[i] = t->dim(i);
+    for (int i = 0; i < t->rank(); ++i) shape[i] = t->dim(i);
     ENGINE_ASSIGN_OR_RETURN(*t, Tensor::Make(dst, t->dtype(), shape, t->rank(),
                                              backend_->device()));
   }
@@ -148,9 +149,9 @@ absl::Status MoeModel::UploadWeights() {
 }
 
 absl::Status MoeModel::ResolveWeights() {
-  const ModelWeights &w = *weights_;
-  const ModelConfig &c = w.config();
-  const Architecture &arch = *c.architecture;
+  const ModelWeights& w = *weights_;
+  const ModelConfig& c = w.config();
+  const Architecture& arch = *c.architecture;
   ENGINE_ASSIGN_OR_RETURN(embedding_, WeightTensor(w, arch.EmbeddingName()));
   ENGINE_ASSIGN_OR_RETURN(final_norm_, WeightTensor(w, arch.FinalNormName()));
   if (c.tie_word_embeddings) {
@@ -160,7 +161,7 @@ absl::Status MoeModel::ResolveWeights() {
   }
   layers_.resize(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    LayerWeights &lw = layers_[l];
+    LayerWeights& lw = layers_[l];
     const AttentionTensorNames a = arch.AttentionNames(l);
     ENGINE_ASSIGN_OR_RETURN(lw.input_norm,
                             WeightTensor(w, arch.InputNormName(l)));
@@ -194,15 +195,15 @@ absl::Status MoeModel::ResolveWeights() {
 
 absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs,
                                       int64_t max_blocks) {
-  const ModelConfig &c = config();
-  Scratch &s = *scratch_;
-  kernels::Backend &b = *backend_;
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  kernels::Backend& b = *backend_;
   const int64_t d = c.hidden_size, hd = c.head_dim, E = c.num_experts;
   const int64_t qd = c.num_attention_heads * hd;
   const int64_t kvd = c.num_key_value_heads * hd;
   const int64_t k = c.num_experts_per_tok;
-  const int64_t f = 4; // sizeof(float) == sizeof(int32_t)
-  for (ScratchBuffer *buf : {&s.x, &s.h, &s.proj, &s.moe_out, &s.expert_in,
+  const int64_t f = 4;  // sizeof(float) == sizeof(int32_t)
+  for (ScratchBuffer* buf : {&s.x, &s.h, &s.proj, &s.moe_out, &s.expert_in,
                              &s.expert_out, &s.shared_out}) {
     ENGINE_RETURN_IF_ERROR(buf->Reserve(b, n * d * f));
   }
@@ -221,7 +222,7 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs,
   ENGINE_RETURN_IF_ERROR(s.perm.Reserve(b, n * k * f));
   ENGINE_RETURN_IF_ERROR(s.perm_weights.Reserve(b, n * k * f));
   // The prediction probe may ask for up to E experts a row.
-  for (RouteBuffers *r : {&s.route, &s.predict}) {
+  for (RouteBuffers* r : {&s.route, &s.predict}) {
     ENGINE_RETURN_IF_ERROR(r->logits.Reserve(b, n * E * f));
     ENGINE_RETURN_IF_ERROR(r->weights.Reserve(b, n * E * f));
     ENGINE_RETURN_IF_ERROR(r->ids.Reserve(b, n * E * f));
@@ -231,11 +232,10 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs,
 }
 
 absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
-                               KvCache *cache, std::vector<float> *logits) {
-  const ModelConfig &c = config();
-  Scratch &s = *scratch_;
-  if (batch.empty())
-    return absl::InvalidArgumentError("empty batch");
+                               KvCache* cache, std::vector<float>* logits) {
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  if (batch.empty()) return absl::InvalidArgumentError("empty batch");
   // Flatten the batch: token ids, positions, KV slots, per-sequence ranges
   // and block tables.
   s.ids.clear();
@@ -245,7 +245,7 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   s.last_rows.clear();
   s.num_seqs = static_cast<int64_t>(batch.size());
   s.max_blocks = 1;
-  for (const SequenceChunk &seq : batch) {
+  for (const SequenceChunk& seq : batch) {
     const int64_t end = seq.start_position + seq.tokens.size();
     if (seq.tokens.empty() || seq.block_table == nullptr ||
         static_cast<int64_t>(seq.block_table->size()) * cache->block_size() <
@@ -277,24 +277,19 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   }
   const int64_t n = static_cast<int64_t>(s.ids.size());
   const int64_t d = c.hidden_size;
-  kernels::Stream &st = *stream_;
+  kernels::Stream& st = *stream_;
   ENGINE_RETURN_IF_ERROR(ReserveScratch(n, s.num_seqs, s.max_blocks));
 
   // One upload of the step's metadata.
   s.meta_host.clear();
-  for (const std::vector<int32_t> *part :
+  for (const std::vector<int32_t>* part :
        {&s.ids, &s.positions, &s.slots, &s.query_start, &s.last_rows,
         &s.block_tables}) {
-    if (part == &s.positions)
-      s.off_positions = s.meta_host.size();
-    if (part == &s.slots)
-      s.off_slots = s.meta_host.size();
-    if (part == &s.query_start)
-      s.off_query_start = s.meta_host.size();
-    if (part == &s.last_rows)
-      s.off_last_rows = s.meta_host.size();
-    if (part == &s.block_tables)
-      s.off_block_tables = s.meta_host.size();
+    if (part == &s.positions) s.off_positions = s.meta_host.size();
+    if (part == &s.slots) s.off_slots = s.meta_host.size();
+    if (part == &s.query_start) s.off_query_start = s.meta_host.size();
+    if (part == &s.last_rows) s.off_last_rows = s.meta_host.size();
+    if (part == &s.block_tables) s.off_block_tables = s.meta_host.size();
     s.meta_host.insert(s.meta_host.end(), part->begin(), part->end());
   }
   ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(
@@ -305,9 +300,8 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   info.step = step_++;
   info.num_seqs = static_cast<int>(s.num_seqs);
   info.num_tokens = static_cast<int>(n);
-  for (const SequenceChunk &seq : batch) {
-    if (seq.tokens.size() > 1)
-      info.num_prefill_tokens += seq.tokens.size();
+  for (const SequenceChunk& seq : batch) {
+    if (seq.tokens.size() > 1) info.num_prefill_tokens += seq.tokens.size();
   }
   cache_ = cache;
   experts_->BeginStep(info);
@@ -329,24 +323,24 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   return st.Synchronize();
 }
 
-Tensor MoeModel::F32(const ScratchBuffer &buf,
+Tensor MoeModel::F32(const ScratchBuffer& buf,
                      std::initializer_list<int64_t> shape,
                      int64_t offset) const {
-  return Tensor(static_cast<float *>(buf.data()) + offset, KDType::kF32, shape,
+  return Tensor(static_cast<float*>(buf.data()) + offset, KDType::kF32, shape,
                 backend_->device());
 }
 
-Tensor MoeModel::I32(const ScratchBuffer &buf, int64_t offset,
+Tensor MoeModel::I32(const ScratchBuffer& buf, int64_t offset,
                      std::initializer_list<int64_t> shape) const {
-  return Tensor(static_cast<int32_t *>(buf.data()) + offset, KDType::kI32,
-                shape, backend_->device());
+  return Tensor(static_cast<int32_t*>(buf.data()) + offset, KDType::kI32, shape,
+                backend_->device());
 }
 
-absl::Status MoeModel::Attention(int layer, int64_t n, KvCache *cache) {
-  const ModelConfig &c = config();
-  const LayerWeights &lw = layers_[layer];
-  Scratch &s = *scratch_;
-  kernels::Stream &st = *stream_;
+absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
+  const ModelConfig& c = config();
+  const LayerWeights& lw = layers_[layer];
+  Scratch& s = *scratch_;
+  kernels::Stream& st = *stream_;
   const int64_t d = c.hidden_size, hd = c.head_dim;
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   Tensor x = F32(s.x, {n, d});
@@ -390,9 +384,9 @@ absl::Status MoeModel::Attention(int layer, int64_t n, KvCache *cache) {
 }
 
 absl::Status MoeModel::MoeBlock(int layer, int64_t n) {
-  const ModelConfig &c = config();
-  Scratch &s = *scratch_;
-  kernels::Stream &st = *stream_;
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  kernels::Stream& st = *stream_;
   const int64_t d = c.hidden_size;
   Tensor x = F32(s.x, {n, d});
   Tensor h = F32(s.h, {n, d});
@@ -408,8 +402,8 @@ absl::Status MoeModel::MoeBlock(int layer, int64_t n) {
 }
 
 absl::Status MoeModel::RunLayers(int64_t n) {
-  const ModelConfig &c = config();
-  Scratch &s = *scratch_;
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
   Tensor x = F32(s.x, {n, c.hidden_size});
   ENGINE_RETURN_IF_ERROR(
       backend_->Embedding(*stream_, I32(s.meta, 0, {n}), embedding_, x));
@@ -420,35 +414,33 @@ absl::Status MoeModel::RunLayers(int64_t n) {
   return absl::OkStatus();
 }
 
-std::vector<int> MoeModel::PredictExperts(int layer, const float *hidden,
+std::vector<int> MoeModel::PredictExperts(int layer, const float* hidden,
                                           int64_t n, int k) {
-  const ModelConfig &c = config();
+  const ModelConfig& c = config();
   const int64_t E = c.num_experts;
   k = std::clamp<int>(k, 1, static_cast<int>(E));
-  Scratch &s = *scratch_;
+  Scratch& s = *scratch_;
   std::vector<int> experts;
   if (hidden == nullptr || n <= 0 || layer < 0 ||
       layer >= c.num_hidden_layers) {
     return experts;
   }
-  Tensor h(const_cast<float *>(hidden), KDType::kF32, {n, c.hidden_size},
+  Tensor h(const_cast<float*>(hidden), KDType::kF32, {n, c.hidden_size},
            backend_->device());
   // Own buffers: this runs inside RoutedExperts, whose routing is in use.
   if (!Route(layer, h, k, /*normalize=*/false, s.predict).ok()) {
-    return experts; // a failed prediction only costs prefetching
+    return experts;  // a failed prediction only costs prefetching
   }
   std::vector<bool> chosen(E, false);
-  for (int32_t e : s.predict.host_ids)
-    chosen[e] = true;
+  for (int32_t e : s.predict.host_ids) chosen[e] = true;
   for (int e = 0; e < E; ++e) {
-    if (chosen[e])
-      experts.push_back(e);
+    if (chosen[e]) experts.push_back(e);
   }
   return experts;
 }
 
-absl::Status MoeModel::Route(int layer, const Tensor &h, int k, bool normalize,
-                             RouteBuffers &r) {
+absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
+                             RouteBuffers& r) {
   const int64_t n = h.dim(0), E = config().num_experts;
   if (r.logits.bytes() < n * E * 4 || r.weights.bytes() < n * k * 4 ||
       r.ids.bytes() < n * k * 4) {
@@ -457,7 +449,7 @@ absl::Status MoeModel::Route(int layer, const Tensor &h, int k, bool normalize,
   Tensor logits = F32(r.logits, {n, E});
   Tensor weights = F32(r.weights, {n, k});
   Tensor ids = I32(r.ids, 0, {n, k});
-  kernels::Stream &st = *stream_;
+  kernels::Stream& st = *stream_;
   ENGINE_RETURN_IF_ERROR(
       backend_->MatMul(st, h, layers_[layer].router, {}, logits));
   ENGINE_RETURN_IF_ERROR(
@@ -474,16 +466,16 @@ absl::Status MoeModel::Route(int layer, const Tensor &h, int k, bool normalize,
 
 // Router, top-k, then every selected expert once on all of its tokens.
 absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
-  const ModelConfig &c = config();
-  Scratch &s = *scratch_;
-  kernels::Stream &st = *stream_;
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  kernels::Stream& st = *stream_;
   const int64_t d = c.hidden_size, E = c.num_experts;
   const int64_t k = c.num_experts_per_tok, ffn = c.expert_intermediate_size;
   Tensor h = F32(s.h, {n, d});
   ENGINE_RETURN_IF_ERROR(
       Route(layer, h, static_cast<int>(k), c.norm_topk_prob, s.route));
-  const std::vector<int32_t> &ids = s.route.host_ids;
-  const std::vector<float> &weights = s.route.host_weights;
+  const std::vector<int32_t>& ids = s.route.host_ids;
+  const std::vector<float>& weights = s.route.host_weights;
   for (int32_t e : ids) {
     if (e < 0 || e >= E) {
       return absl::InternalError(
@@ -494,10 +486,8 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   // Group the (token, weight) pairs by expert, experts ascending and tokens
   // in order within each (a counting sort into perm), and upload them once.
   s.expert_begin.assign(E + 1, 0);
-  for (int32_t e : ids)
-    ++s.expert_begin[e + 1];
-  for (int64_t e = 0; e < E; ++e)
-    s.expert_begin[e + 1] += s.expert_begin[e];
+  for (int32_t e : ids) ++s.expert_begin[e + 1];
+  for (int64_t e = 0; e < E; ++e) s.expert_begin[e + 1] += s.expert_begin[e];
   s.fill.assign(s.expert_begin.begin(), s.expert_begin.end() - 1);
   s.perm_host.resize(n * k);
   s.perm_weights_host.resize(n * k);
@@ -517,16 +507,15 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   std::vector<int> selected, counts;
   for (int e = 0; e < E; ++e) {
     const int count = s.expert_begin[e + 1] - s.expert_begin[e];
-    if (count == 0)
-      continue;
+    if (count == 0) continue;
     selected.push_back(e);
     counts.push_back(count);
   }
-  experts_->BeginLayer(layer, selected, counts,
-                       static_cast<float *>(s.h.data()), n);
+  experts_->BeginLayer(layer, selected, counts, static_cast<float*>(s.h.data()),
+                       n);
   Tensor moe_out = F32(s.moe_out, {n, d});
   for (int e : selected) {
-    ENGINE_ASSIGN_OR_RETURN(const std::byte *blob_data,
+    ENGINE_ASSIGN_OR_RETURN(const std::byte* blob_data,
                             experts_->Acquire({layer, e}));
     const int64_t begin = s.expert_begin[e];
     const int64_t m = s.expert_begin[e + 1] - begin;
@@ -535,13 +524,11 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
     Tensor in = F32(s.expert_in, {m, d});
     Tensor out = F32(s.expert_out, {m, d});
     Tensor ws = F32(s.expert_ws, {kernels::ExpertFfnWorkspaceElems(m, ffn)});
-    Tensor blob(const_cast<std::byte *>(blob_data), KDType::kBF16,
-                {3 * ffn * d}, backend_->device());
+    Tensor blob(const_cast<std::byte*>(blob_data), KDType::kBF16, {3 * ffn * d},
+                backend_->device());
     absl::Status status = backend_->GatherRows(st, h, rows, in);
-    if (status.ok())
-      status = backend_->ExpertFfn(st, in, blob, ffn, ws, out);
-    if (status.ok())
-      status = backend_->ScaleAddRows(st, out, rows, w, moe_out);
+    if (status.ok()) status = backend_->ExpertFfn(st, in, blob, ffn, ws, out);
+    if (status.ok()) status = backend_->ScaleAddRows(st, out, rows, w, moe_out);
     // No wait here: the provider keeps the blob until the stream has passed
     // these ops (ExpertProvider, "Asynchronous devices").
     experts_->Release({layer, e});
@@ -553,10 +540,10 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
 
 // qwen2_moe: out += sigmoid(h Wg^T) * down(silu(gate(h)) * up(h)).
 absl::Status MoeModel::SharedExpert(int layer, int64_t n) {
-  const ModelConfig &c = config();
-  const LayerWeights &lw = layers_[layer];
-  Scratch &s = *scratch_;
-  kernels::Stream &st = *stream_;
+  const ModelConfig& c = config();
+  const LayerWeights& lw = layers_[layer];
+  Scratch& s = *scratch_;
+  kernels::Stream& st = *stream_;
   const int64_t d = c.hidden_size, f = c.shared_expert_intermediate_size;
   Tensor h = F32(s.h, {n, d});
   Tensor a = F32(s.shared_a, {n, f});
@@ -571,4 +558,4 @@ absl::Status MoeModel::SharedExpert(int layer, int64_t n) {
   return backend_->SigmoidGatedAdd(st, out, gate, F32(s.moe_out, {n, d}));
 }
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine

@@ -39,40 +39,40 @@ class ScratchBuffer;
 
 // The new tokens of one sequence for one forward pass.
 struct SequenceChunk {
-  std::span<const int32_t> tokens; // non-empty
-  int64_t start_position = 0;      // absolute position of tokens[0]
+  std::span<const int32_t> tokens;  // non-empty
+  int64_t start_position = 0;       // absolute position of tokens[0]
   // Covers positions [0, start_position + tokens.size()) (KvCache::Grow).
-  const BlockTable *block_table = nullptr;
+  const BlockTable* block_table = nullptr;
 };
 
 class MoeModel {
-public:
-  static absl::StatusOr<std::unique_ptr<MoeModel>>
-  Create(const ModelWeights *weights, kernels::Backend *backend,
-         ExpertProvider *experts);
+ public:
+  static absl::StatusOr<std::unique_ptr<MoeModel>> Create(
+      const ModelWeights* weights, kernels::Backend* backend,
+      ExpertProvider* experts);
   ~MoeModel();
 
   // Runs the batch and fills `logits` with F32[batch.size(), vocab]: row s
   // holds the logits after the last token of batch[s].
-  absl::Status Forward(std::span<const SequenceChunk> batch, KvCache *cache,
-                       std::vector<float> *logits);
+  absl::Status Forward(std::span<const SequenceChunk> batch, KvCache* cache,
+                       std::vector<float>* logits);
 
-  const ModelConfig &config() const { return weights_->config(); }
+  const ModelConfig& config() const { return weights_->config(); }
 
   // Applies `layer`'s router to `hidden` (F32 [n, hidden_size] in the
   // device memory BeginLayer handed to the expert provider) and returns
   // the distinct experts of every row's top-k, ascending (empty on error).
   // For offload policies that predict upcoming layers; callable from inside
   // a Forward() (from the expert provider's hooks), same thread.
-  std::vector<int> PredictExperts(int layer, const float *hidden, int64_t n,
+  std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
                                   int k);
 
-private:
+ private:
   struct LayerWeights;
   struct Scratch;
 
-  MoeModel(const ModelWeights *weights, kernels::Backend *backend,
-           ExpertProvider *experts, std::unique_ptr<kernels::Stream> stream);
+  MoeModel(const ModelWeights* weights, kernels::Backend* backend,
+           ExpertProvider* experts, std::unique_ptr<kernels::Stream> stream);
   struct RouteBuffers;
   absl::Status ResolveWeights();
   // Copies the non-expert weights into device memory (non-CPU backends).
@@ -81,32 +81,32 @@ private:
   absl::Status ReserveScratch(int64_t n, int64_t num_seqs, int64_t max_blocks);
   absl::Status RunLayers(int64_t n);
   // Views of scratch memory on the backend's device (offsets in elements).
-  kernels::Tensor F32(const ScratchBuffer &buf,
+  kernels::Tensor F32(const ScratchBuffer& buf,
                       std::initializer_list<int64_t> shape,
                       int64_t offset = 0) const;
-  kernels::Tensor I32(const ScratchBuffer &buf, int64_t offset,
+  kernels::Tensor I32(const ScratchBuffer& buf, int64_t offset,
                       std::initializer_list<int64_t> shape) const;
   // `layer`'s router on h [n, d]: top-k weights and expert ids, copied to
   // the host vectors of `buffers` (resized to n * k).
-  absl::Status Route(int layer, const kernels::Tensor &h, int k, bool normalize,
-                     RouteBuffers &buffers);
-  absl::Status Attention(int layer, int64_t n, KvCache *cache);
+  absl::Status Route(int layer, const kernels::Tensor& h, int k, bool normalize,
+                     RouteBuffers& buffers);
+  absl::Status Attention(int layer, int64_t n, KvCache* cache);
   absl::Status MoeBlock(int layer, int64_t n);
   absl::Status RoutedExperts(int layer, int64_t n);
   absl::Status SharedExpert(int layer, int64_t n);
 
-  const ModelWeights *const weights_;
-  kernels::Backend *const backend_;
-  ExpertProvider *const experts_;
+  const ModelWeights* const weights_;
+  kernels::Backend* const backend_;
+  ExpertProvider* const experts_;
   std::unique_ptr<kernels::Stream> stream_;
   std::vector<LayerWeights> layers_;
-  std::unique_ptr<kernels::Buffer> device_weights_; // non-CPU backends
+  std::unique_ptr<kernels::Buffer> device_weights_;  // non-CPU backends
   kernels::Tensor embedding_, final_norm_, lm_head_;
   std::unique_ptr<Scratch> scratch_;
-  KvCache *cache_ = nullptr; // of the Forward() in progress
+  KvCache* cache_ = nullptr;  // of the Forward() in progress
   int64_t step_ = 0;
 };
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_MOE_MODEL_H_
+#endif  // MOESERVE_ENGINE_MOE_MODEL_H_

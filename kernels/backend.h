@@ -42,7 +42,7 @@ namespace moeserve::kernels {
 // An in-order queue of ops on one device (a CUDA stream; on the CPU a handle
 // that runs each op synchronously on the backend's thread pool).
 class Stream {
-public:
+ public:
   virtual ~Stream() = default;
   virtual Device device() const = 0;
   // Blocks until every op enqueued so far has finished; returns the first
@@ -53,23 +53,23 @@ public:
 // Memory from a backend (device or page-locked host); freed on destruction.
 // The backend must outlive it.
 class Buffer {
-public:
+ public:
   virtual ~Buffer() = default;
-  virtual void *data() const = 0;
+  virtual void* data() const = 0;
   virtual int64_t bytes() const = 0;
 };
 
 // A marker in a stream (a cudaEvent_t; on the CPU a timestamp taken when it
 // is recorded). Used by one thread at a time.
 class Event {
-public:
+ public:
   virtual ~Event() = default;
   // Blocks until the work enqueued before the last RecordEvent has finished
   // (OK at once if never recorded).
   virtual absl::Status Synchronize() = 0;
   // Seconds from `start`'s last recording to this one's. REQUIRES: both
   // recorded and completed (Synchronize()d), same backend.
-  virtual absl::StatusOr<double> SecondsSince(const Event &start) const = 0;
+  virtual absl::StatusOr<double> SecondsSince(const Event& start) const = 0;
 };
 
 // Paged KV cache of one layer (vLLM layout). A token at absolute position p of
@@ -102,7 +102,7 @@ inline int64_t ExpertFfnWorkspaceElems(int64_t m, int64_t ffn) {
 }
 
 class Backend {
-public:
+ public:
   virtual ~Backend() = default;
 
   virtual Device device() const = 0;
@@ -115,100 +115,100 @@ public:
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t bytes) = 0;
   // `bytes` (> 0) of host memory, 4096-byte aligned, that the device copies
   // to and from asynchronously (CUDA: page-locked, cudaHostAlloc).
-  virtual absl::StatusOr<std::unique_ptr<Buffer>>
-  AllocateHost(int64_t bytes) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(
+      int64_t bytes) = 0;
   // Page-locks existing host memory [p, p + bytes) for asynchronous copies
   // until UnregisterHost(p) (CPU: nothing to do).
-  virtual absl::Status RegisterHost(void *p, int64_t bytes) = 0;
-  virtual void UnregisterHost(void *p) = 0;
+  virtual absl::Status RegisterHost(void* p, int64_t bytes) = 0;
+  virtual void UnregisterHost(void* p) = 0;
   // Enqueues a copy of `bytes` bytes host->device, device->host or
   // device->device. Host memory must stay valid and unchanged (source) or
   // unread (destination) until the stream has passed the copy.
-  virtual absl::Status CopyToDevice(Stream &s, void *dst, const void *src,
+  virtual absl::Status CopyToDevice(Stream& s, void* dst, const void* src,
                                     int64_t bytes) = 0;
-  virtual absl::Status CopyToHost(Stream &s, void *dst, const void *src,
+  virtual absl::Status CopyToHost(Stream& s, void* dst, const void* src,
                                   int64_t bytes) = 0;
-  virtual absl::Status CopyOnDevice(Stream &s, void *dst, const void *src,
+  virtual absl::Status CopyOnDevice(Stream& s, void* dst, const void* src,
                                     int64_t bytes) = 0;
   // Sets `bytes` bytes of device memory at `dst` to zero.
-  virtual absl::Status Zero(Stream &s, void *dst, int64_t bytes) = 0;
+  virtual absl::Status Zero(Stream& s, void* dst, int64_t bytes) = 0;
   virtual absl::StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
   // Marks the current end of `s` in `e` (replacing an earlier marker).
-  virtual absl::Status RecordEvent(Stream &s, Event &e) = 0;
+  virtual absl::Status RecordEvent(Stream& s, Event& e) = 0;
   // Work enqueued on `s` after this call waits for `e`'s last marker
   // (nothing to wait for if `e` was never recorded).
-  virtual absl::Status WaitEvent(Stream &s, Event &e) = 0;
+  virtual absl::Status WaitEvent(Stream& s, Event& e) = 0;
 
   // out[i, :] = table[ids[i], :].  ids I32[n], table BF16[vocab, d],
   // out F32[n, d]. Ids outside [0, vocab) -> InvalidArgument.
-  virtual absl::Status Embedding(Stream &s, const Tensor &ids,
-                                 const Tensor &table, const Tensor &out) = 0;
+  virtual absl::Status Embedding(Stream& s, const Tensor& ids,
+                                 const Tensor& table, const Tensor& out) = 0;
 
   // out = x / sqrt(mean(x^2) + eps) * w.  x F32[n, d], w BF16[d],
   // out F32[n, d] (may alias x). Per-head q/k norm: pass the [n*heads, hd]
   // view.
-  virtual absl::Status RmsNorm(Stream &s, const Tensor &x, const Tensor &w,
-                               float eps, const Tensor &out) = 0;
+  virtual absl::Status RmsNorm(Stream& s, const Tensor& x, const Tensor& w,
+                               float eps, const Tensor& out) = 0;
 
   // out = x * W^T (+ bias): the Linear layer in Hugging Face layout.
   // x F32[m, k], w BF16[n, k], bias BF16[n] or empty, out F32[m, n].
-  virtual absl::Status MatMul(Stream &s, const Tensor &x, const Tensor &w,
-                              const Tensor &bias, const Tensor &out) = 0;
+  virtual absl::Status MatMul(Stream& s, const Tensor& x, const Tensor& w,
+                              const Tensor& bias, const Tensor& out) = 0;
 
   // In-place rotate-half RoPE (HF LlamaRotaryEmbedding): for i < hd/2,
   // inv_freq_i = 1 / theta^(2i/hd) (fp32), angle = pos * inv_freq_i (fp32),
   // (x_i, x_{i+hd/2}) <- (x_i cos - x_{i+hd/2} sin, x_{i+hd/2} cos + x_i sin).
   // x F32[n, heads, hd] (hd even), positions I32[n] (>= 0).
-  virtual absl::Status RopeRotateHalf(Stream &s, const Tensor &x,
-                                      const Tensor &positions, float theta) = 0;
+  virtual absl::Status RopeRotateHalf(Stream& s, const Tensor& x,
+                                      const Tensor& positions, float theta) = 0;
 
   // Writes k[i], v[i] into slot slot_mapping[i] of the pools; a negative slot
   // skips the row (padding). k, v F32[n, kv_heads, hd]; slot_mapping I32[n].
-  virtual absl::Status KvWrite(Stream &s, const Tensor &k, const Tensor &v,
-                               const Tensor &slot_mapping,
-                               const PagedKvCache &cache) = 0;
+  virtual absl::Status KvWrite(Stream& s, const Tensor& k, const Tensor& v,
+                               const Tensor& slot_mapping,
+                               const PagedKvCache& cache) = 0;
 
   // Causal grouped-query attention over the paged cache: q head h reads kv
   // head h / (heads / kv_heads); scores scaled by 1/sqrt(hd); fp32 softmax
   // with max subtraction. q F32[n_q, heads, hd], out F32[n_q, heads * hd].
-  virtual absl::Status Attention(Stream &s, const Tensor &q,
-                                 const PagedKvCache &cache,
-                                 const AttentionBatch &batch,
-                                 const Tensor &out) = 0;
+  virtual absl::Status Attention(Stream& s, const Tensor& q,
+                                 const PagedKvCache& cache,
+                                 const AttentionBatch& batch,
+                                 const Tensor& out) = 0;
 
   // fp32 softmax over all E experts, then the k largest probabilities (ties:
   // lower expert index first), in descending order; with `normalize` the k
   // weights are divided by their sum. logits F32[n, E], weights F32[n, k],
   // ids I32[n, k], 1 <= k <= E.
-  virtual absl::Status RouterTopK(Stream &s, const Tensor &logits, int k,
-                                  bool normalize, const Tensor &weights,
-                                  const Tensor &ids) = 0;
+  virtual absl::Status RouterTopK(Stream& s, const Tensor& logits, int k,
+                                  bool normalize, const Tensor& weights,
+                                  const Tensor& ids) = 0;
 
   // out = silu(gate) * up. All F32[m, f]; out may alias gate or up.
-  virtual absl::Status SiluMul(Stream &s, const Tensor &gate, const Tensor &up,
-                               const Tensor &out) = 0;
+  virtual absl::Status SiluMul(Stream& s, const Tensor& gate, const Tensor& up,
+                               const Tensor& out) = 0;
 
   // out = a + b (residual). All F32, same shape; out may alias a or b.
-  virtual absl::Status Add(Stream &s, const Tensor &a, const Tensor &b,
-                           const Tensor &out) = 0;
+  virtual absl::Status Add(Stream& s, const Tensor& a, const Tensor& b,
+                           const Tensor& out) = 0;
 
   // out[i, :] = x[rows[i], :]: gathers the tokens routed to one expert.
   // x F32[n, d], rows I32[m] in [0, n), out F32[m, d].
-  virtual absl::Status GatherRows(Stream &s, const Tensor &x,
-                                  const Tensor &rows, const Tensor &out) = 0;
+  virtual absl::Status GatherRows(Stream& s, const Tensor& x,
+                                  const Tensor& rows, const Tensor& out) = 0;
 
   // y[rows[i], :] += weights[i] * x[i, :]: combines one expert's outputs into
   // the tokens' residual stream with their router weights. x F32[m, d],
   // rows I32[m] in [0, n) (empty tensor: rows[i] = i), weights F32[m],
   // y F32[n, d]. Repeated rows accumulate.
-  virtual absl::Status ScaleAddRows(Stream &s, const Tensor &x,
-                                    const Tensor &rows, const Tensor &weights,
-                                    const Tensor &y) = 0;
+  virtual absl::Status ScaleAddRows(Stream& s, const Tensor& x,
+                                    const Tensor& rows, const Tensor& weights,
+                                    const Tensor& y) = 0;
 
   // y[i, :] += sigmoid(gate[i]) * x[i, :]: the gated shared expert of
   // qwen2_moe. x, y F32[n, d]; gate F32[n] or F32[n, 1].
-  virtual absl::Status SigmoidGatedAdd(Stream &s, const Tensor &x,
-                                       const Tensor &gate, const Tensor &y) = 0;
+  virtual absl::Status SigmoidGatedAdd(Stream& s, const Tensor& x,
+                                       const Tensor& gate, const Tensor& y) = 0;
 
   // One SwiGLU expert on all m tokens routed to it:
   //   out = (silu(x Wg^T) * (x Wu^T)) Wd^T
@@ -216,20 +216,20 @@ public:
   // Wu [ffn, hidden], then Wd [hidden, ffn], each row-major.
   // x F32[m, hidden], workspace F32 with >= ExpertFfnWorkspaceElems(m, ffn)
   // elements (any shape), out F32[m, hidden].
-  virtual absl::Status ExpertFfn(Stream &s, const Tensor &x, const Tensor &blob,
-                                 int64_t ffn, const Tensor &workspace,
-                                 const Tensor &out) = 0;
+  virtual absl::Status ExpertFfn(Stream& s, const Tensor& x, const Tensor& blob,
+                                 int64_t ffn, const Tensor& workspace,
+                                 const Tensor& out) = 0;
 
   // Row-wise softmax (sampler). x, out F32[n, V]; out may alias x.
-  virtual absl::Status Softmax(Stream &s, const Tensor &x,
-                               const Tensor &out) = 0;
+  virtual absl::Status Softmax(Stream& s, const Tensor& x,
+                               const Tensor& out) = 0;
 
   // Row-wise argmax, ties to the lower index (greedy sampling).
   // x F32[n, V] (V >= 1), out I32[n].
-  virtual absl::Status Argmax(Stream &s, const Tensor &x,
-                              const Tensor &out) = 0;
+  virtual absl::Status Argmax(Stream& s, const Tensor& x,
+                              const Tensor& out) = 0;
 };
 
-} // namespace moeserve::kernels
+}  // namespace moeserve::kernels
 
-#endif // MOESERVE_KERNELS_BACKEND_H_
+#endif  // MOESERVE_KERNELS_BACKEND_H_

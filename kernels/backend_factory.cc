@@ -1,15 +1,49 @@
 #include "kernels/backend_factory.h"
 
+#include <dlfcn.h>
+
 #include "absl/strings/str_cat.h"
+#include "base/plugin_loader.h"
 #include "kernels/cpu/cpu_backend.h"
-#ifdef MOESERVE_WITH_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
 
 namespace moeserve::kernels {
+namespace {
 
-absl::StatusOr<std::unique_ptr<Backend>>
-CreateBackend(const BackendOptions &options) {
+#ifdef MOESERVE_WITH_CUDA
+// kernels/cuda/cuda_plugin.cc's entry point.
+using CreateCudaFn = Backend* (*)(int device, int* code, char* error,
+                                  int error_len);
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  static std::string* load_error = new std::string();
+  static CreateCudaFn create = [] {
+    void* handle = base::OpenPlugin({.file = "libmoeserve_cuda.so",
+                                     .package_dir = "kernels/cuda",
+                                     .env_var = "MOESERVE_CUDA_PLUGIN",
+                                     .dlopen_flags = RTLD_NOW | RTLD_LOCAL},
+                                    load_error);
+    if (handle == nullptr) return CreateCudaFn{nullptr};
+    return reinterpret_cast<CreateCudaFn>(
+        base::PluginSymbol(handle, "moeserve_cuda_backend_create", load_error));
+  }();
+  if (create == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("backend 'cuda': ", *load_error));
+  }
+  int code = 0;
+  char error[512] = {0};
+  Backend* backend = create(device, &code, error, sizeof(error));
+  if (backend == nullptr) {
+    return absl::Status(static_cast<absl::StatusCode>(code), error);
+  }
+  return std::unique_ptr<Backend>(backend);
+}
+#endif
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    const BackendOptions& options) {
   if (options.name == "cpu") {
     return std::unique_ptr<Backend>(
         std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{
@@ -17,11 +51,7 @@ CreateBackend(const BackendOptions &options) {
   }
   if (options.name == "cuda") {
 #ifdef MOESERVE_WITH_CUDA
-    absl::StatusOr<std::unique_ptr<cuda::CudaBackend>> b =
-        cuda::CudaBackend::Create(options.cuda_device);
-    if (!b.ok())
-      return b.status();
-    return std::unique_ptr<Backend>(*std::move(b));
+    return CreateCudaBackend(options.cuda_device);
 #else
     return absl::FailedPreconditionError(
         "backend 'cuda': this build has no CUDA backend (the CUDA toolkit "
@@ -40,4 +70,4 @@ std::vector<std::string> CompiledBackends() {
 #endif
 }
 
-} // namespace moeserve::kernels
+}  // namespace moeserve::kernels

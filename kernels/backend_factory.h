@@ -1,7 +1,8 @@
 // CreateBackend: picks a compute backend by name ("cpu" or "cuda") for the
-// server and tools. The CUDA backend is compiled in only where the build
-// found the CUDA toolkit (//third_party/cuda); asking for it elsewhere is a
-// clear error, not a crash.
+// server and tools. The CUDA backend is built only where the build found the
+// CUDA toolkit (//third_party/cuda), as the plugin libmoeserve_cuda.so loaded
+// on first use (MOESERVE_CUDA_PLUGIN overrides its path); asking for it
+// elsewhere is a clear error, not a crash.
 #ifndef MOESERVE_KERNELS_BACKEND_FACTORY_H_
 #define MOESERVE_KERNELS_BACKEND_FACTORY_H_
 
@@ -15,19 +16,19 @@
 namespace moeserve::kernels {
 
 struct BackendOptions {
-  std::string name = "cpu"; // "cpu" or "cuda"
-  int cpu_threads = 1;      // CPU backend: threads running kernels
-  int cuda_device = 0;      // CUDA backend: device ordinal
+  std::string name = "cpu";  // "cpu" or "cuda"
+  int cpu_threads = 1;       // CPU backend: threads running kernels
+  int cuda_device = 0;       // CUDA backend: device ordinal
 };
 
 // InvalidArgument for an unknown name; FailedPrecondition for "cuda" in a
 // build without the toolkit; Unavailable for "cuda" without a usable GPU.
-absl::StatusOr<std::unique_ptr<Backend>>
-CreateBackend(const BackendOptions &options);
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    const BackendOptions& options);
 
 // The names this build can create ("cpu", and "cuda" with the toolkit).
 std::vector<std::string> CompiledBackends();
 
-} // namespace moeserve::kernels
+}  // namespace moeserve::kernels
 
-#endif // MOESERVE_KERNELS_BACKEND_FACTORY_H_
+#endif  // MOESERVE_KERNELS_BACKEND_FACTORY_H_

@@ -36,5 +36,5 @@ TEST(BackendFactory, CudaAnswersClearly) {
   }
 }
 
-} // namespace
-} // namespace moeserve::kernels
+}  // namespace
+}  // namespace moeserve::kernels

@@ -29,10 +29,9 @@ absl::Status AsyncModelHost::WaitUntilLoaded() {
   return load_status_;
 }
 
-ModelHost *AsyncModelHost::Loaded(absl::Status *why) const {
+ModelHost* AsyncModelHost::Loaded(absl::Status* why) const {
   absl::MutexLock lock(&mu_);
-  if (host_ != nullptr)
-    return host_.get();
+  if (host_ != nullptr) return host_.get();
   *why = done_ ? absl::UnavailableError(absl::StrCat("no model is loaded: ",
                                                      load_status_.ToString()))
                : absl::UnavailableError("model is loading");
@@ -41,38 +40,36 @@ ModelHost *AsyncModelHost::Loaded(absl::Status *why) const {
 
 absl::Status AsyncModelHost::CheckReady() const {
   absl::Status why;
-  ModelHost *host = Loaded(&why);
+  ModelHost* host = Loaded(&why);
   return host == nullptr ? why : host->CheckReady();
 }
 
 v1::ListModelsResponse AsyncModelHost::ListModels() const {
   absl::Status why;
-  ModelHost *host = Loaded(&why);
+  ModelHost* host = Loaded(&why);
   return host == nullptr ? v1::ListModelsResponse() : host->ListModels();
 }
 
-absl::StatusOr<v1::TokenizeResponse>
-AsyncModelHost::Tokenize(const v1::TokenizeRequest &request) {
+absl::StatusOr<v1::TokenizeResponse> AsyncModelHost::Tokenize(
+    const v1::TokenizeRequest& request) {
   absl::Status why;
-  ModelHost *host = Loaded(&why);
-  if (host == nullptr)
-    return why;
+  ModelHost* host = Loaded(&why);
+  if (host == nullptr) return why;
   return host->Tokenize(request);
 }
 
-absl::Status AsyncModelHost::Generate(const v1::GenerateRequest &request,
-                                      absl::Time deadline, GenerateSink *sink) {
+absl::Status AsyncModelHost::Generate(const v1::GenerateRequest& request,
+                                      absl::Time deadline, GenerateSink* sink) {
   absl::Status why;
-  ModelHost *host = Loaded(&why);
-  if (host == nullptr)
-    return why;
+  ModelHost* host = Loaded(&why);
+  if (host == nullptr) return why;
   return host->Generate(request, deadline, sink);
 }
 
 bool AsyncModelHost::Abort(std::string_view request_id) {
   absl::Status why;
-  ModelHost *host = Loaded(&why);
+  ModelHost* host = Loaded(&why);
   return host != nullptr && host->Abort(request_id);
 }
 
-} // namespace moeserve::server
+}  // namespace moeserve::server

@@ -21,7 +21,7 @@
 namespace moeserve::server {
 
 class AsyncModelHost final : public ModelHost {
-public:
+ public:
   using Loader = std::function<absl::StatusOr<std::unique_ptr<ModelHost>>()>;
 
   // `engine_names`: the configured engines (so an unknown policy is
@@ -37,15 +37,15 @@ public:
     return engine_names_;
   }
   v1::ListModelsResponse ListModels() const override;
-  absl::StatusOr<v1::TokenizeResponse>
-  Tokenize(const v1::TokenizeRequest &request) override;
-  absl::Status Generate(const v1::GenerateRequest &request, absl::Time deadline,
-                        GenerateSink *sink) override;
+  absl::StatusOr<v1::TokenizeResponse> Tokenize(
+      const v1::TokenizeRequest& request) override;
+  absl::Status Generate(const v1::GenerateRequest& request, absl::Time deadline,
+                        GenerateSink* sink) override;
   bool Abort(std::string_view request_id) override;
 
-private:
+ private:
   // The loaded host, or null with the reason why there is none.
-  ModelHost *Loaded(absl::Status *why) const ABSL_LOCKS_EXCLUDED(mu_);
+  ModelHost* Loaded(absl::Status* why) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::vector<std::string> engine_names_;
   mutable absl::Mutex mu_;
@@ -57,6 +57,6 @@ private:
   std::thread thread_;
 };
 
-} // namespace moeserve::server
+}  // namespace moeserve::server
 
-#endif // MOESERVE_SERVER_ASYNC_MODEL_HOST_H_
+#endif  // MOESERVE_SERVER_ASYNC_MODEL_HOST_H_

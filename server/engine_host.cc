@@ -19,20 +19,20 @@ using engine::FinishReason;
 
 v1::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
-  case FinishReason::kEos:
-    return v1::EOS_TOKEN;
-  case FinishReason::kStopSequence:
-    return v1::STOP_SEQUENCE;
-  case FinishReason::kLength:
-    return v1::LENGTH;
-  case FinishReason::kCancelled:
-    return v1::CANCELLED;
-  case FinishReason::kTimeLimit:
-    return v1::TIME_LIMIT;
-  case FinishReason::kError:
-    return v1::ERROR;
-  case FinishReason::kNone:
-    break;
+    case FinishReason::kEos:
+      return v1::EOS_TOKEN;
+    case FinishReason::kStopSequence:
+      return v1::STOP_SEQUENCE;
+    case FinishReason::kLength:
+      return v1::LENGTH;
+    case FinishReason::kCancelled:
+      return v1::CANCELLED;
+    case FinishReason::kTimeLimit:
+      return v1::TIME_LIMIT;
+    case FinishReason::kError:
+      return v1::ERROR;
+    case FinishReason::kNone:
+      break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
@@ -40,26 +40,23 @@ v1::FinishReason ToProto(FinishReason reason) {
 // How often a waiting handler checks whether its client is still there.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 
-} // namespace
+}  // namespace
 
-absl::StatusOr<std::unique_ptr<EngineHost>>
-EngineHost::Create(const ServerOptions &options, metrics::Registry *registry) {
+absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
+    const ServerOptions& options, metrics::Registry* registry) {
   auto host = std::unique_ptr<EngineHost>(new EngineHost(options));
   absl::StatusOr<policies::PolicyConfig> policy_config =
       policies::ParsePolicyConfig(options.policy_config);
-  if (!policy_config.ok())
-    return policy_config.status();
+  if (!policy_config.ok()) return policy_config.status();
   // A disk slow tier preads experts from the model files: no RAM for them.
   absl::StatusOr<std::unique_ptr<engine::ModelWeights>> weights =
       engine::ModelWeights::Load(options.model_dir,
                                  {.pack_experts = options.slow_tier == "host"});
-  if (!weights.ok())
-    return weights.status();
+  if (!weights.ok()) return weights.status();
   host->weights_ = *std::move(weights);
   absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
       engine::Tokenizer::LoadFromModelDir(options.model_dir);
-  if (!tokenizer.ok())
-    return tokenizer.status();
+  if (!tokenizer.ok()) return tokenizer.status();
   host->tokenizer_ = *std::move(tokenizer);
   const int threads =
       options.threads > 0
@@ -69,16 +66,15 @@ EngineHost::Create(const ServerOptions &options, metrics::Registry *registry) {
       kernels::CreateBackend({.name = options.backend,
                               .cpu_threads = std::max(1, threads),
                               .cuda_device = options.cuda_device});
-  if (!backend.ok())
-    return backend.status();
+  if (!backend.ok()) return backend.status();
   host->backend_ = *std::move(backend);
   // On a GPU the expert slots are VRAM owned by the backend; on the CPU
   // they are plain host RAM filled by SlowTier::Read.
-  kernels::Backend *fast_tier_backend =
+  kernels::Backend* fast_tier_backend =
       host->backend_->device() == kernels::Device::kCpu ? nullptr
                                                         : host->backend_.get();
-  for (const EngineSpec &spec : options.EngineSpecs()) {
-    const std::string &name = spec.name;
+  for (const EngineSpec& spec : options.EngineSpecs()) {
+    const std::string& name = spec.name;
     engine::EngineOptions eo;
     eo.name = name;
     eo.kv_cache_bytes = options.kv_cache_bytes;
@@ -112,12 +108,10 @@ EngineHost::Create(const ServerOptions &options, metrics::Registry *registry) {
     }
     NamedEngine named{name, spec.policy, 0, offload.capacity_bytes,
                       *std::move(e)};
-    for (const AbArm &arm : options.ab) {
-      if (arm.policy == name)
-        named.ab_weight = arm.weight;
+    for (const AbArm& arm : options.ab) {
+      if (arm.policy == name) named.ab_weight = arm.weight;
     }
-    if (absl::Status st = named.engine->WarmUp(); !st.ok())
-      return st;
+    if (absl::Status st = named.engine->WarmUp(); !st.ok()) return st;
     host->engines_.push_back(std::move(named));
   }
   host->rng_.seed(std::random_device()());
@@ -133,15 +127,14 @@ EngineHost::~EngineHost() = default;
 
 std::vector<std::string> EngineHost::EngineNames() const {
   std::vector<std::string> names;
-  for (const NamedEngine &e : engines_)
-    names.push_back(e.name);
+  for (const NamedEngine& e : engines_) names.push_back(e.name);
   return names;
 }
 
 v1::ListModelsResponse EngineHost::ListModels() const {
-  const engine::ModelConfig &c = weights_->config();
+  const engine::ModelConfig& c = weights_->config();
   v1::ListModelsResponse response;
-  v1::ModelInfo *m = response.add_models();
+  v1::ModelInfo* m = response.add_models();
   m->set_name(std::filesystem::path(options_.model_dir).filename().string());
   m->set_architecture(c.model_type);
   m->set_num_layers(c.num_hidden_layers);
@@ -154,8 +147,8 @@ v1::ListModelsResponse EngineHost::ListModels() const {
   m->set_total_parameter_bytes(weights_->expert_bytes() +
                                weights_->non_expert_bytes());
   m->set_dtype("bfloat16");
-  for (const NamedEngine &e : engines_) {
-    v1::EngineInfo *info = m->add_engines();
+  for (const NamedEngine& e : engines_) {
+    v1::EngineInfo* info = m->add_engines();
     info->set_name(e.name);
     info->set_policy(e.policy);
     info->set_expert_cache_bytes(e.expert_cache_bytes);
@@ -167,15 +160,14 @@ v1::ListModelsResponse EngineHost::ListModels() const {
   return response;
 }
 
-absl::StatusOr<v1::TokenizeResponse>
-EngineHost::Tokenize(const v1::TokenizeRequest &request) {
+absl::StatusOr<v1::TokenizeResponse> EngineHost::Tokenize(
+    const v1::TokenizeRequest& request) {
   v1::TokenizeResponse response;
   std::vector<int32_t> ids;
   if (!request.text().empty()) {
     absl::StatusOr<std::vector<int32_t>> encoded =
         tokenizer_->Encode(request.text(), request.add_bos());
-    if (!encoded.ok())
-      return encoded.status();
+    if (!encoded.ok()) return encoded.status();
     ids = *std::move(encoded);
   } else {
     for (int i = 0; i < request.token_ids_size(); ++i) {
@@ -189,8 +181,7 @@ EngineHost::Tokenize(const v1::TokenizeRequest &request) {
     }
   }
   absl::StatusOr<std::string> text = tokenizer_->Decode(ids);
-  if (!text.ok())
-    return text.status();
+  if (!text.ok()) return text.status();
   response.set_text(*text);
   for (int32_t id : ids) {
     response.add_token_ids(id);
@@ -200,39 +191,35 @@ EngineHost::Tokenize(const v1::TokenizeRequest &request) {
   return response;
 }
 
-absl::StatusOr<EngineHost::NamedEngine *>
-EngineHost::PickEngine(const std::string &policy) {
+absl::StatusOr<EngineHost::NamedEngine*> EngineHost::PickEngine(
+    const std::string& policy) {
   if (!policy.empty()) {
-    for (NamedEngine &e : engines_) {
-      if (e.name == policy)
-        return &e;
+    for (NamedEngine& e : engines_) {
+      if (e.name == policy) return &e;
     }
     return absl::NotFoundError(
         absl::StrCat("policy: no engine '", policy, "'"));
   }
-  if (options_.ab.empty())
-    return &engines_[0];
+  if (options_.ab.empty()) return &engines_[0];
   double u;
   {
     absl::MutexLock lock(&rng_mu_);
     u = std::uniform_real_distribution<double>(0, 1)(rng_);
   }
-  for (NamedEngine &e : engines_) {
-    if (u < e.ab_weight)
-      return &e;
+  for (NamedEngine& e : engines_) {
+    if (u < e.ab_weight) return &e;
     u -= e.ab_weight;
   }
   return &engines_.back();
 }
 
-absl::StatusOr<engine::GenerationRequest>
-EngineHost::ToEngineRequest(const v1::GenerateRequest &request) const {
+absl::StatusOr<engine::GenerationRequest> EngineHost::ToEngineRequest(
+    const v1::GenerateRequest& request) const {
   engine::GenerationRequest r;
   if (!request.prompt().empty()) {
     absl::StatusOr<std::vector<int32_t>> ids =
         tokenizer_->Encode(request.prompt(), /*add_bos=*/true);
-    if (!ids.ok())
-      return ids.status();
+    if (!ids.ok()) return ids.status();
     r.prompt = *std::move(ids);
   } else {
     r.prompt.assign(request.prompt_token_ids().begin(),
@@ -245,7 +232,7 @@ EngineHost::ToEngineRequest(const v1::GenerateRequest &request) const {
       !st.ok()) {
     return st;
   }
-  const v1::SamplingParams &s = request.sampling();
+  const v1::SamplingParams& s = request.sampling();
   r.sampling.temperature = s.temperature();
   r.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
   r.sampling.top_k = s.top_k();
@@ -268,31 +255,27 @@ EngineHost::ToEngineRequest(const v1::GenerateRequest &request) const {
   return r;
 }
 
-void EngineHost::FillLogprobs(const engine::GenerationEvent &event,
-                              v1::GenerateResponse *response) const {
-  auto fill = [this](const engine::TokenLogprob &in, v1::TokenLogprob *out) {
+void EngineHost::FillLogprobs(const engine::GenerationEvent& event,
+                              v1::GenerateResponse* response) const {
+  auto fill = [this](const engine::TokenLogprob& in, v1::TokenLogprob* out) {
     out->set_token_id(in.token);
     out->set_logprob(in.logprob);
     absl::StatusOr<std::string> piece = tokenizer_->IdToPiece(in.token);
-    if (piece.ok())
-      out->set_text(*piece);
+    if (piece.ok()) out->set_text(*piece);
   };
-  for (const engine::TokenLogprobs &lp : event.logprobs) {
-    v1::Logprobs *out = response->add_logprobs();
+  for (const engine::TokenLogprobs& lp : event.logprobs) {
+    v1::Logprobs* out = response->add_logprobs();
     fill(lp.chosen, out->mutable_chosen());
-    for (const engine::TokenLogprob &t : lp.top)
-      fill(t, out->add_top());
+    for (const engine::TokenLogprob& t : lp.top) fill(t, out->add_top());
   }
 }
 
-absl::Status EngineHost::Generate(const v1::GenerateRequest &request,
-                                  absl::Time /*deadline*/, GenerateSink *sink) {
-  absl::StatusOr<NamedEngine *> engine = PickEngine(request.policy());
-  if (!engine.ok())
-    return engine.status();
+absl::Status EngineHost::Generate(const v1::GenerateRequest& request,
+                                  absl::Time /*deadline*/, GenerateSink* sink) {
+  absl::StatusOr<NamedEngine*> engine = PickEngine(request.policy());
+  if (!engine.ok()) return engine.status();
   absl::StatusOr<engine::GenerationRequest> r = ToEngineRequest(request);
-  if (!r.ok())
-    return r.status();
+  if (!r.ok()) return r.status();
   if (request.sampling().has_seed()) {
     r->sampling.seed = request.sampling().seed();
   } else {
@@ -306,8 +289,7 @@ absl::Status EngineHost::Generate(const v1::GenerateRequest &request,
   const uint64_t seed = r->sampling.seed;
   absl::StatusOr<std::shared_ptr<engine::RequestStream>> stream =
       (*engine)->engine->Submit(*std::move(r));
-  if (!stream.ok())
-    return stream.status();
+  if (!stream.ok()) return stream.status();
 
   uint32_t index = 0;
   engine::GenerationEvent event;
@@ -316,8 +298,7 @@ absl::Status EngineHost::Generate(const v1::GenerateRequest &request,
       (*stream)->Cancel();
       return absl::CancelledError("client went away");
     }
-    if (!(*stream)->Pop(&event, kCancelPoll))
-      continue;
+    if (!(*stream)->Pop(&event, kCancelPoll)) continue;
     v1::GenerateResponse response;
     response.set_request_id(request_id);
     response.set_index(index++);
@@ -337,17 +318,16 @@ absl::Status EngineHost::Generate(const v1::GenerateRequest &request,
       (*stream)->Cancel();
       return absl::CancelledError("client went away");
     }
-    if (last)
-      return absl::OkStatus();
+    if (last) return absl::OkStatus();
   }
 }
 
 bool EngineHost::Abort(std::string_view request_id) {
   bool found = false;
-  for (NamedEngine &e : engines_) {
+  for (NamedEngine& e : engines_) {
     found = e.engine->Abort(std::string(request_id)) || found;
   }
   return found;
 }
 
-} // namespace moeserve::server
+}  // namespace moeserve::server

@@ -30,24 +30,24 @@
 namespace moeserve::server {
 
 class EngineHost final : public ModelHost {
-public:
+ public:
   // Loads options.model_dir, builds the engines (each with its offload
   // stack: policy, slow tier, fast tier) and warms each one up. Engine
   // metrics go to `registry` (may be null; must outlive the host).
-  static absl::StatusOr<std::unique_ptr<EngineHost>>
-  Create(const ServerOptions &options, metrics::Registry *registry);
+  static absl::StatusOr<std::unique_ptr<EngineHost>> Create(
+      const ServerOptions& options, metrics::Registry* registry);
   ~EngineHost() override;
 
   absl::Status CheckReady() const override { return absl::OkStatus(); }
   std::vector<std::string> EngineNames() const override;
   v1::ListModelsResponse ListModels() const override;
-  absl::StatusOr<v1::TokenizeResponse>
-  Tokenize(const v1::TokenizeRequest &request) override;
-  absl::Status Generate(const v1::GenerateRequest &request, absl::Time deadline,
-                        GenerateSink *sink) override;
+  absl::StatusOr<v1::TokenizeResponse> Tokenize(
+      const v1::TokenizeRequest& request) override;
+  absl::Status Generate(const v1::GenerateRequest& request, absl::Time deadline,
+                        GenerateSink* sink) override;
   bool Abort(std::string_view request_id) override;
 
-private:
+ private:
   struct NamedEngine {
     std::string name;
     std::string policy;
@@ -56,24 +56,24 @@ private:
     std::unique_ptr<engine::Engine> engine;
   };
 
-  explicit EngineHost(const ServerOptions &options) : options_(options) {}
-  absl::StatusOr<NamedEngine *> PickEngine(const std::string &policy);
-  absl::StatusOr<engine::GenerationRequest>
-  ToEngineRequest(const v1::GenerateRequest &request) const;
-  void FillLogprobs(const engine::GenerationEvent &event,
-                    v1::GenerateResponse *response) const;
+  explicit EngineHost(const ServerOptions& options) : options_(options) {}
+  absl::StatusOr<NamedEngine*> PickEngine(const std::string& policy);
+  absl::StatusOr<engine::GenerationRequest> ToEngineRequest(
+      const v1::GenerateRequest& request) const;
+  void FillLogprobs(const engine::GenerationEvent& event,
+                    v1::GenerateResponse* response) const;
 
   const ServerOptions options_;
   std::unique_ptr<engine::ModelWeights> weights_;
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   std::unique_ptr<kernels::Backend> backend_;
-  std::vector<NamedEngine> engines_; // [0] is the default (--policy)
+  std::vector<NamedEngine> engines_;  // [0] is the default (--policy)
   std::atomic<uint64_t> next_request_ = 0;
 
   absl::Mutex rng_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
 };
 
-} // namespace moeserve::server
+}  // namespace moeserve::server
 
-#endif // MOESERVE_SERVER_ENGINE_HOST_H_
+#endif  // MOESERVE_SERVER_ENGINE_HOST_H_

@@ -11,8 +11,8 @@
 
 namespace moeserve::server {
 
-absl::StatusOr<std::unique_ptr<GrpcServer>>
-GrpcServer::Start(const ServerOptions &options, InferenceService *service) {
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
+    const ServerOptions& options, InferenceService* service) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
@@ -49,15 +49,15 @@ GrpcServer::Start(const ServerOptions &options, InferenceService *service) {
 }
 
 void GrpcServer::SetServing(bool serving) {
-  grpc::HealthCheckServiceInterface *health = server_->GetHealthCheckService();
-  health->SetServingStatus(serving); // every registered name, "" included
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(serving);  // every registered name, "" included
   health->SetServingStatus(kInferenceServiceName, serving);
 }
 
 void GrpcServer::Shutdown(absl::Duration drain) {
-  server_->GetHealthCheckService()->Shutdown(); // NOT_SERVING from now on
+  server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
   service_->StartDraining();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + drain));
 }
 
-} // namespace moeserve::server
+}  // namespace moeserve::server

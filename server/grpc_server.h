@@ -21,11 +21,11 @@ namespace moeserve::server {
 inline constexpr char kInferenceServiceName[] = "moeserve.v1.Inference";
 
 class GrpcServer {
-public:
+ public:
   // Binds options.host:options.port; an address in use is an error.
   // `service` must outlive the server.
-  static absl::StatusOr<std::unique_ptr<GrpcServer>>
-  Start(const ServerOptions &options, InferenceService *service);
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(
+      const ServerOptions& options, InferenceService* service);
 
   // The bound port (useful with --port=0).
   int port() const { return port_; }
@@ -40,16 +40,16 @@ public:
   // Blocks until Shutdown() has completed.
   void Wait() { server_->Wait(); }
 
-private:
-  GrpcServer(std::unique_ptr<grpc::Server> server, InferenceService *service,
+ private:
+  GrpcServer(std::unique_ptr<grpc::Server> server, InferenceService* service,
              int port)
       : server_(std::move(server)), service_(service), port_(port) {}
 
   std::unique_ptr<grpc::Server> server_;
-  InferenceService *const service_;
+  InferenceService* const service_;
   const int port_;
 };
 
-} // namespace moeserve::server
+}  // namespace moeserve::server
 
-#endif // MOESERVE_SERVER_GRPC_SERVER_H_
+#endif  // MOESERVE_SERVER_GRPC_SERVER_H_

@@ -4,9 +4,8 @@
 
 namespace moeserve::server {
 
-grpc::Status ToGrpcStatus(const absl::Status &status) {
-  if (status.ok())
-    return grpc::Status::OK;
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());
   if (message.size() > kMaxErrorMessageBytes) {
     // Cut on a UTF-8 boundary so the client never sees a broken character.
@@ -20,4 +19,4 @@ grpc::Status ToGrpcStatus(const absl::Status &status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
 }
 
-} // namespace moeserve::server
+}  // namespace moeserve::server

@@ -17,8 +17,8 @@ namespace moeserve::server {
 inline constexpr size_t kMaxErrorMessageBytes = 1024;
 
 // Maps the canonical code one-to-one and copies the (bounded) message.
-grpc::Status ToGrpcStatus(const absl::Status &status);
+grpc::Status ToGrpcStatus(const absl::Status& status);
 
-} // namespace moeserve::server
+}  // namespace moeserve::server
 
-#endif // MOESERVE_SERVER_GRPC_STATUS_H_
+#endif  // MOESERVE_SERVER_GRPC_STATUS_H_

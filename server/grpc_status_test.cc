@@ -26,15 +26,14 @@ TEST(ToGrpcStatus, MapsCodesOneToOne) {
 
 TEST(ToGrpcStatus, BoundsLongMessagesOnUtf8Boundary) {
   std::string message;
-  while (message.size() < 3 * kMaxErrorMessageBytes)
-    message += "é";
+  while (message.size() < 3 * kMaxErrorMessageBytes) message += "é";
   grpc::Status st = ToGrpcStatus(absl::InternalError(message));
   EXPECT_LE(st.error_message().size(), kMaxErrorMessageBytes);
   EXPECT_EQ(st.error_message().substr(st.error_message().size() - 3), "...");
   const std::string body =
       st.error_message().substr(0, st.error_message().size() - 3);
-  EXPECT_EQ(body.size() % 2, 0u); // whole two-byte characters only
+  EXPECT_EQ(body.size() % 2, 0u);  // whole two-byte characters only
 }
 
-} // namespace
-} // namespace moeserve::server
+}  // namespace
+}  // namespace moeserve::server

@@ -21,47 +21,47 @@
 namespace moeserve::server {
 
 class InferenceService final : public v1::Inference::Service {
-public:
+ public:
   // `host` and `metrics` must outlive the service.
-  InferenceService(ModelHost *host, RequestLimits limits,
-                   ServerMetrics *metrics);
+  InferenceService(ModelHost* host, RequestLimits limits,
+                   ServerMetrics* metrics);
 
   // After this, new Generate/Tokenize calls get UNAVAILABLE; calls already
   // running go on (the server's Shutdown deadline bounds them).
   void StartDraining() { draining_.store(true); }
 
-  grpc::Status
-  Generate(grpc::ServerContext *context, const v1::GenerateRequest *request,
-           grpc::ServerWriter<v1::GenerateResponse> *writer) override;
-  grpc::Status GenerateUnary(grpc::ServerContext *context,
-                             const v1::GenerateRequest *request,
-                             v1::GenerateUnaryResponse *response) override;
-  grpc::Status Abort(grpc::ServerContext *context,
-                     const v1::AbortRequest *request,
-                     v1::AbortResponse *response) override;
-  grpc::Status Tokenize(grpc::ServerContext *context,
-                        const v1::TokenizeRequest *request,
-                        v1::TokenizeResponse *response) override;
-  grpc::Status ListModels(grpc::ServerContext *context,
-                          const v1::ListModelsRequest *request,
-                          v1::ListModelsResponse *response) override;
+  grpc::Status Generate(
+      grpc::ServerContext* context, const v1::GenerateRequest* request,
+      grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status GenerateUnary(grpc::ServerContext* context,
+                             const v1::GenerateRequest* request,
+                             v1::GenerateUnaryResponse* response) override;
+  grpc::Status Abort(grpc::ServerContext* context,
+                     const v1::AbortRequest* request,
+                     v1::AbortResponse* response) override;
+  grpc::Status Tokenize(grpc::ServerContext* context,
+                        const v1::TokenizeRequest* request,
+                        v1::TokenizeResponse* response) override;
+  grpc::Status ListModels(grpc::ServerContext* context,
+                          const v1::ListModelsRequest* request,
+                          v1::ListModelsResponse* response) override;
 
-private:
+ private:
   // The checks every generation runs before it reaches the host.
-  absl::Status Admit(const v1::GenerateRequest &request) const;
-  absl::Status RunGenerate(grpc::ServerContext *context,
-                           const v1::GenerateRequest &request,
-                           GenerateSink *sink);
+  absl::Status Admit(const v1::GenerateRequest& request) const;
+  absl::Status RunGenerate(grpc::ServerContext* context,
+                           const v1::GenerateRequest& request,
+                           GenerateSink* sink);
   absl::Status CheckAccepting() const;
   // Converts, counts and returns the RPC's final status.
-  grpc::Status Finish(const std::string &method, const absl::Status &status);
+  grpc::Status Finish(const std::string& method, const absl::Status& status);
 
-  ModelHost *const host_;
+  ModelHost* const host_;
   const RequestLimits limits_;
-  ServerMetrics *const metrics_;
+  ServerMetrics* const metrics_;
   std::atomic<bool> draining_{false};
 };
 
-} // namespace moeserve::server
+}  // namespace moeserve::server
 
-#endif // MOESERVE_SERVER_INFERENCE_SERVICE_H_
+#endif  // MOESERVE_SERVER_INFERENCE_SERVICE_H_

@@ -34,7 +34,7 @@ sigset_t ShutdownSignals() {
   return set;
 }
 
-int Run(const moeserve::server::ServerOptions &options) {
+int Run(const moeserve::server::ServerOptions& options) {
   using namespace moeserve::server;
   namespace metrics = moeserve::metrics;
   metrics::Registry registry;
@@ -89,9 +89,9 @@ int Run(const moeserve::server::ServerOptions &options) {
   return EXIT_SUCCESS;
 }
 
-} // namespace
+}  // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gRPC inference server for offloaded Mixture-of-Experts models.\n"
       "  moeserve --model_dir=models/demo --port=50051 --metrics_port=9400");
@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
   // otherwise, rather than serve nothing.
   const std::vector<std::string> known =
       moeserve::policies::RegisteredPolicies();
-  for (const auto &spec : options->EngineSpecs()) {
+  for (const auto& spec : options->EngineSpecs()) {
     if (std::find(known.begin(), known.end(), spec.policy) == known.end()) {
       spdlog::critical(
           "--policy/--ab/--engines: unknown offload policy '{}'; registered: "

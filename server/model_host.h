@@ -21,17 +21,17 @@ namespace moeserve::server {
 // Where the generated messages of one request go. Owned by the caller of
 // ModelHost::Generate and valid for the duration of that call.
 class GenerateSink {
-public:
+ public:
   virtual ~GenerateSink() = default;
   // Sends one message in order. Returns false once the client has gone away;
   // the host must then stop work on this request (finish CANCELLED).
-  virtual bool Send(const v1::GenerateResponse &response) = 0;
+  virtual bool Send(const v1::GenerateResponse& response) = 0;
   // True once the client cancelled or its deadline passed.
   virtual bool IsCancelled() const = 0;
 };
 
 class ModelHost {
-public:
+ public:
   virtual ~ModelHost() = default;
 
   // OK once a model is loaded and warmed up; otherwise UNAVAILABLE saying why
@@ -44,8 +44,8 @@ public:
   virtual v1::ListModelsResponse ListModels() const = 0;
 
   // REQUIRES: ValidateTokenizeRequest(request).ok() and CheckReady().ok().
-  virtual absl::StatusOr<v1::TokenizeResponse>
-  Tokenize(const v1::TokenizeRequest &request) = 0;
+  virtual absl::StatusOr<v1::TokenizeResponse> Tokenize(
+      const v1::TokenizeRequest& request) = 0;
 
   // Runs `request` to completion, streaming into `sink`; blocks until the
   // last message (the one with finish_reason) is sent or the client is gone.
@@ -54,13 +54,13 @@ public:
   // absl::InfiniteFuture().
   // REQUIRES: ValidateGenerateRequest(request).ok(), the engine named by
   // request.policy() exists, and CheckReady().ok().
-  virtual absl::Status Generate(const v1::GenerateRequest &request,
-                                absl::Time deadline, GenerateSink *sink) = 0;
+  virtual absl::Status Generate(const v1::GenerateRequest& request,
+                                absl::Time deadline, GenerateSink* sink) = 0;
 
   // Cancels the in-flight request with this id; false if there is none.
   virtual bool Abort(std::string_view request_id) = 0;
 };
 
-} // namespace moeserve::server
+}  // namespace moeserve::server
 
-#endif // MOESERVE_SERVER_MODEL_HOST_H_
+#endif  // MOESERVE_SERVER_MODEL_HOST_H_

@@ -7,8 +7,8 @@
 
 namespace moeserve::server {
 
-std::unique_ptr<AsyncModelHost> CreateModelHost(const ServerOptions &options,
-                                                metrics::Registry *registry) {
+std::unique_ptr<AsyncModelHost> CreateModelHost(const ServerOptions& options,
+                                                metrics::Registry* registry) {
   return std::make_unique<AsyncModelHost>(
       options.EngineNames(),
       [options, registry]() -> absl::StatusOr<std::unique_ptr<ModelHost>> {
@@ -18,10 +18,9 @@ std::unique_ptr<AsyncModelHost> CreateModelHost(const ServerOptions &options,
         }
         absl::StatusOr<std::unique_ptr<EngineHost>> host =
             EngineHost::Create(options, registry);
-        if (!host.ok())
-          return host.status();
+        if (!host.ok()) return host.status();
         return std::unique_ptr<ModelHost>(*std::move(host));
       });
 }
 
-} // namespace moeserve::server
+}  // namespace moeserve::server

@@ -14,9 +14,9 @@ namespace moeserve::server {
 // model is ready (or if it cannot be loaded) the host answers UNAVAILABLE
 // with the reason and the server stays NOT_SERVING.
 // Engine metrics go to `registry` (must outlive the host).
-std::unique_ptr<AsyncModelHost> CreateModelHost(const ServerOptions &options,
-                                                metrics::Registry *registry);
+std::unique_ptr<AsyncModelHost> CreateModelHost(const ServerOptions& options,
+                                                metrics::Registry* registry);
 
-} // namespace moeserve::server
+}  // namespace moeserve::server
 
-#endif // MOESERVE_SERVER_MODEL_HOST_FACTORY_H_
+#endif  // MOESERVE_SERVER_MODEL_HOST_FACTORY_H_

@@ -15,14 +15,13 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
 // Checks lo <= value <= hi; also rejects NaN, which fails every comparison.
 absl::Status CheckRange(absl::string_view field, double value, double lo,
                         double hi) {
-  if (value >= lo && value <= hi)
-    return absl::OkStatus();
+  if (value >= lo && value <= hi) return absl::OkStatus();
   return Invalid(field,
                  absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
 }
 
-absl::Status ValidatePrompt(const v1::GenerateRequest &request,
-                            const RequestLimits &limits) {
+absl::Status ValidatePrompt(const v1::GenerateRequest& request,
+                            const RequestLimits& limits) {
   const bool has_text = !request.prompt().empty();
   const bool has_ids = request.prompt_token_ids_size() > 0;
   if (has_text && has_ids) {
@@ -47,8 +46,8 @@ absl::Status ValidatePrompt(const v1::GenerateRequest &request,
   return absl::OkStatus();
 }
 
-absl::Status ValidateStops(const v1::SamplingParams &s,
-                           const RequestLimits &limits) {
+absl::Status ValidateStops(const v1::SamplingParams& s,
+                           const RequestLimits& limits) {
   if (s.stop_size() > limits.max_stop_strings) {
     return Invalid("sampling.stop",
                    absl::StrCat("has ", s.stop_size(), " strings, at most ",
@@ -56,8 +55,7 @@ absl::Status ValidateStops(const v1::SamplingParams &s,
   }
   for (int i = 0; i < s.stop_size(); ++i) {
     const std::string field = absl::StrCat("sampling.stop[", i, "]");
-    if (s.stop(i).empty())
-      return Invalid(field, "must not be empty");
+    if (s.stop(i).empty()) return Invalid(field, "must not be empty");
     if (s.stop(i).size() > limits.max_stop_string_bytes) {
       return Invalid(field,
                      absl::StrCat("is ", s.stop(i).size(), " bytes, at most ",
@@ -72,8 +70,8 @@ absl::Status ValidateStops(const v1::SamplingParams &s,
   return absl::OkStatus();
 }
 
-absl::Status ValidateSampling(const v1::SamplingParams &s,
-                              const RequestLimits &limits) {
+absl::Status ValidateSampling(const v1::SamplingParams& s,
+                              const RequestLimits& limits) {
   if (s.max_new_tokens() > limits.max_new_tokens_cap) {
     return Invalid("sampling.max_new_tokens",
                    absl::StrCat(s.max_new_tokens(),
@@ -122,12 +120,11 @@ absl::Status ValidateSampling(const v1::SamplingParams &s,
   return ValidateStops(s, limits);
 }
 
-} // namespace
+}  // namespace
 
-absl::Status ValidateGenerateRequest(const v1::GenerateRequest &request,
-                                     const RequestLimits &limits) {
-  if (auto st = ValidatePrompt(request, limits); !st.ok())
-    return st;
+absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
+                                     const RequestLimits& limits) {
+  if (auto st = ValidatePrompt(request, limits); !st.ok()) return st;
   if (auto st = ValidateSampling(request.sampling(), limits); !st.ok()) {
     return st;
   }
@@ -144,9 +141,9 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest &request,
   return absl::OkStatus();
 }
 
-absl::Status ValidateAgainstModel(const v1::GenerateRequest &request,
+absl::Status ValidateAgainstModel(const v1::GenerateRequest& request,
                                   size_t prompt_tokens, uint32_t vocab_size,
-                                  const RequestLimits &limits) {
+                                  const RequestLimits& limits) {
   if (prompt_tokens > limits.max_input_tokens) {
     return Invalid("prompt",
                    absl::StrCat("is ", prompt_tokens,
@@ -155,13 +152,13 @@ absl::Status ValidateAgainstModel(const v1::GenerateRequest &request,
   }
   for (int i = 0; i < request.prompt_token_ids_size(); ++i) {
     if (request.prompt_token_ids(i) >= vocab_size) {
-      return Invalid(absl::StrCat("prompt_token_ids[", i, "]"),
-                     absl::StrCat(request.prompt_token_ids(i),
-                                  " is outside the vocabulary of ",
-                                  vocab_size));
+      return Invalid(
+          absl::StrCat("prompt_token_ids[", i, "]"),
+          absl::StrCat(request.prompt_token_ids(i),
+                       " is outside the vocabulary of ", vocab_size));
     }
   }
-  const auto &stops = request.sampling().stop_token_ids();
+  const auto& stops = request.sampling().stop_token_ids();
   for (int i = 0; i < stops.size(); ++i) {
     if (stops[i] >= vocab_size) {
       return Invalid(
@@ -172,8 +169,8 @@ absl::Status ValidateAgainstModel(const v1::GenerateRequest &request,
   return absl::OkStatus();
 }
 
-absl::Status ValidateTokenizeRequest(const v1::TokenizeRequest &request,
-                                     const RequestLimits &limits) {
+absl::Status ValidateTokenizeRequest(const v1::TokenizeRequest& request,
+                                     const RequestLimits& limits) {
   if (!request.text().empty() && request.token_ids_size() > 0) {
     return Invalid("text", "set text or token_ids, not both");
   }
@@ -188,4 +185,4 @@ absl::Status ValidateTokenizeRequest(const v1::TokenizeRequest &request,
   return absl::OkStatus();
 }
 
-} // namespace moeserve::server
+}  // namespace moeserve::server

@@ -34,20 +34,20 @@ struct RequestLimits {
 // Checks every field of `request` that can be checked without a model.
 // Returns INVALID_ARGUMENT whose message starts with the offending field's
 // path, e.g. "sampling.top_p: must be in (0, 1], got 1.5".
-absl::Status ValidateGenerateRequest(const v1::GenerateRequest &request,
-                                     const RequestLimits &limits);
+absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
+                                     const RequestLimits& limits);
 
 // Checks the parts that need the loaded model: token ids inside the
 // vocabulary and the tokenized prompt length.
 // REQUIRES: ValidateGenerateRequest(request, limits).ok().
-absl::Status ValidateAgainstModel(const v1::GenerateRequest &request,
+absl::Status ValidateAgainstModel(const v1::GenerateRequest& request,
                                   size_t prompt_tokens, uint32_t vocab_size,
-                                  const RequestLimits &limits);
+                                  const RequestLimits& limits);
 
 // Tokenize takes text or token ids (not both), bounded like a prompt.
-absl::Status ValidateTokenizeRequest(const v1::TokenizeRequest &request,
-                                     const RequestLimits &limits);
+absl::Status ValidateTokenizeRequest(const v1::TokenizeRequest& request,
+                                     const RequestLimits& limits);
 
-} // namespace moeserve::server
+}  // namespace moeserve::server
 
-#endif // MOESERVE_SERVER_REQUEST_VALIDATOR_H_
+#endif  // MOESERVE_SERVER_REQUEST_VALIDATOR_H_

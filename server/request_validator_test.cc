@@ -21,8 +21,8 @@ v1::GenerateRequest ValidRequest() {
 }
 
 // Expects INVALID_ARGUMENT whose message starts with the field's path.
-void ExpectInvalid(const v1::GenerateRequest &r, const std::string &field,
-                   const RequestLimits &limits = {}) {
+void ExpectInvalid(const v1::GenerateRequest& r, const std::string& field,
+                   const RequestLimits& limits = {}) {
   absl::Status st = ValidateGenerateRequest(r, limits);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_THAT(std::string(st.message()), StartsWith(field + ":"));
@@ -48,8 +48,7 @@ TEST(ValidateGenerateRequest, PromptTooLong) {
   RequestLimits limits;
   limits.max_input_tokens = 4;
   v1::GenerateRequest r;
-  for (int i = 0; i < 5; ++i)
-    r.add_prompt_token_ids(i);
+  for (int i = 0; i < 5; ++i) r.add_prompt_token_ids(i);
   ExpectInvalid(r, "prompt_token_ids", limits);
   limits.max_prompt_bytes = 3;
   ExpectInvalid(ValidRequest(), "prompt", limits);
@@ -169,5 +168,5 @@ TEST(ValidateTokenizeRequest, TextOrIds) {
   EXPECT_THAT(std::string(st.message()), StartsWith("text:"));
 }
 
-} // namespace
-} // namespace moeserve::server
+}  // namespace
+}  // namespace moeserve::server

@@ -19,22 +19,22 @@
 namespace moeserve::server {
 
 class ServerMetrics {
-public:
+ public:
   // Registers the families in `registry` (which must outlive this object).
   // `model_ready` is polled at scrape time.
-  static absl::StatusOr<std::unique_ptr<ServerMetrics>>
-  Create(metrics::Registry *registry, const ServerOptions &options,
-         std::function<bool()> model_ready);
+  static absl::StatusOr<std::unique_ptr<ServerMetrics>> Create(
+      metrics::Registry* registry, const ServerOptions& options,
+      std::function<bool()> model_ready);
 
   // Counts one finished RPC of `method` with its final status code.
-  void CountRpc(const std::string &method, const grpc::Status &status);
+  void CountRpc(const std::string& method, const grpc::Status& status);
 
-private:
-  explicit ServerMetrics(metrics::CounterFamily *rpcs) : rpcs_(rpcs) {}
+ private:
+  explicit ServerMetrics(metrics::CounterFamily* rpcs) : rpcs_(rpcs) {}
 
-  metrics::CounterFamily *const rpcs_;
+  metrics::CounterFamily* const rpcs_;
 };
 
-} // namespace moeserve::server
+}  // namespace moeserve::server
 
-#endif // MOESERVE_SERVER_SERVER_METRICS_H_
+#endif  // MOESERVE_SERVER_SERVER_METRICS_H_

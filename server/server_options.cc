@@ -84,8 +84,7 @@ absl::Status FlagError(absl::string_view flag, absl::string_view what) {
 }
 
 bool IsValidEngineName(absl::string_view name) {
-  if (name.empty() || name.size() > 64)
-    return false;
+  if (name.empty() || name.size() > 64) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
   });
@@ -98,14 +97,13 @@ absl::Status CheckPort(absl::string_view flag, int port) {
   return absl::OkStatus();
 }
 
-} // namespace
+}  // namespace
 
 std::vector<EngineSpec> ServerOptions::EngineSpecs() const {
-  if (!engines.empty())
-    return engines;
+  if (!engines.empty()) return engines;
   std::vector<EngineSpec> specs = {{policy, policy}};
-  for (const AbArm &arm : ab) {
-    if (std::none_of(specs.begin(), specs.end(), [&](const EngineSpec &s) {
+  for (const AbArm& arm : ab) {
+    if (std::none_of(specs.begin(), specs.end(), [&](const EngineSpec& s) {
           return s.name == arm.policy;
         })) {
       specs.push_back({arm.policy, arm.policy});
@@ -116,16 +114,14 @@ std::vector<EngineSpec> ServerOptions::EngineSpecs() const {
 
 std::vector<std::string> ServerOptions::EngineNames() const {
   std::vector<std::string> names;
-  for (const EngineSpec &spec : EngineSpecs())
-    names.push_back(spec.name);
+  for (const EngineSpec& spec : EngineSpecs()) names.push_back(spec.name);
   return names;
 }
 
-absl::StatusOr<std::vector<EngineSpec>>
-ParseEngineSpecs(absl::string_view text) {
+absl::StatusOr<std::vector<EngineSpec>> ParseEngineSpecs(
+    absl::string_view text) {
   std::vector<EngineSpec> specs;
-  if (absl::StripAsciiWhitespace(text).empty())
-    return specs;
+  if (absl::StripAsciiWhitespace(text).empty()) return specs;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     std::vector<absl::string_view> fields = absl::StrSplit(part, '@');
     std::pair<absl::string_view, absl::string_view> kv =
@@ -153,13 +149,13 @@ ParseEngineSpecs(absl::string_view text) {
       } else if (opt.first == "mb") {
         spec.expert_cache_mb = static_cast<int64_t>(value);
       } else {
-        return FlagError("engines",
-                         absl::StrCat("unknown option '", fields[i],
-                                      "' of engine '", spec.name,
-                                      "' (want ratio=R in (0, 1] or mb=N)"));
+        return FlagError(
+            "engines",
+            absl::StrCat("unknown option '", fields[i], "' of engine '",
+                         spec.name, "' (want ratio=R in (0, 1] or mb=N)"));
       }
     }
-    for (const EngineSpec &seen : specs) {
+    for (const EngineSpec& seen : specs) {
       if (seen.name == spec.name) {
         return FlagError("engines", absl::StrCat("'", spec.name, "' twice"));
       }
@@ -171,8 +167,7 @@ ParseEngineSpecs(absl::string_view text) {
 
 absl::StatusOr<std::vector<AbArm>> ParseAbSplit(absl::string_view text) {
   std::vector<AbArm> arms;
-  if (absl::StripAsciiWhitespace(text).empty())
-    return arms;
+  if (absl::StripAsciiWhitespace(text).empty()) return arms;
   double total = 0;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     std::pair<absl::string_view, absl::string_view> kv =
@@ -185,11 +180,11 @@ absl::StatusOr<std::vector<AbArm>> ParseAbSplit(absl::string_view text) {
     }
     if (!absl::SimpleAtod(absl::StripAsciiWhitespace(kv.second), &arm.weight) ||
         !(arm.weight > 0) || !std::isfinite(arm.weight)) {
-      return FlagError("ab", absl::StrCat("weight of '", arm.policy,
-                                          "' must be a number > 0, got '",
-                                          kv.second, "'"));
+      return FlagError(
+          "ab", absl::StrCat("weight of '", arm.policy,
+                             "' must be a number > 0, got '", kv.second, "'"));
     }
-    for (const AbArm &seen : arms) {
+    for (const AbArm& seen : arms) {
       if (seen.policy == arm.policy) {
         return FlagError("ab", absl::StrCat("'", arm.policy, "' twice"));
       }
@@ -197,8 +192,7 @@ absl::StatusOr<std::vector<AbArm>> ParseAbSplit(absl::string_view text) {
     total += arm.weight;
     arms.push_back(std::move(arm));
   }
-  for (AbArm &arm : arms)
-    arm.weight /= total;
+  for (AbArm& arm : arms) arm.weight /= total;
   return arms;
 }
 
@@ -207,10 +201,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.host = absl::GetFlag(FLAGS_host);
   o.port = absl::GetFlag(FLAGS_port);
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (auto st = CheckPort("port", o.port); !st.ok())
-    return st;
-  if (auto st = CheckPort("metrics_port", o.metrics_port); !st.ok())
-    return st;
+  if (auto st = CheckPort("port", o.port); !st.ok()) return st;
+  if (auto st = CheckPort("metrics_port", o.metrics_port); !st.ok()) return st;
   o.model_dir = absl::GetFlag(FLAGS_model_dir);
   o.policy = absl::GetFlag(FLAGS_policy);
   if (!IsValidEngineName(o.policy)) {
@@ -218,13 +210,11 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
         "policy", absl::StrCat("bad name '", o.policy, "' (want [a-z0-9_]+)"));
   }
   absl::StatusOr<std::vector<AbArm>> ab = ParseAbSplit(absl::GetFlag(FLAGS_ab));
-  if (!ab.ok())
-    return ab.status();
+  if (!ab.ok()) return ab.status();
   o.ab = *std::move(ab);
   absl::StatusOr<std::vector<EngineSpec>> engines =
       ParseEngineSpecs(absl::GetFlag(FLAGS_engines));
-  if (!engines.ok())
-    return engines.status();
+  if (!engines.ok()) return engines.status();
   o.engines = *std::move(engines);
   if (!o.engines.empty()) {
     // --policy names the default engine only when it is one of them.
@@ -232,7 +222,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
     if (std::find(names.begin(), names.end(), o.policy) == names.end()) {
       o.engines.insert(o.engines.begin(), {o.policy, o.policy});
     }
-    for (const AbArm &arm : o.ab) {
+    for (const AbArm& arm : o.ab) {
       if (std::find(names.begin(), names.end(), arm.policy) == names.end()) {
         return FlagError("ab", absl::StrCat("'", arm.policy,
                                             "' is not an engine of --engines"));
@@ -240,8 +230,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
     }
   }
   const int drain = absl::GetFlag(FLAGS_drain_seconds);
-  if (drain < 0)
-    return FlagError("drain_seconds", "must be >= 0");
+  if (drain < 0) return FlagError("drain_seconds", "must be >= 0");
   o.drain = absl::Seconds(drain);
   const int mb = absl::GetFlag(FLAGS_max_receive_message_mb);
   if (mb < 1 || mb > 1024) {
@@ -260,25 +249,20 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
         "backend", absl::StrCat("must be cpu or cuda, got '", o.backend, "'"));
   }
   o.cuda_device = absl::GetFlag(FLAGS_cuda_device);
-  if (o.cuda_device < 0)
-    return FlagError("cuda_device", "must be >= 0");
+  if (o.cuda_device < 0) return FlagError("cuda_device", "must be >= 0");
   o.threads = absl::GetFlag(FLAGS_threads);
-  if (o.threads < 0)
-    return FlagError("threads", "must be >= 0");
+  if (o.threads < 0) return FlagError("threads", "must be >= 0");
   const int kv_mb = absl::GetFlag(FLAGS_kv_cache_mb);
-  if (kv_mb < 1)
-    return FlagError("kv_cache_mb", "must be >= 1");
+  if (kv_mb < 1) return FlagError("kv_cache_mb", "must be >= 1");
   o.kv_cache_bytes = static_cast<uint64_t>(kv_mb) << 20;
   o.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   o.max_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
   o.max_waiting = absl::GetFlag(FLAGS_max_waiting);
-  if (o.max_num_seqs < 1)
-    return FlagError("max_num_seqs", "must be >= 1");
+  if (o.max_num_seqs < 1) return FlagError("max_num_seqs", "must be >= 1");
   if (o.max_batched_tokens < 1) {
     return FlagError("max_batched_tokens", "must be >= 1");
   }
-  if (o.max_waiting < 0)
-    return FlagError("max_waiting", "must be >= 0");
+  if (o.max_waiting < 0) return FlagError("max_waiting", "must be >= 0");
   o.expert_cache_ratio = absl::GetFlag(FLAGS_expert_cache_ratio);
   if (!(o.expert_cache_ratio > 0 && o.expert_cache_ratio <= 1)) {
     return FlagError("expert_cache_ratio", "must be in (0, 1]");
@@ -310,4 +294,4 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   return o;
 }
 
-} // namespace moeserve::server
+}  // namespace moeserve::server

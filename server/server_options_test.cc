@@ -25,7 +25,7 @@ TEST(ParseAbSplit, EmptyMeansNoSplit) {
 }
 
 TEST(ParseAbSplit, RefusesBadInput) {
-  for (const char *bad : {"lru", "lru=0", "lru=-1", "lru=x", "LRU=1",
+  for (const char* bad : {"lru", "lru=0", "lru=-1", "lru=x", "LRU=1",
                           "lru=1,lru=2", "=1", "lru=nan"}) {
     absl::StatusOr<std::vector<AbArm>> arms = ParseAbSplit(bad);
     EXPECT_FALSE(arms.ok()) << bad;
@@ -50,7 +50,7 @@ TEST(ParseEngineSpecs, NamesPoliciesAndBudgets) {
   EXPECT_DOUBLE_EQ((*specs)[0].expert_cache_ratio, 0.25);
   EXPECT_EQ((*specs)[1].policy, "overlap");
   EXPECT_EQ((*specs)[1].expert_cache_mb, 64);
-  for (const char *bad : {"small", "a=lru@ratio=2", "a=lru@size=3",
+  for (const char* bad : {"small", "a=lru@ratio=2", "a=lru@size=3",
                           "a=lru,a=lru", "A=lru", "a=lru@ratio=x"}) {
     absl::StatusOr<std::vector<EngineSpec>> r = ParseEngineSpecs(bad);
     EXPECT_FALSE(r.ok()) << bad;
@@ -69,5 +69,5 @@ TEST(ServerOptions, DefaultsFollowDesign) {
   EXPECT_EQ(o->max_receive_message_bytes, 4 << 20);
 }
 
-} // namespace
-} // namespace moeserve::server
+}  // namespace
+}  // namespace moeserve::server

@@ -104,8 +104,7 @@ struct Runner {
     std::vector<SequenceChunk> batch;
     tables.resize(chunks.size());
     for (size_t s = 0; s < chunks.size(); ++s) {
-      EXPECT_TRUE(
-          cache->Grow(&tables[s], starts[s] + chunks[s].size()).ok());
+      EXPECT_TRUE(cache->Grow(&tables[s], starts[s] + chunks[s].size()).ok());
       batch.push_back({chunks[s], starts[s], &tables[s]});
     }
     std::vector<float> logits;

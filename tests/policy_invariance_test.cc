@@ -19,18 +19,18 @@
 #include "engine/engine.h"
 #include "engine/model_weights.h"
 #include "engine/tokenizer.h"
+#include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
 #include "server/offload_stack.h"
-#include "gtest/gtest.h"
 
 namespace moeserve {
 namespace {
 
 constexpr int kNewTokens = 12;
 
-std::string Runfile(const std::string &path) {
+std::string Runfile(const std::string& path) {
   return std::string(getenv("TEST_SRCDIR")) + "/moeserve/" + path;
 }
 
@@ -38,17 +38,17 @@ struct Fixture {
   std::unique_ptr<engine::ModelWeights> weights;
   std::unique_ptr<engine::Tokenizer> tokenizer;
   std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<int32_t>> baseline; // all experts resident
+  std::vector<std::vector<int32_t>> baseline;  // all experts resident
 };
 
-kernels::Backend *CpuBackend() {
-  static auto *backend = new kernels::cpu::CpuBackend({.num_threads = 2});
+kernels::Backend* CpuBackend() {
+  static auto* backend = new kernels::cpu::CpuBackend({.num_threads = 2});
   return backend;
 }
 
 // The CUDA backend, or null (with the reason) without a GPU or toolkit.
-kernels::Backend *CudaBackend(std::string *why) {
-  static absl::StatusOr<std::unique_ptr<kernels::Backend>> *backend =
+kernels::Backend* CudaBackend(std::string* why) {
+  static absl::StatusOr<std::unique_ptr<kernels::Backend>>* backend =
       new absl::StatusOr<std::unique_ptr<kernels::Backend>>(
           kernels::CreateBackend({.name = "cuda"}));
   if (!backend->ok()) {
@@ -60,15 +60,15 @@ kernels::Backend *CudaBackend(std::string *why) {
 
 // Runs every prompt at once (so layers route several experts) and returns
 // each request's greedy tokens.
-std::vector<std::vector<int32_t>>
-Generate(const Fixture &f, kernels::Backend *backend,
-         engine::ExpertProviderFactory factory,
-         engine::ResidencyStats *stats = nullptr) {
+std::vector<std::vector<int32_t>> Generate(
+    const Fixture& f, kernels::Backend* backend,
+    engine::ExpertProviderFactory factory,
+    engine::ResidencyStats* stats = nullptr) {
   auto engine = engine::Engine::Create(f.weights.get(), f.tokenizer.get(),
                                        backend, {}, std::move(factory));
   EXPECT_TRUE(engine.ok()) << engine.status();
   std::vector<std::shared_ptr<engine::RequestStream>> streams;
-  for (const auto &prompt : f.prompts) {
+  for (const auto& prompt : f.prompts) {
     engine::GenerationRequest r;
     r.prompt = prompt;
     r.max_new_tokens = kNewTokens;
@@ -76,30 +76,28 @@ Generate(const Fixture &f, kernels::Backend *backend,
     streams.push_back(*(*engine)->Submit(r));
   }
   std::vector<std::vector<int32_t>> out;
-  for (auto &stream : streams) {
+  for (auto& stream : streams) {
     std::vector<int32_t> tokens;
     engine::GenerationEvent e;
     while (stream->Pop(&e, absl::Seconds(120))) {
       EXPECT_NE(e.finish, engine::FinishReason::kError) << e.error;
       tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
-      if (e.finish != engine::FinishReason::kNone)
-        break;
+      if (e.finish != engine::FinishReason::kNone) break;
     }
     out.push_back(tokens);
   }
   if (stats != nullptr) {
-    *stats = static_cast<server::OffloadStack *>((*engine)->experts())->stats();
+    *stats = static_cast<server::OffloadStack*>((*engine)->experts())->stats();
   }
   return out;
 }
 
-Fixture &Load(const std::string &name) {
-  static std::map<std::string, Fixture> *fixtures =
+Fixture& Load(const std::string& name) {
+  static std::map<std::string, Fixture>* fixtures =
       new std::map<std::string, Fixture>();
   auto [it, inserted] = fixtures->try_emplace(name);
-  Fixture &f = it->second;
-  if (!inserted)
-    return f;
+  Fixture& f = it->second;
+  if (!inserted) return f;
   std::ifstream in(Runfile("tests/golden/" + name + "/golden.json"));
   std::stringstream text;
   text << in.rdbuf();
@@ -107,9 +105,8 @@ Fixture &Load(const std::string &name) {
   const std::string dir = Runfile(golden.at("model_dir").get<std::string>());
   f.weights = *engine::ModelWeights::Load(dir);
   f.tokenizer = *engine::Tokenizer::LoadFromModelDir(dir);
-  for (const auto &c : golden.at("cases")) {
-    if (f.prompts.size() == 3)
-      break;
+  for (const auto& c : golden.at("cases")) {
+    if (f.prompts.size() == 3) break;
     f.prompts.push_back(c.at("prompt_ids").get<std::vector<int32_t>>());
   }
   f.baseline = Generate(f, CpuBackend(), nullptr);
@@ -117,10 +114,10 @@ Fixture &Load(const std::string &name) {
 }
 
 // Every expert resident in VRAM, for the CUDA baseline.
-std::vector<std::vector<int32_t>> &CudaBaseline(Fixture &f,
-                                                kernels::Backend *cuda) {
-  static std::map<const Fixture *, std::vector<std::vector<int32_t>>> *out =
-      new std::map<const Fixture *, std::vector<std::vector<int32_t>>>();
+std::vector<std::vector<int32_t>>& CudaBaseline(Fixture& f,
+                                                kernels::Backend* cuda) {
+  static std::map<const Fixture*, std::vector<std::vector<int32_t>>>* out =
+      new std::map<const Fixture*, std::vector<std::vector<int32_t>>>();
   auto [it, inserted] = out->try_emplace(&f);
   if (inserted) {
     server::OffloadOptions o;
@@ -140,31 +137,27 @@ using Params = std::tuple<std::string /*model*/, std::string /*policy*/,
 class PolicyInvarianceTest : public ::testing::TestWithParam<Params> {};
 
 TEST_P(PolicyInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
-  const auto &[model, policy, budget, slow_link, tier, where] = GetParam();
-  kernels::Backend *backend = CpuBackend();
+  const auto& [model, policy, budget, slow_link, tier, where] = GetParam();
+  kernels::Backend* backend = CpuBackend();
   if (where == "cuda") {
     std::string why;
     backend = CudaBackend(&why);
-    if (backend == nullptr)
-      GTEST_SKIP() << "no CUDA backend: " << why;
+    if (backend == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
   }
-  Fixture &f = Load(model);
-  const engine::ModelConfig &c = f.weights->config();
+  Fixture& f = Load(model);
+  const engine::ModelConfig& c = f.weights->config();
   server::OffloadOptions o;
   o.engine_name = policy;
   o.policy = policy;
-  if (policy == "lfu_static")
-    o.policy_config = {{"profile_steps", "2"}};
+  if (policy == "lfu_static") o.policy_config = {{"profile_steps", "2"}};
   const uint64_t blob = f.weights->expert({0, 0}).bytes;
   o.capacity_bytes = budget == "layer" ? c.num_experts_per_tok * blob
                      : budget == "25%"
                          ? server::ExpertCacheBytes(*f.weights, 0.25, 0)
                          : server::ExpertCacheBytes(*f.weights, 1.0, 0);
   o.slow_tier = tier;
-  if (slow_link)
-    o.link = {.gbps = 2.0, .latency_us = 20};
-  if (where != "cpu")
-    o.fast_tier_backend = backend;
+  if (slow_link) o.link = {.gbps = 2.0, .latency_us = 20};
+  if (where != "cpu") o.fast_tier_backend = backend;
   engine::ResidencyStats stats;
   const auto out = Generate(
       f, backend, server::OffloadStack::Factory(f.weights.get(), o), &stats);
@@ -173,12 +166,12 @@ TEST_P(PolicyInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
   EXPECT_GT(stats.hits + stats.misses, 0u);
   EXPECT_EQ(stats.link_transfers, stats.misses + stats.prefetch_loads);
   if (budget == "layer") {
-    EXPECT_GT(stats.misses, 0u); // a tiny cache must actually move data
+    EXPECT_GT(stats.misses, 0u);  // a tiny cache must actually move data
   }
 }
 
-std::string Name(const ::testing::TestParamInfo<Params> &info) {
-  const auto &[model, policy, budget, slow_link, tier, where] = info.param;
+std::string Name(const ::testing::TestParamInfo<Params>& info) {
+  const auto& [model, policy, budget, slow_link, tier, where] = info.param;
   std::string b = budget == "layer" ? "layer" : budget == "25%" ? "q25" : "all";
   return model + "_" + policy + "_" + b + (slow_link ? "_slowlink_" : "_") +
          tier + "_" + where;
@@ -194,5 +187,5 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values("cpu", "cpu_dev", "cuda")),
     Name);
 
-} // namespace
-} // namespace moeserve
+}  // namespace
+}  // namespace moeserve

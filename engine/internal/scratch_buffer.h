@@ -16,29 +16,27 @@
 namespace moeserve::engine {
 
 class ScratchBuffer {
-public:
+ public:
   // At least `bytes` (> 0 rounds up to 256) of device memory.
-  absl::Status Reserve(kernels::Backend &backend, int64_t bytes) {
+  absl::Status Reserve(kernels::Backend& backend, int64_t bytes) {
     bytes = bytes < 256 ? 256 : bytes;
-    if (buffer_ != nullptr && buffer_->bytes() >= bytes)
-      return {};
-    buffer_.reset(); // Free first: the new one may need the room.
+    if (buffer_ != nullptr && buffer_->bytes() >= bytes) return {};
+    buffer_.reset();  // Free first: the new one may need the room.
     // Grow by half again so slowly rising batch sizes do not reallocate
     // every step.
     const int64_t want = bytes + bytes / 2;
     absl::StatusOr<std::unique_ptr<kernels::Buffer>> b = backend.Allocate(want);
-    if (!b.ok())
-      return b.status();
+    if (!b.ok()) return b.status();
     buffer_ = *std::move(b);
     return {};
   }
-  void *data() const { return buffer_ == nullptr ? nullptr : buffer_->data(); }
+  void* data() const { return buffer_ == nullptr ? nullptr : buffer_->data(); }
   int64_t bytes() const { return buffer_ == nullptr ? 0 : buffer_->bytes(); }
 
-private:
+ private:
   std::unique_ptr<kernels::Buffer> buffer_;
 };
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_INTERNAL_SCRATCH_BUFFER_H_
+#endif  // MOESERVE_ENGINE_INTERNAL_SCRATCH_BUFFER_H_

@@ -3,11 +3,10 @@
 #include "engine/internal/spm_wrapper.h"
 
 #include <dlfcn.h>
-#include <limits.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include <mutex>
+
+#include "base/plugin_loader.h"
 
 namespace moeserve::engine::internal {
 namespace {
@@ -29,39 +28,9 @@ struct PluginApi {
   std::string error;  // non-empty when the plugin could not be loaded
 };
 
-std::string ExecutablePath() {
-  char buf[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, n) : std::string();
-}
-
-std::string Dirname(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-// Where the plugin may be: an explicit override, Bazel runfiles (tests and
-// `bazel run`), beside the binary (installs), and bazel-bin's layout.
-std::vector<std::string> CandidatePaths() {
-  std::vector<std::string> paths;
-  if (const char* env = getenv("MOESERVE_SPM_PLUGIN")) paths.push_back(env);
-  const std::string runfile = std::string("moeserve/engine/") + kPluginName;
-  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
-    if (const char* dir = getenv(var)) paths.push_back(dir + ("/" + runfile));
-  }
-  const std::string exe = ExecutablePath();
-  if (!exe.empty()) {
-    paths.push_back(exe + ".runfiles/" + runfile);
-    paths.push_back(Dirname(exe) + "/" + kPluginName);
-    paths.push_back(Dirname(exe) + "/../engine/" + kPluginName);
-  }
-  return paths;
-}
-
 template <typename F>
 bool Resolve(void* handle, const char* name, F* fn, std::string* error) {
-  *fn = reinterpret_cast<F>(dlsym(handle, name));
-  if (*fn == nullptr) *error = std::string("missing symbol ") + name;
+  *fn = reinterpret_cast<F>(base::PluginSymbol(handle, name, error));
   return *fn != nullptr;
 }
 
@@ -74,19 +43,12 @@ PluginApi LoadPlugin() {
 #else
   constexpr int kFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
 #endif
-  void* handle = nullptr;
-  std::string tried;
-  for (const std::string& path : CandidatePaths()) {
-    if (access(path.c_str(), R_OK) != 0) continue;
-    handle = dlopen(path.c_str(), kFlags);
-    if (handle != nullptr) break;
-    tried += path + ": " + dlerror() + "; ";
-  }
-  if (handle == nullptr) {
-    api.error = std::string("cannot load the sentencepiece plugin ") +
-                kPluginName + " (set MOESERVE_SPM_PLUGIN) " + tried;
-    return api;
-  }
+  void* handle = base::OpenPlugin({.file = kPluginName,
+                                   .package_dir = "engine",
+                                   .env_var = "MOESERVE_SPM_PLUGIN",
+                                   .dlopen_flags = kFlags},
+                                  &api.error);
+  if (handle == nullptr) return api;
   std::string& e = api.error;
   Resolve(handle, "moeserve_spm_new", &api.create, &e) &&
       Resolve(handle, "moeserve_spm_delete", &api.destroy, &e) &&

@@ -13,24 +13,22 @@ namespace moeserve::engine {
 
 using Clock = std::chrono::steady_clock;
 
-void ExpertResidency::FreeDeleter::operator()(std::byte *p) const {
+void ExpertResidency::FreeDeleter::operator()(std::byte* p) const {
   std::free(p);
 }
 
-absl::StatusOr<std::unique_ptr<ExpertResidency>>
-ExpertResidency::Create(const ModelWeights *weights, SlowTier *slow,
-                        uint64_t capacity_bytes, const LinkOptions &link,
-                        OffloadPolicy *policy, PredictFn predict,
-                        metrics::Registry *registry, std::string engine_name,
-                        kernels::Backend *device) {
+absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
+    const ModelWeights* weights, SlowTier* slow, uint64_t capacity_bytes,
+    const LinkOptions& link, OffloadPolicy* policy, PredictFn predict,
+    metrics::Registry* registry, std::string engine_name,
+    kernels::Backend* device) {
   if (weights == nullptr || slow == nullptr || policy == nullptr) {
     return absl::InvalidArgumentError(
         "expert residency needs weights, a slow tier and a policy");
   }
   const int64_t total =
       int64_t{weights->num_layers()} * int64_t{weights->num_experts()};
-  if (total == 0)
-    return absl::InvalidArgumentError("model has no experts");
+  if (total == 0) return absl::InvalidArgumentError("model has no experts");
   const uint64_t blob = weights->expert({0, 0}).bytes;
   if (capacity_bytes < blob) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -48,28 +46,33 @@ ExpertResidency::Create(const ModelWeights *weights, SlowTier *slow,
   return r;
 }
 
-ExpertResidency::ExpertResidency(const ModelWeights *weights, SlowTier *slow,
-                                 int slots, OffloadPolicy *policy,
+ExpertResidency::ExpertResidency(const ModelWeights* weights, SlowTier* slow,
+                                 int slots, OffloadPolicy* policy,
                                  PredictFn predict)
-    : weights_(weights), slow_(slow), policy_(policy),
-      predict_(std::move(predict)), num_layers_(weights->num_layers()),
+    : weights_(weights),
+      slow_(slow),
+      policy_(policy),
+      predict_(std::move(predict)),
+      num_layers_(weights->num_layers()),
       num_experts_(weights->num_experts()),
       top_k_(static_cast<int>(weights->config().num_experts_per_tok)),
-      num_slots_(slots), slot_bytes_(weights->expert({0, 0}).bytes),
-      slots_(slots), slot_of_(num_layers_ * num_experts_, -1),
+      num_slots_(slots),
+      slot_bytes_(weights->expert({0, 0}).bytes),
+      slots_(slots),
+      slot_of_(num_layers_ * num_experts_, -1),
       protected_(num_layers_ * num_experts_, 0),
       activations_(num_layers_ * num_experts_, 0) {
   state_count_[static_cast<int>(State::kEmpty)] = slots;
 }
 
-absl::Status ExpertResidency::Init(const LinkOptions &link,
-                                   metrics::Registry *registry,
-                                   const std::string &engine_name,
-                                   kernels::Backend *device) {
+absl::Status ExpertResidency::Init(const LinkOptions& link,
+                                   metrics::Registry* registry,
+                                   const std::string& engine_name,
+                                   kernels::Backend* device) {
   const size_t size = (num_slots_ * slot_bytes_ + 4095) / 4096 * 4096;
   std::unique_ptr<LinkTransport> transport;
   if (device == nullptr) {
-    arena_.reset(static_cast<std::byte *>(std::aligned_alloc(4096, size)));
+    arena_.reset(static_cast<std::byte*>(std::aligned_alloc(4096, size)));
     if (arena_ == nullptr) {
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate a fast tier of ", size, " bytes"));
@@ -86,24 +89,21 @@ absl::Status ExpertResidency::Init(const LinkOptions &link,
           device->name(), ": ", arena.status().message()));
     }
     device_arena_ = *std::move(arena);
-    slot_base_ = static_cast<std::byte *>(device_arena_->data());
+    slot_base_ = static_cast<std::byte*>(device_arena_->data());
     for (int s = 0; s < num_slots_; ++s) {
       absl::StatusOr<std::unique_ptr<kernels::Event>> e = device->CreateEvent();
-      if (!e.ok())
-        return e.status();
+      if (!e.ok()) return e.status();
       released_.push_back(*std::move(e));
     }
     absl::StatusOr<std::unique_ptr<LinkTransport>> t =
         NewDeviceTransport(device, slow_, slot_bytes_, link.num_workers);
-    if (!t.ok())
-      return t.status();
+    if (!t.ok()) return t.status();
     transport = *std::move(t);
   }
   metrics_ = std::make_unique<ResidencyMetrics>();
   if (registry != nullptr) {
     absl::Status s = metrics_->Register(registry, engine_name, link);
-    if (!s.ok())
-      return s;
+    if (!s.ok()) return s;
   }
   metrics_->SetCapacity(static_cast<double>(num_slots_ * slot_bytes_));
   {
@@ -117,15 +117,15 @@ absl::Status ExpertResidency::Init(const LinkOptions &link,
 }
 
 ExpertResidency::~ExpertResidency() {
-  link_.reset(); // Runs every queued completion while the rest is alive.
+  link_.reset();  // Runs every queued completion while the rest is alive.
 }
 
 kernels::Device ExpertResidency::device() const {
   return on_device() ? device_->device() : kernels::Device::kCpu;
 }
 
-absl::Status ExpertResidency::AttachCompute(kernels::Backend *backend,
-                                            kernels::Stream *stream) {
+absl::Status ExpertResidency::AttachCompute(kernels::Backend* backend,
+                                            kernels::Stream* stream) {
   if (on_device()) {
     if (backend != device_) {
       return absl::FailedPreconditionError(
@@ -139,7 +139,7 @@ absl::Status ExpertResidency::AttachCompute(kernels::Backend *backend,
 
 // ---------------------------------------------------------------- steps
 
-void ExpertResidency::BeginStep(const StepInfo &info) {
+void ExpertResidency::BeginStep(const StepInfo& info) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     step_ = info.step;
@@ -164,11 +164,10 @@ void ExpertResidency::EndStep() {
 
 void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
                                  std::span<const int> token_counts,
-                                 const float *hidden, int64_t n) {
+                                 const float* hidden, int64_t n) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int f : protected_list_)
-      protected_[f] = 0;
+    for (int f : protected_list_) protected_[f] = 0;
     protected_list_.clear();
     for (size_t i = 0; i < experts.size(); ++i) {
       const int f = Flat({layer, experts[i]});
@@ -190,8 +189,7 @@ void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
 void ExpertResidency::EndLayer(int layer) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int f : protected_list_)
-      protected_[f] = 0;
+    for (int f : protected_list_) protected_[f] = 0;
     protected_list_.clear();
   }
   policy_->OnLayerDone(layer);
@@ -199,7 +197,7 @@ void ExpertResidency::EndLayer(int layer) {
 
 // ---------------------------------------------------------------- acquire
 
-absl::StatusOr<const std::byte *> ExpertResidency::Acquire(ExpertId id) {
+absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
   policy_->OnAccess(id);
   double stall = 0;
   std::unique_lock<std::mutex> lock(mu_);
@@ -208,15 +206,14 @@ absl::StatusOr<const std::byte *> ExpertResidency::Acquire(ExpertId id) {
     AddStall(stall);
     return found.status();
   }
-  Slot &slot = slots_[*found];
+  Slot& slot = slots_[*found];
   if (slot.state == State::kLoading) {
     WaitTimed(lock, &stall, [&] { return slot.state != State::kLoading; });
   }
   AddStall(stall);
-  if (slot.state != State::kReady) { // The load failed.
+  if (slot.state != State::kReady) {  // The load failed.
     absl::Status error = slot.error;
-    if (--slot.in_use == 0)
-      cv_.notify_all();
+    if (--slot.in_use == 0) cv_.notify_all();
     return error;
   }
   if (slot.prefetched_unused) {
@@ -226,15 +223,14 @@ absl::StatusOr<const std::byte *> ExpertResidency::Acquire(ExpertId id) {
   return SlotData(*found);
 }
 
-absl::StatusOr<int>
-ExpertResidency::FindOrLoad(ExpertId id, std::unique_lock<std::mutex> &lock,
-                            double *stall) {
+absl::StatusOr<int> ExpertResidency::FindOrLoad(
+    ExpertId id, std::unique_lock<std::mutex>& lock, double* stall) {
   const int f = Flat(id);
   for (;;) {
     if (int s = slot_of_[f]; s >= 0) {
-      Slot &slot = slots_[s];
+      Slot& slot = slots_[s];
       if (slot.demand_pending) {
-        slot.demand_pending = false; // Its miss was counted at the load.
+        slot.demand_pending = false;  // Its miss was counted at the load.
       } else {
         Count(&hits_, metrics_->hits);
       }
@@ -242,11 +238,10 @@ ExpertResidency::FindOrLoad(ExpertId id, std::unique_lock<std::mutex> &lock,
       return s;
     }
     SlotResult r = TrySlot(lock, Reach::kAll);
-    if (r.retry || (r.slot >= 0 && slot_of_[f] >= 0))
-      continue;
+    if (r.retry || (r.slot >= 0 && slot_of_[f] >= 0)) continue;
     if (r.slot >= 0) {
       StartLoad(r.slot, id, Load::kDemand);
-      slots_[r.slot].demand_pending = false; // Consumed right here.
+      slots_[r.slot].demand_pending = false;  // Consumed right here.
       ++slots_[r.slot].in_use;
       return r.slot;
     }
@@ -276,23 +271,20 @@ void ExpertResidency::Release(ExpertId id) {
       (void)compute_->Synchronize();
     }
   }
-  if (--slots_[s].in_use == 0)
-    cv_.notify_all();
+  if (--slots_[s].in_use == 0) cv_.notify_all();
 }
 
-void ExpertResidency::WaitTimed(std::unique_lock<std::mutex> &lock,
-                                double *stall,
-                                const std::function<bool()> &done) {
+void ExpertResidency::WaitTimed(std::unique_lock<std::mutex>& lock,
+                                double* stall,
+                                const std::function<bool()>& done) {
   const Clock::time_point start = Clock::now();
   cv_.wait(lock);
-  while (!done())
-    cv_.wait(lock);
+  while (!done()) cv_.wait(lock);
   *stall += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void ExpertResidency::AddStall(double seconds) {
-  if (seconds <= 0)
-    return;
+  if (seconds <= 0) return;
   stall_seconds_ += seconds;
   if (metrics_->stall_seconds != nullptr) {
     metrics_->stall_seconds->Inc(seconds);
@@ -301,7 +293,7 @@ void ExpertResidency::AddStall(double seconds) {
 
 absl::Status ExpertResidency::Exhausted() const {
   int pinned = 0, in_use = 0;
-  for (const Slot &s : slots_) {
+  for (const Slot& s : slots_) {
     pinned += s.pins > 0;
     in_use += s.in_use > 0;
   }
@@ -313,8 +305,8 @@ absl::Status ExpertResidency::Exhausted() const {
 
 // ---------------------------------------------------------------- slots
 
-ExpertResidency::SlotResult
-ExpertResidency::TrySlot(std::unique_lock<std::mutex> &lock, Reach reach) {
+ExpertResidency::SlotResult ExpertResidency::TrySlot(
+    std::unique_lock<std::mutex>& lock, Reach reach) {
   SlotResult r;
   for (int s = 0; s < num_slots_; ++s) {
     if (slots_[s].state == State::kEmpty && slots_[s].in_use == 0) {
@@ -323,8 +315,7 @@ ExpertResidency::TrySlot(std::unique_lock<std::mutex> &lock, Reach reach) {
     }
   }
   std::vector<ExpertId> candidates = Candidates(reach, &r.loading_any);
-  if (candidates.empty())
-    return r;
+  if (candidates.empty()) return r;
   r.slot = PickVictim(lock, candidates, reach);
   if (r.slot < 0) {
     r.retry = true;
@@ -335,61 +326,56 @@ ExpertResidency::TrySlot(std::unique_lock<std::mutex> &lock, Reach reach) {
 }
 
 std::vector<ExpertId> ExpertResidency::Candidates(Reach reach,
-                                                  bool *loading_any) const {
+                                                  bool* loading_any) const {
   // Tier 0: unprotected. Tier 1: protected, already acquired or never
   // demand-loaded. Tier 2: protected and demand-loaded, not yet acquired.
   std::vector<ExpertId> tiers[3];
   *loading_any = false;
-  for (const Slot &s : slots_) {
+  for (const Slot& s : slots_) {
     if ((s.state == State::kLoading && s.pins == 0) ||
         (s.state == State::kEmpty && s.in_use > 0)) {
       *loading_any = true;
     }
-    if (!Evictable(s))
-      continue;
+    if (!Evictable(s)) continue;
     const int tier = !protected_[Flat(s.id)] ? 0 : (s.demand_pending ? 2 : 1);
     tiers[tier].push_back(s.id);
   }
   const int reachable = reach == Reach::kAll ? 3 : 1;
   for (int t = 0; t < reachable; ++t) {
-    if (!tiers[t].empty())
-      return std::move(tiers[t]);
+    if (!tiers[t].empty()) return std::move(tiers[t]);
   }
   return {};
 }
 
-int ExpertResidency::PickVictim(std::unique_lock<std::mutex> &lock,
-                                const std::vector<ExpertId> &candidates,
+int ExpertResidency::PickVictim(std::unique_lock<std::mutex>& lock,
+                                const std::vector<ExpertId>& candidates,
                                 Reach reach) {
   std::vector<ExpertId> victims;
-  lock.unlock(); // The policy may call back into ResidencyControl.
+  lock.unlock();  // The policy may call back into ResidencyControl.
   policy_->ChooseVictims(candidates, 1, &victims);
   lock.lock();
   // State may have moved while unlocked: revalidate; fall back to the
   // candidates' order if the policy's choice no longer holds.
   victims.insert(victims.end(), candidates.begin(), candidates.end());
-  for (const ExpertId &v : victims) {
+  for (const ExpertId& v : victims) {
     if (v.layer < 0 || v.layer >= num_layers_ || v.expert < 0 ||
         v.expert >= num_experts_) {
       continue;
     }
     const int s = slot_of_[Flat(v)];
-    if (s < 0 || !Evictable(slots_[s]))
-      continue;
-    if (reach == Reach::kUnprotected && protected_[Flat(v)])
-      continue;
+    if (s < 0 || !Evictable(slots_[s])) continue;
+    if (reach == Reach::kUnprotected && protected_[Flat(v)]) continue;
     return s;
   }
   return -1;
 }
 
 void ExpertResidency::EvictSlot(int s) {
-  Slot &slot = slots_[s];
+  Slot& slot = slots_[s];
   if (slot.prefetched_unused) {
     Count(&prefetch_wasted_, metrics_->prefetch_wasted);
   }
-  if (slot.demand_pending)
-    ++demand_evicted_unused_;
+  if (slot.demand_pending) ++demand_evicted_unused_;
   slot_of_[Flat(slot.id)] = -1;
   slot.prefetched_unused = false;
   slot.demand_pending = false;
@@ -397,7 +383,7 @@ void ExpertResidency::EvictSlot(int s) {
 }
 
 void ExpertResidency::StartLoad(int s, ExpertId id, Load kind) {
-  Slot &slot = slots_[s];
+  Slot& slot = slots_[s];
   slot.id = id;
   slot.error = absl::OkStatus();
   slot.prefetched_unused = kind == Load::kPrefetch;
@@ -416,7 +402,7 @@ void ExpertResidency::StartLoad(int s, ExpertId id, Load kind) {
 
 void ExpertResidency::OnLoaded(int s, absl::Status status) {
   std::lock_guard<std::mutex> lock(mu_);
-  Slot &slot = slots_[s];
+  Slot& slot = slots_[s];
   if (status.ok()) {
     SetState(slot, State::kReady);
   } else {
@@ -432,27 +418,23 @@ void ExpertResidency::OnLoaded(int s, absl::Status status) {
   cv_.notify_all();
 }
 
-int ExpertResidency::EnsureNoWait(std::unique_lock<std::mutex> &lock,
-                                  ExpertId id, Load kind, bool *started) {
+int ExpertResidency::EnsureNoWait(std::unique_lock<std::mutex>& lock,
+                                  ExpertId id, Load kind, bool* started) {
   const int f = Flat(id);
   *started = false;
   for (;;) {
-    if (slot_of_[f] >= 0)
-      return slot_of_[f];
+    if (slot_of_[f] >= 0) return slot_of_[f];
     SlotResult r = TrySlot(lock, Reach::kUnprotected);
-    if (r.retry)
-      continue;
-    if (r.slot < 0)
-      return -1;
-    if (slot_of_[f] >= 0)
-      return slot_of_[f]; // Loaded while unlocked.
+    if (r.retry) continue;
+    if (r.slot < 0) return -1;
+    if (slot_of_[f] >= 0) return slot_of_[f];  // Loaded while unlocked.
     StartLoad(r.slot, id, kind);
     *started = true;
     return r.slot;
   }
 }
 
-void ExpertResidency::SetState(Slot &slot, State state) {
+void ExpertResidency::SetState(Slot& slot, State state) {
   --state_count_[static_cast<int>(slot.state)];
   ++state_count_[static_cast<int>(state)];
   slot.state = state;
@@ -468,10 +450,9 @@ void ExpertResidency::PublishCacheGauges() {
   }
 }
 
-void ExpertResidency::Count(uint64_t *field, metrics::Counter *metric) {
+void ExpertResidency::Count(uint64_t* field, metrics::Counter* metric) {
   ++*field;
-  if (metric != nullptr)
-    metric->Inc();
+  if (metric != nullptr) metric->Inc();
 }
 
 // ---------------------------------------------------------------- control
@@ -492,8 +473,7 @@ bool ExpertResidency::Pin(ExpertId id) {
   std::unique_lock<std::mutex> lock(mu_);
   bool started = false;
   const int s = EnsureNoWait(lock, id, Load::kPrefetch, &started);
-  if (s < 0)
-    return false;
+  if (s < 0) return false;
   ++slots_[s].pins;
   return true;
 }
@@ -501,25 +481,21 @@ bool ExpertResidency::Pin(ExpertId id) {
 void ExpertResidency::Unpin(ExpertId id) {
   std::lock_guard<std::mutex> lock(mu_);
   const int s = slot_of_[Flat(id)];
-  if (s < 0 || slots_[s].pins == 0)
-    return;
-  if (--slots_[s].pins == 0)
-    cv_.notify_all();
+  if (s < 0 || slots_[s].pins == 0) return;
+  if (--slots_[s].pins == 0) cv_.notify_all();
 }
 
 void ExpertResidency::Evict(ExpertId id) {
   std::lock_guard<std::mutex> lock(mu_);
   const int s = slot_of_[Flat(id)];
-  if (s < 0 || !Evictable(slots_[s]))
-    return;
+  if (s < 0 || !Evictable(slots_[s])) return;
   EvictSlot(s);
   cv_.notify_all();
 }
 
-std::vector<int> ExpertResidency::PredictExperts(int layer, const float *hidden,
+std::vector<int> ExpertResidency::PredictExperts(int layer, const float* hidden,
                                                  int64_t n, int k) {
-  if (!predict_)
-    return {};
+  if (!predict_) return {};
   return predict_(layer, hidden, n, k);
 }
 
@@ -547,7 +523,7 @@ ResidencyStats ExpertResidency::stats() const {
   st.prefetch_loads = prefetch_loads_;
   st.prefetch_used = prefetch_used_;
   st.prefetch_wasted = prefetch_wasted_;
-  for (const Slot &s : slots_) {
+  for (const Slot& s : slots_) {
     st.prefetched_unused_resident += s.prefetched_unused;
     st.slots_in_use += s.in_use > 0;
   }
@@ -560,4 +536,4 @@ ResidencyStats ExpertResidency::stats() const {
   return st;
 }
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine

@@ -112,21 +112,21 @@ struct ResidencyStats {
   uint64_t prefetch_loads = 0;
   uint64_t prefetch_used = 0;
   uint64_t prefetch_wasted = 0;
-  uint64_t prefetched_unused_resident = 0; // Now resident, never acquired.
+  uint64_t prefetched_unused_resident = 0;  // Now resident, never acquired.
   int slots = 0;
-  uint64_t slot_bytes = 0;     // == ExpertBlob::bytes.
-  uint64_t capacity_bytes = 0; // slots x slot_bytes.
+  uint64_t slot_bytes = 0;      // == ExpertBlob::bytes.
+  uint64_t capacity_bytes = 0;  // slots x slot_bytes.
   int slots_empty = 0;
   int slots_loading = 0;
   int slots_ready = 0;
-  int slots_in_use = 0; // Slots with in_use > 0.
+  int slots_in_use = 0;  // Slots with in_use > 0.
 };
 
 class ExpertResidency final : public ExpertProvider, public ResidencyControl {
-public:
+ public:
   // The engine passes MoeModel::PredictExperts.
   using PredictFn = std::function<std::vector<int>(
-      int layer, const float *hidden, int64_t n, int k)>;
+      int layer, const float* hidden, int64_t n, int k)>;
 
   // InvalidArgument when capacity_bytes holds no blob (or an argument is
   // null); ResourceExhausted when the slot memory cannot be allocated.
@@ -135,24 +135,24 @@ public:
   // slots; must outlive the residency): the backend whose memory holds the
   // slots, filled through its copy streams and events. Any backend works
   // (the CPU backend exercises the device path in tests).
-  static absl::StatusOr<std::unique_ptr<ExpertResidency>>
-  Create(const ModelWeights *weights, SlowTier *slow, uint64_t capacity_bytes,
-         const LinkOptions &link, OffloadPolicy *policy, PredictFn predict,
-         metrics::Registry *registry, std::string engine_name,
-         kernels::Backend *device = nullptr);
+  static absl::StatusOr<std::unique_ptr<ExpertResidency>> Create(
+      const ModelWeights* weights, SlowTier* slow, uint64_t capacity_bytes,
+      const LinkOptions& link, OffloadPolicy* policy, PredictFn predict,
+      metrics::Registry* registry, std::string engine_name,
+      kernels::Backend* device = nullptr);
 
-  ~ExpertResidency() override; // REQUIRES: nothing acquired.
+  ~ExpertResidency() override;  // REQUIRES: nothing acquired.
 
   // ExpertProvider.
   kernels::Device device() const override;
-  absl::Status AttachCompute(kernels::Backend *backend,
-                             kernels::Stream *stream) override;
-  void BeginStep(const StepInfo &info) override;
+  absl::Status AttachCompute(kernels::Backend* backend,
+                             kernels::Stream* stream) override;
+  void BeginStep(const StepInfo& info) override;
   void EndStep() override;
   void BeginLayer(int layer, std::span<const int> experts,
-                  std::span<const int> token_counts, const float *hidden,
+                  std::span<const int> token_counts, const float* hidden,
                   int64_t n) override;
-  absl::StatusOr<const std::byte *> Acquire(ExpertId id) override;
+  absl::StatusOr<const std::byte*> Acquire(ExpertId id) override;
   void Release(ExpertId id) override;
   void EndLayer(int layer) override;
 
@@ -166,7 +166,7 @@ public:
   bool Pin(ExpertId id) override;
   void Unpin(ExpertId id) override;
   void Evict(ExpertId id) override;
-  std::vector<int> PredictExperts(int layer, const float *hidden, int64_t n,
+  std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
                                   int k) override;
 
   ResidencyStats stats() const;
@@ -174,7 +174,7 @@ public:
   void WaitIdle();
   bool link_emulation_on() const { return link_->emulation_on(); }
 
-private:
+ private:
   enum class State { kEmpty, kLoading, kReady };
   enum class Load { kDemand, kPrefetch };
   struct Slot {
@@ -184,37 +184,37 @@ private:
     int in_use = 0;
     bool prefetched_unused = false;
     bool demand_pending = false;
-    absl::Status error; // Last failed load, for its waiters.
+    absl::Status error;  // Last failed load, for its waiters.
   };
   // How far victim selection may reach.
   enum class Reach { kUnprotected, kAll };
   // Outcome of TrySlot: a slot index, or none (and whether waiting helps).
   struct SlotResult {
     int slot = -1;
-    bool retry = false;       // State changed under us: look again.
-    bool loading_any = false; // No victim now, but a load may free one.
+    bool retry = false;        // State changed under us: look again.
+    bool loading_any = false;  // No victim now, but a load may free one.
   };
 
-  ExpertResidency(const ModelWeights *weights, SlowTier *slow, int slots,
-                  OffloadPolicy *policy, PredictFn predict);
-  absl::Status Init(const LinkOptions &link, metrics::Registry *registry,
-                    const std::string &engine_name, kernels::Backend *device);
+  ExpertResidency(const ModelWeights* weights, SlowTier* slow, int slots,
+                  OffloadPolicy* policy, PredictFn predict);
+  absl::Status Init(const LinkOptions& link, metrics::Registry* registry,
+                    const std::string& engine_name, kernels::Backend* device);
   bool on_device() const { return device_ != nullptr; }
 
   int Flat(ExpertId id) const { return id.layer * num_experts_ + id.expert; }
-  std::byte *SlotData(int s) const { return slot_base_ + s * slot_bytes_; }
-  bool Evictable(const Slot &s) const {
+  std::byte* SlotData(int s) const { return slot_base_ + s * slot_bytes_; }
+  bool Evictable(const Slot& s) const {
     return s.state == State::kReady && s.in_use == 0 && s.pins == 0;
   }
 
   // Finds a free slot or evicts a victim; may drop `lock` around
   // ChooseVictims.
-  SlotResult TrySlot(std::unique_lock<std::mutex> &lock, Reach reach)
+  SlotResult TrySlot(std::unique_lock<std::mutex>& lock, Reach reach)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<ExpertId> Candidates(Reach reach, bool *loading_any) const
+  std::vector<ExpertId> Candidates(Reach reach, bool* loading_any) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int PickVictim(std::unique_lock<std::mutex> &lock,
-                 const std::vector<ExpertId> &candidates, Reach reach)
+  int PickVictim(std::unique_lock<std::mutex>& lock,
+                 const std::vector<ExpertId>& candidates, Reach reach)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictSlot(int s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartLoad(int s, ExpertId id, Load kind)
@@ -222,25 +222,26 @@ private:
   void OnLoaded(int s, absl::Status status);
   // The slot holding `id`, starting a `kind` load without waiting (victims
   // unprotected only) if it is not resident; -1 when no slot can be had.
-  int EnsureNoWait(std::unique_lock<std::mutex> &lock, ExpertId id, Load kind,
-                   bool *started) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int EnsureNoWait(std::unique_lock<std::mutex>& lock, ExpertId id, Load kind,
+                   bool* started) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acquire's slot search (hit, miss or failure); returns the slot.
-  absl::StatusOr<int>
-  FindOrLoad(ExpertId id, std::unique_lock<std::mutex> &lock, double *stall)
+  absl::StatusOr<int> FindOrLoad(ExpertId id,
+                                 std::unique_lock<std::mutex>& lock,
+                                 double* stall)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WaitTimed(std::unique_lock<std::mutex> &lock, double *stall,
-                 const std::function<bool()> &done)
+  void WaitTimed(std::unique_lock<std::mutex>& lock, double* stall,
+                 const std::function<bool()>& done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddStall(double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exhausted() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetState(Slot &s, State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetState(Slot& s, State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishCacheGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Count(uint64_t *field, metrics::Counter *metric)
+  void Count(uint64_t* field, metrics::Counter* metric)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const ModelWeights *const weights_;
-  SlowTier *const slow_;
-  OffloadPolicy *const policy_;
+  const ModelWeights* const weights_;
+  SlowTier* const slow_;
+  OffloadPolicy* const policy_;
   const PredictFn predict_;
   const int num_layers_;
   const int num_experts_;
@@ -249,22 +250,22 @@ private:
   const size_t slot_bytes_;
 
   struct FreeDeleter {
-    void operator()(std::byte *p) const;
+    void operator()(std::byte* p) const;
   };
-  std::unique_ptr<std::byte, FreeDeleter> arena_; // host slots
-  kernels::Backend *device_ = nullptr;            // device slots
+  std::unique_ptr<std::byte, FreeDeleter> arena_;  // host slots
+  kernels::Backend* device_ = nullptr;             // device slots
   std::unique_ptr<kernels::Buffer> device_arena_;
-  std::byte *slot_base_ = nullptr;
+  std::byte* slot_base_ = nullptr;
   // Device slots: [slot] event recorded on compute_ at each Release.
   std::vector<std::unique_ptr<kernels::Event>> released_;
-  kernels::Stream *compute_ = nullptr;
+  kernels::Stream* compute_ = nullptr;
   std::unique_ptr<ResidencyMetrics> metrics_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_; // Any slot state, in_use or pin change.
+  std::condition_variable cv_;  // Any slot state, in_use or pin change.
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> slot_of_ ABSL_GUARDED_BY(mu_);    // [Flat(id)] or -1.
-  std::vector<char> protected_ ABSL_GUARDED_BY(mu_); // [Flat(id)].
+  std::vector<int> slot_of_ ABSL_GUARDED_BY(mu_);     // [Flat(id)] or -1.
+  std::vector<char> protected_ ABSL_GUARDED_BY(mu_);  // [Flat(id)].
   std::vector<int> protected_list_ ABSL_GUARDED_BY(mu_);
   int state_count_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
   std::vector<uint32_t> activations_ ABSL_GUARDED_BY(mu_);
@@ -282,6 +283,6 @@ private:
   std::unique_ptr<Link> link_;
 };
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_OFFLOAD_EXPERT_RESIDENCY_H_
+#endif  // MOESERVE_ENGINE_OFFLOAD_EXPERT_RESIDENCY_H_

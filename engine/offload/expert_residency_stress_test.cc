@@ -31,7 +31,7 @@ TEST(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
                                    LinkOptions{.gbps = 20, .latency_us = 20},
                                    &policy, nullptr, nullptr, "stress");
   ASSERT_TRUE(r.ok()) << r.status();
-  ExpertResidency *res = r->get();
+  ExpertResidency* res = r->get();
 
   constexpr int kThreads = 8, kIters = 400;
   std::atomic<uint64_t> ok{0}, exhausted{0}, bad_bytes{0}, other_errors{0};
@@ -43,7 +43,7 @@ TEST(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
       for (int i = 0; i < kIters; ++i) {
         const ExpertId id{static_cast<int>(rng() % 2),
                           static_cast<int>(rng() % 8)};
-        absl::StatusOr<const std::byte *> p = res->Acquire(id);
+        absl::StatusOr<const std::byte*> p = res->Acquire(id);
         if (!p.ok()) {
           (p.status().code() == absl::StatusCode::kResourceExhausted
                ? exhausted
@@ -51,8 +51,7 @@ TEST(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
           continue;
         }
         ++ok;
-        if (std::memcmp(*p, weights->expert(id).data, blob) != 0)
-          ++bad_bytes;
+        if (std::memcmp(*p, weights->expert(id).data, blob) != 0) ++bad_bytes;
         res->Release(id);
       }
     });
@@ -61,13 +60,11 @@ TEST(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
     std::mt19937 rng(99);
     while (!done.load()) {
       res->Prefetch({static_cast<int>(rng() % 2), static_cast<int>(rng() % 8)});
-      if (rng() % 4 == 0)
-        res->Evict({0, static_cast<int>(rng() % 8)});
+      if (rng() % 4 == 0) res->Evict({0, static_cast<int>(rng() % 8)});
       std::this_thread::yield();
     }
   });
-  for (std::thread &th : threads)
-    th.join();
+  for (std::thread& th : threads) th.join();
   done = true;
   prefetcher.join();
   res->WaitIdle();
@@ -80,7 +77,7 @@ TEST(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
   EXPECT_EQ(s.slots_in_use, 0);
   EXPECT_EQ(s.slots_loading, 0);
   EXPECT_EQ(s.slots_empty + s.slots_ready, 4);
-  EXPECT_EQ(s.demand_evicted_unused, 0u); // No BeginLayer here.
+  EXPECT_EQ(s.demand_evicted_unused, 0u);  // No BeginLayer here.
   EXPECT_EQ(s.hits + s.misses, ok.load());
   EXPECT_EQ(s.failed_transfers, 0u);
   EXPECT_EQ(s.link_bytes, (s.misses + s.prefetch_loads) * blob);
@@ -91,5 +88,5 @@ TEST(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
   EXPECT_GT(s.prefetch_loads, 0u);
 }
 
-} // namespace
-} // namespace moeserve::engine
+}  // namespace
+}  // namespace moeserve::engine

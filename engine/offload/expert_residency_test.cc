@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "engine/offload/test_util.h"
-#include "metrics/registry.h"
 #include "gtest/gtest.h"
+#include "metrics/registry.h"
 
 namespace moeserve::engine {
 namespace {
@@ -14,7 +14,7 @@ using testing::LoadFixture;
 using testing::LruTestPolicy;
 
 class ResidencyTest : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override {
     weights_ = LoadFixture(true);
     ASSERT_NE(weights_, nullptr);
@@ -24,8 +24,8 @@ protected:
     blob_ = weights_->expert({0, 0}).bytes;
   }
 
-  std::unique_ptr<ExpertResidency> Make(OffloadPolicy *policy, int slots,
-                                        metrics::Registry *registry = nullptr,
+  std::unique_ptr<ExpertResidency> Make(OffloadPolicy* policy, int slots,
+                                        metrics::Registry* registry = nullptr,
                                         LinkOptions link = {}) {
     auto r = ExpertResidency::Create(weights_.get(), host_.get(), slots * blob_,
                                      link, policy, nullptr, registry, "test");
@@ -33,19 +33,18 @@ protected:
     return r.ok() ? std::move(*r) : nullptr;
   }
 
-  bool Same(const std::byte *p, ExpertId id) const {
+  bool Same(const std::byte* p, ExpertId id) const {
     return std::memcmp(p, weights_->expert(id).data, blob_) == 0;
   }
 
   // One MoE layer as moe_model.cc runs it: BeginLayer, then Acquire /
   // check bytes / Release per expert, then EndLayer.
-  void RunLayer(ExpertResidency *r, int layer, std::vector<int> experts,
+  void RunLayer(ExpertResidency* r, int layer, std::vector<int> experts,
                 std::vector<int> counts = {}) {
-    if (counts.empty())
-      counts.assign(experts.size(), 1);
+    if (counts.empty()) counts.assign(experts.size(), 1);
     r->BeginLayer(layer, experts, counts, nullptr, 0);
     for (int e : experts) {
-      absl::StatusOr<const std::byte *> p = r->Acquire({layer, e});
+      absl::StatusOr<const std::byte*> p = r->Acquire({layer, e});
       ASSERT_TRUE(p.ok()) << p.status();
       EXPECT_TRUE(Same(*p, {layer, e})) << layer << "," << e;
       r->Release({layer, e});
@@ -97,7 +96,7 @@ TEST_F(ResidencyTest, AccountingOnScriptedTraceLru) {
   ResidencyStats s = r->stats();
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.misses, 7u);
-  EXPECT_EQ(s.hits + s.misses, 8u); // Acquire calls.
+  EXPECT_EQ(s.hits + s.misses, 8u);  // Acquire calls.
   EXPECT_EQ(s.link_bytes, 7 * blob_);
   EXPECT_EQ(s.link_transfers, 7u);
   EXPECT_EQ(s.prefetch_loads, 0u);
@@ -167,10 +166,10 @@ TEST_F(ResidencyTest, AccountingOnScriptedTraceWithPrefetch) {
 
 // A policy that always names the expert in use as its victim.
 class GreedyPolicy : public LruTestPolicy {
-public:
+ public:
   void ChooseVictims(std::span<const ExpertId> candidates, int count,
-                     std::vector<ExpertId> *victims) override {
-    for (const ExpertId &c : candidates) {
+                     std::vector<ExpertId>* victims) override {
+    for (const ExpertId& c : candidates) {
       EXPECT_FALSE((c == ExpertId{0, 0})) << "in-use expert offered";
     }
     victims->push_back({0, 0});
@@ -181,20 +180,20 @@ TEST_F(ResidencyTest, ExpertInUseIsNeverEvicted) {
   GreedyPolicy policy;
   auto r = Make(&policy, 2);
   ASSERT_NE(r, nullptr);
-  absl::StatusOr<const std::byte *> a = r->Acquire({0, 0});
+  absl::StatusOr<const std::byte*> a = r->Acquire({0, 0});
   ASSERT_TRUE(a.ok());
-  for (int e = 1; e < 8; ++e) { // Every one a miss that needs a victim.
-    absl::StatusOr<const std::byte *> p = r->Acquire({1, e});
+  for (int e = 1; e < 8; ++e) {  // Every one a miss that needs a victim.
+    absl::StatusOr<const std::byte*> p = r->Acquire({1, e});
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_TRUE(Same(*p, {1, e}));
     r->Release({1, e});
-    r->Evict({0, 0}); // In use: no-op.
+    r->Evict({0, 0});  // In use: no-op.
     EXPECT_TRUE(r->IsResident({0, 0}));
     EXPECT_TRUE(Same(*a, {0, 0}));
   }
-  absl::StatusOr<const std::byte *> c = r->Acquire({1, 0});
+  absl::StatusOr<const std::byte*> c = r->Acquire({1, 0});
   ASSERT_TRUE(c.ok());
-  absl::StatusOr<const std::byte *> d = r->Acquire({0, 5});
+  absl::StatusOr<const std::byte*> d = r->Acquire({0, 5});
   EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(d.status().message().find("fast tier of 2 slots too small"),
             std::string::npos)
@@ -204,7 +203,7 @@ TEST_F(ResidencyTest, ExpertInUseIsNeverEvicted) {
   r->Release({0, 0});
   ResidencyStats s = r->stats();
   EXPECT_EQ(s.acquire_failures, 1u);
-  EXPECT_EQ(s.hits + s.misses, 9u); // Successful Acquires.
+  EXPECT_EQ(s.hits + s.misses, 9u);  // Successful Acquires.
   EXPECT_EQ(s.slots_in_use, 0);
 }
 
@@ -213,15 +212,14 @@ TEST_F(ResidencyTest, PinnedExpertIsNeverEvicted) {
   auto r = Make(&policy, 2);
   ASSERT_NE(r, nullptr);
   ASSERT_TRUE(r->Pin({0, 3}));
-  for (int e = 0; e < 8; ++e)
-    RunLayer(r.get(), 1, {e});
+  for (int e = 0; e < 8; ++e) RunLayer(r.get(), 1, {e});
   EXPECT_TRUE(r->IsResident({0, 3}));
   RunLayer(r.get(), 0, {3});
   r->Unpin({0, 3});
   r->Evict({0, 3});
   EXPECT_FALSE(r->IsResident({0, 3}));
   ResidencyStats s = r->stats();
-  EXPECT_EQ(s.prefetch_loads, 1u); // The pin's load.
+  EXPECT_EQ(s.prefetch_loads, 1u);  // The pin's load.
   EXPECT_EQ(s.prefetch_used, 1u);
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.misses, 8u);
@@ -245,8 +243,8 @@ TEST_F(ResidencyTest, PrefetchNeverWaitsOrEvictsProtectedOrInUse) {
   auto r = Make(&policy, 2);
   ASSERT_NE(r, nullptr);
   r->BeginLayer(0, std::vector<int>{0, 1}, std::vector<int>{1, 1}, nullptr, 0);
-  EXPECT_FALSE(r->Prefetch({1, 0})); // Both slots protected.
-  EXPECT_FALSE(r->Prefetch({0, 0})); // Already resident.
+  EXPECT_FALSE(r->Prefetch({1, 0}));  // Both slots protected.
+  EXPECT_FALSE(r->Prefetch({0, 0}));  // Already resident.
   for (int e : {0, 1}) {
     ASSERT_TRUE(r->Acquire({0, e}).ok());
     r->Release({0, e});
@@ -269,7 +267,7 @@ TEST_F(ResidencyTest, DiskTierBlobsEqualPackedBlobs) {
   for (int round = 0; round < 2; ++round) {
     for (int l = 0; l < 2; ++l) {
       for (int e = 0; e < 8; ++e) {
-        absl::StatusOr<const std::byte *> p = (*r)->Acquire({l, e});
+        absl::StatusOr<const std::byte*> p = (*r)->Acquire({l, e});
         ASSERT_TRUE(p.ok()) << p.status();
         EXPECT_TRUE(Same(*p, {l, e})) << l << "," << e;
         (*r)->Release({l, e});
@@ -298,5 +296,5 @@ TEST_F(ResidencyTest, EmulationIsExportedAndSlowsLoads) {
       << registry.Serialize();
 }
 
-} // namespace
-} // namespace moeserve::engine
+}  // namespace
+}  // namespace moeserve::engine

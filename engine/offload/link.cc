@@ -7,14 +7,16 @@ namespace moeserve::engine {
 
 using Clock = std::chrono::steady_clock;
 
-Link::Link(SlowTier *slow, size_t bytes_per_transfer,
-           const LinkOptions &options, LinkCounters counters)
+Link::Link(SlowTier* slow, size_t bytes_per_transfer,
+           const LinkOptions& options, LinkCounters counters)
     : Link(NewHostTransport(slow), bytes_per_transfer, options, counters) {}
 
 Link::Link(std::unique_ptr<LinkTransport> transport, size_t bytes_per_transfer,
-           const LinkOptions &options, LinkCounters counters)
-    : transport_(std::move(transport)), bytes_per_transfer_(bytes_per_transfer),
-      options_(options), counters_(counters) {
+           const LinkOptions& options, LinkCounters counters)
+    : transport_(std::move(transport)),
+      bytes_per_transfer_(bytes_per_transfer),
+      options_(options),
+      counters_(counters) {
   const int n = options.num_workers < 1 ? 1 : options.num_workers;
   for (int i = 0; i < n; ++i) {
     workers_.emplace_back([this, i] { WorkerLoop(i); });
@@ -27,12 +29,11 @@ Link::~Link() {
     stop_ = true;
   }
   cv_.notify_all();
-  for (std::thread &t : workers_)
-    t.join();
+  for (std::thread& t : workers_) t.join();
 }
 
-void Link::Submit(ExpertId id, std::byte *dst, Done done,
-                  kernels::Event *after) {
+void Link::Submit(ExpertId id, std::byte* dst, Done done,
+                  kernels::Event* after) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back({id, dst, std::move(done), after});
@@ -50,8 +51,7 @@ void Link::WorkerLoop(int worker) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty())
-        return; // Stopping, and drained.
+      if (queue_.empty()) return;  // Stopping, and drained.
       t = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -59,7 +59,7 @@ void Link::WorkerLoop(int worker) {
   }
 }
 
-void Link::Run(int worker, Transfer &t) {
+void Link::Run(int worker, Transfer& t) {
   const Clock::time_point start = Clock::now();
   absl::StatusOr<double> moved = transport_->Move(worker, t.id, t.dst, t.after);
   absl::Status status = moved.status();
@@ -90,8 +90,7 @@ void Link::Account(double seconds) {
   if (counters_.bytes != nullptr) {
     counters_.bytes->Inc(static_cast<double>(bytes_per_transfer_));
   }
-  if (counters_.busy_seconds != nullptr)
-    counters_.busy_seconds->Inc(seconds);
+  if (counters_.busy_seconds != nullptr) counters_.busy_seconds->Inc(seconds);
 }
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine

@@ -62,33 +62,33 @@ struct LinkOptions {
 
 // Optional metric children the link increments (either may be null).
 struct LinkCounters {
-  metrics::Counter *bytes = nullptr;        // moeserve_link_bytes_total
-  metrics::Counter *busy_seconds = nullptr; // moeserve_link_busy_seconds_total
+  metrics::Counter* bytes = nullptr;         // moeserve_link_bytes_total
+  metrics::Counter* busy_seconds = nullptr;  // moeserve_link_busy_seconds_total
 };
 
 class Link {
-public:
+ public:
   using Done = std::function<void(absl::Status)>;
 
   // Host fast tier: SlowTier::Read into the destination (`slow` must
   // outlive the Link).
-  Link(SlowTier *slow, size_t bytes_per_transfer, const LinkOptions &options,
+  Link(SlowTier* slow, size_t bytes_per_transfer, const LinkOptions& options,
        LinkCounters counters = {});
   // Any transport; it must serve options.num_workers workers (at least 1).
   Link(std::unique_ptr<LinkTransport> transport, size_t bytes_per_transfer,
-       const LinkOptions &options, LinkCounters counters = {});
+       const LinkOptions& options, LinkCounters counters = {});
   ~Link();
-  Link(const Link &) = delete;
-  Link &operator=(const Link &) = delete;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
 
   // Queues a transfer of `id` into `dst` (bytes_per_transfer bytes, 64-byte
   // aligned, untouched by others until `done` runs). `after` (may be null):
   // device work the copy must wait for (the slot's last readers). `done`
   // runs exactly once, on a worker thread.
-  void Submit(ExpertId id, std::byte *dst, Done done,
-              kernels::Event *after = nullptr);
+  void Submit(ExpertId id, std::byte* dst, Done done,
+              kernels::Event* after = nullptr);
 
-  const LinkOptions &options() const { return options_; }
+  const LinkOptions& options() const { return options_; }
   bool emulation_on() const { return options_.emulated(); }
   size_t bytes_per_transfer() const { return bytes_per_transfer_; }
 
@@ -101,16 +101,16 @@ public:
   }
   double busy_seconds() const;
 
-private:
+ private:
   struct Transfer {
     ExpertId id;
-    std::byte *dst;
+    std::byte* dst;
     Done done;
-    kernels::Event *after = nullptr;
+    kernels::Event* after = nullptr;
   };
 
   void WorkerLoop(int worker);
-  void Run(int worker, Transfer &t);
+  void Run(int worker, Transfer& t);
   void Account(double seconds);
 
   const std::unique_ptr<LinkTransport> transport_;
@@ -128,9 +128,9 @@ private:
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> busy_ns_{0};
 
-  std::vector<std::thread> workers_; // Last: started after the rest exists.
+  std::vector<std::thread> workers_;  // Last: started after the rest exists.
 };
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_OFFLOAD_LINK_H_
+#endif  // MOESERVE_ENGINE_OFFLOAD_LINK_H_

@@ -13,17 +13,16 @@ namespace {
 
 // Fills the blob with the expert's number; fails expert 99.
 class FakeTier : public SlowTier {
-public:
+ public:
   explicit FakeTier(size_t bytes) : bytes_(bytes) {}
   std::string_view name() const override { return "fake"; }
-  absl::Status Read(ExpertId id, std::byte *dst) override {
-    if (id.expert == 99)
-      return absl::DataLossError("fake: EIO");
+  absl::Status Read(ExpertId id, std::byte* dst) override {
+    if (id.expert == 99) return absl::DataLossError("fake: EIO");
     std::memset(dst, id.expert, bytes_);
     return absl::OkStatus();
   }
 
-private:
+ private:
   const size_t bytes_;
 };
 
@@ -44,11 +43,9 @@ TEST(LinkTest, CopiesInFifoOrderAndAccounts) {
       done[i].set_value();
     });
   }
-  for (auto &d : done)
-    d.get_future().wait();
+  for (auto& d : done) d.get_future().wait();
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
-  for (int i = 0; i < 5; ++i)
-    EXPECT_EQ(dst[i][kBytes - 1], std::byte(i));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(dst[i][kBytes - 1], std::byte(i));
   EXPECT_EQ(link.bytes(), 5 * kBytes);
   EXPECT_EQ(link.transfers(), 5u);
   EXPECT_GE(link.busy_seconds(), 0.0);
@@ -69,7 +66,7 @@ TEST(LinkTest, FailedTransferReportsAndMovesNoAccountedBytes) {
 TEST(LinkTest, EmulationTakesAtLeastLatencyPlusBytesOverBandwidth) {
   constexpr size_t kBytes = 1 << 20;
   const LinkOptions opt{.gbps = 0.5, .latency_us = 3000};
-  const double expected = 3000e-6 + kBytes / (0.5 * 1e9); // ~5.1 ms
+  const double expected = 3000e-6 + kBytes / (0.5 * 1e9);  // ~5.1 ms
   FakeTier tier(kBytes);
   Link link(&tier, kBytes, opt);
   EXPECT_TRUE(link.emulation_on());
@@ -102,5 +99,5 @@ TEST(LinkTest, DestructorFinishesQueuedTransfers) {
   EXPECT_EQ(completed, 10);
 }
 
-} // namespace
-} // namespace moeserve::engine
+}  // namespace
+}  // namespace moeserve::engine

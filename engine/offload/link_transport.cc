@@ -16,36 +16,34 @@ double SecondsSince(Clock::time_point start) {
 }
 
 class HostTransport final : public LinkTransport {
-public:
-  explicit HostTransport(SlowTier *slow) : slow_(slow) {}
+ public:
+  explicit HostTransport(SlowTier* slow) : slow_(slow) {}
 
-  absl::StatusOr<double> Move(int, ExpertId id, std::byte *dst,
-                              kernels::Event *) override {
+  absl::StatusOr<double> Move(int, ExpertId id, std::byte* dst,
+                              kernels::Event*) override {
     const Clock::time_point start = Clock::now();
     absl::Status s = slow_->Read(id, dst);
-    if (!s.ok())
-      return s;
+    if (!s.ok()) return s;
     return SecondsSince(start);
   }
 
-private:
-  SlowTier *const slow_;
+ private:
+  SlowTier* const slow_;
 };
 
 class DeviceTransport final : public LinkTransport {
-public:
+ public:
   struct Worker {
     std::unique_ptr<kernels::Stream> copy;
     std::unique_ptr<kernels::Buffer> staging;
     std::unique_ptr<kernels::Event> start, stop;
   };
 
-  DeviceTransport(kernels::Backend *backend, SlowTier *slow, size_t bytes)
+  DeviceTransport(kernels::Backend* backend, SlowTier* slow, size_t bytes)
       : backend_(backend), slow_(slow), bytes_(bytes) {}
 
   ~DeviceTransport() override {
-    if (registered_ != nullptr)
-      backend_->UnregisterHost(registered_);
+    if (registered_ != nullptr) backend_->UnregisterHost(registered_);
   }
 
   absl::Status Init(int num_workers) {
@@ -53,26 +51,23 @@ public:
       Worker w;
       absl::StatusOr<std::unique_ptr<kernels::Stream>> copy =
           backend_->CreateStream();
-      if (!copy.ok())
-        return copy.status();
+      if (!copy.ok()) return copy.status();
       w.copy = *std::move(copy);
       absl::StatusOr<std::unique_ptr<kernels::Buffer>> staging =
           backend_->AllocateHost(static_cast<int64_t>(bytes_));
-      if (!staging.ok())
-        return staging.status();
+      if (!staging.ok()) return staging.status();
       w.staging = *std::move(staging);
-      for (std::unique_ptr<kernels::Event> *e : {&w.start, &w.stop}) {
+      for (std::unique_ptr<kernels::Event>* e : {&w.start, &w.stop}) {
         absl::StatusOr<std::unique_ptr<kernels::Event>> ev =
             backend_->CreateEvent();
-        if (!ev.ok())
-          return ev.status();
+        if (!ev.ok()) return ev.status();
         *e = *std::move(ev);
       }
       workers_.push_back(std::move(w));
     }
     const std::span<const std::byte> arena = slow_->HostArena();
     if (!arena.empty()) {
-      void *p = const_cast<std::byte *>(arena.data());
+      void* p = const_cast<std::byte*>(arena.data());
       absl::Status s =
           backend_->RegisterHost(p, static_cast<int64_t>(arena.size()));
       if (s.ok()) {
@@ -88,63 +83,56 @@ public:
     return absl::OkStatus();
   }
 
-  absl::StatusOr<double> Move(int worker, ExpertId id, std::byte *dst,
-                              kernels::Event *after) override {
-    Worker &w = workers_[worker];
+  absl::StatusOr<double> Move(int worker, ExpertId id, std::byte* dst,
+                              kernels::Event* after) override {
+    Worker& w = workers_[worker];
     double host_seconds = 0;
-    const void *src = nullptr;
+    const void* src = nullptr;
     if (registered_ != nullptr) {
       src = slow_->HostBlob(id);
     } else {
       const Clock::time_point start = Clock::now();
-      std::byte *staging = static_cast<std::byte *>(w.staging->data());
+      std::byte* staging = static_cast<std::byte*>(w.staging->data());
       absl::Status s = slow_->Read(id, staging);
-      if (!s.ok())
-        return s;
+      if (!s.ok()) return s;
       host_seconds = SecondsSince(start);
       src = staging;
     }
-    kernels::Stream &copy = *w.copy;
+    kernels::Stream& copy = *w.copy;
     absl::Status s = absl::OkStatus();
-    if (after != nullptr)
-      s = backend_->WaitEvent(copy, *after);
-    if (s.ok())
-      s = backend_->RecordEvent(copy, *w.start);
+    if (after != nullptr) s = backend_->WaitEvent(copy, *after);
+    if (s.ok()) s = backend_->RecordEvent(copy, *w.start);
     if (s.ok()) {
       s = backend_->CopyToDevice(copy, dst, src, static_cast<int64_t>(bytes_));
     }
-    if (s.ok())
-      s = backend_->RecordEvent(copy, *w.stop);
-    if (s.ok())
-      s = w.stop->Synchronize();
+    if (s.ok()) s = backend_->RecordEvent(copy, *w.stop);
+    if (s.ok()) s = w.stop->Synchronize();
     if (!s.ok()) {
       return absl::InternalError(
           absl::StrCat("copy of expert (", id.layer, ", ", id.expert,
                        ") to the device: ", s.message()));
     }
     absl::StatusOr<double> copy_seconds = w.stop->SecondsSince(*w.start);
-    if (!copy_seconds.ok())
-      return copy_seconds.status();
+    if (!copy_seconds.ok()) return copy_seconds.status();
     return host_seconds + *copy_seconds;
   }
 
-private:
-  kernels::Backend *const backend_;
-  SlowTier *const slow_;
+ private:
+  kernels::Backend* const backend_;
+  SlowTier* const slow_;
   const size_t bytes_;
   std::vector<Worker> workers_;
-  void *registered_ = nullptr;
+  void* registered_ = nullptr;
 };
 
-} // namespace
+}  // namespace
 
-std::unique_ptr<LinkTransport> NewHostTransport(SlowTier *slow) {
+std::unique_ptr<LinkTransport> NewHostTransport(SlowTier* slow) {
   return std::make_unique<HostTransport>(slow);
 }
 
-absl::StatusOr<std::unique_ptr<LinkTransport>>
-NewDeviceTransport(kernels::Backend *backend, SlowTier *slow, size_t bytes,
-                   int num_workers) {
+absl::StatusOr<std::unique_ptr<LinkTransport>> NewDeviceTransport(
+    kernels::Backend* backend, SlowTier* slow, size_t bytes, int num_workers) {
   auto t = std::make_unique<DeviceTransport>(backend, slow, bytes);
   if (absl::Status s = t->Init(num_workers < 1 ? 1 : num_workers); !s.ok()) {
     return s;
@@ -152,4 +140,4 @@ NewDeviceTransport(kernels::Backend *backend, SlowTier *slow, size_t bytes,
   return std::unique_ptr<LinkTransport>(std::move(t));
 }
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine

@@ -34,25 +34,24 @@
 namespace moeserve::engine {
 
 class LinkTransport {
-public:
+ public:
   virtual ~LinkTransport() = default;
 
   // Fills the slot at `dst` (the transfer size given at construction) with
   // expert `id` and returns once the bytes are there, with the seconds the
   // link was busy. `after` (may be null): device work that must finish
   // before `dst` is overwritten. `worker` is the calling Link worker's index.
-  virtual absl::StatusOr<double> Move(int worker, ExpertId id, std::byte *dst,
-                                      kernels::Event *after) = 0;
+  virtual absl::StatusOr<double> Move(int worker, ExpertId id, std::byte* dst,
+                                      kernels::Event* after) = 0;
 };
 
-std::unique_ptr<LinkTransport> NewHostTransport(SlowTier *slow);
+std::unique_ptr<LinkTransport> NewHostTransport(SlowTier* slow);
 
 // ResourceExhausted / Internal when the streams, staging buffers or events
 // cannot be had. `bytes` is the transfer size; `num_workers` >= 1.
-absl::StatusOr<std::unique_ptr<LinkTransport>>
-NewDeviceTransport(kernels::Backend *backend, SlowTier *slow, size_t bytes,
-                   int num_workers);
+absl::StatusOr<std::unique_ptr<LinkTransport>> NewDeviceTransport(
+    kernels::Backend* backend, SlowTier* slow, size_t bytes, int num_workers);
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_OFFLOAD_LINK_TRANSPORT_H_
+#endif  // MOESERVE_ENGINE_OFFLOAD_LINK_TRANSPORT_H_

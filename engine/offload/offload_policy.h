@@ -28,9 +28,9 @@ namespace moeserve::engine {
 
 // What one engine step is about to run.
 struct StepInfo {
-  int64_t step = 0;   // counts from 0 per engine
-  int num_seqs = 0;   // sequences in the batch
-  int num_tokens = 0; // tokens run through the model this step
+  int64_t step = 0;    // counts from 0 per engine
+  int num_seqs = 0;    // sequences in the batch
+  int num_tokens = 0;  // tokens run through the model this step
   int num_prefill_tokens = 0;
 };
 
@@ -45,7 +45,7 @@ struct StepStats {
 
 // The levers and gauges a policy gets. Implemented by ExpertResidency.
 class ResidencyControl {
-public:
+ public:
   virtual ~ResidencyControl() = default;
 
   virtual int num_layers() const = 0;
@@ -75,26 +75,26 @@ public:
   // already normalised as the router expects) and returns the distinct
   // experts of the top-k choices of all rows, ascending. For predicting the
   // experts of layers that have not run yet.
-  virtual std::vector<int> PredictExperts(int layer, const float *hidden,
+  virtual std::vector<int> PredictExperts(int layer, const float* hidden,
                                           int64_t n, int k) = 0;
 };
 
 class OffloadPolicy {
-public:
+ public:
   virtual ~OffloadPolicy() = default;
 
   virtual std::string_view name() const = 0;
 
   // Called once before the first step. `control` outlives the policy's use.
-  virtual void Attach(ResidencyControl *control) { (void)control; }
+  virtual void Attach(ResidencyControl* control) { (void)control; }
 
-  virtual void OnStepBegin(const StepInfo &info) { (void)info; }
+  virtual void OnStepBegin(const StepInfo& info) { (void)info; }
 
   // The router of `layer` chose `experts` (ascending); token_counts[i]
   // tokens go to experts[i]. `hidden` is the router's input, F32 [n, d].
   // Every expert in `experts` is acquired after this returns.
   virtual void OnRoute(int layer, std::span<const int> experts,
-                       std::span<const int> token_counts, const float *hidden,
+                       std::span<const int> token_counts, const float* hidden,
                        int64_t n) {
     (void)layer, (void)experts, (void)token_counts, (void)hidden, (void)n;
   }
@@ -105,15 +105,15 @@ public:
   // Every expert of `layer` has been computed and released.
   virtual void OnLayerDone(int layer) { (void)layer; }
 
-  virtual void OnStepEnd(const StepStats &stats) { (void)stats; }
+  virtual void OnStepEnd(const StepStats& stats) { (void)stats; }
 
   // Required. `candidates` are resident experts that may be evicted (not in
   // use, not pinned, not loading); append exactly min(count,
   // candidates.size()) of them to `victims`, most evictable first.
   virtual void ChooseVictims(std::span<const ExpertId> candidates, int count,
-                             std::vector<ExpertId> *victims) = 0;
+                             std::vector<ExpertId>* victims) = 0;
 };
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_OFFLOAD_OFFLOAD_POLICY_H_
+#endif  // MOESERVE_ENGINE_OFFLOAD_OFFLOAD_POLICY_H_

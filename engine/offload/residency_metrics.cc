@@ -9,46 +9,42 @@ namespace {
 
 using Labels = std::vector<std::string>;
 
-absl::Status CounterChild(metrics::Registry *r, const char *name,
-                          const char *help, Labels names, Labels values,
-                          metrics::Counter **out) {
-  absl::StatusOr<metrics::CounterFamily *> f =
+absl::Status CounterChild(metrics::Registry* r, const char* name,
+                          const char* help, Labels names, Labels values,
+                          metrics::Counter** out) {
+  absl::StatusOr<metrics::CounterFamily*> f =
       r->AddCounter(name, help, std::move(names));
-  if (!f.ok())
-    return f.status();
-  absl::StatusOr<metrics::Counter *> c = (*f)->WithLabels(values);
-  if (!c.ok())
-    return c.status();
+  if (!f.ok()) return f.status();
+  absl::StatusOr<metrics::Counter*> c = (*f)->WithLabels(values);
+  if (!c.ok()) return c.status();
   *out = *c;
   return absl::OkStatus();
 }
 
-absl::Status GaugeChild(metrics::Registry *r, const char *name,
-                        const char *help, Labels names, Labels values,
-                        metrics::Gauge **out) {
-  absl::StatusOr<metrics::GaugeFamily *> f =
+absl::Status GaugeChild(metrics::Registry* r, const char* name,
+                        const char* help, Labels names, Labels values,
+                        metrics::Gauge** out) {
+  absl::StatusOr<metrics::GaugeFamily*> f =
       r->AddGauge(name, help, std::move(names));
-  if (!f.ok())
-    return f.status();
-  absl::StatusOr<metrics::Gauge *> g = (*f)->WithLabels(values);
-  if (!g.ok())
-    return g.status();
+  if (!f.ok()) return f.status();
+  absl::StatusOr<metrics::Gauge*> g = (*f)->WithLabels(values);
+  if (!g.ok()) return g.status();
   *out = *g;
   return absl::OkStatus();
 }
 
-} // namespace
+}  // namespace
 
-absl::Status ResidencyMetrics::Register(metrics::Registry *r,
-                                        const std::string &p,
-                                        const LinkOptions &link) {
-  const char *kRequests = "moeserve_expert_requests_total";
-  const char *kRequestsHelp = "Expert acquisitions by the forward pass.";
-  const char *kPrefetch = "moeserve_prefetch_total";
-  const char *kPrefetchHelp =
+absl::Status ResidencyMetrics::Register(metrics::Registry* r,
+                                        const std::string& p,
+                                        const LinkOptions& link) {
+  const char* kRequests = "moeserve_expert_requests_total";
+  const char* kRequestsHelp = "Expert acquisitions by the forward pass.";
+  const char* kPrefetch = "moeserve_prefetch_total";
+  const char* kPrefetchHelp =
       "Prefetched experts: used before eviction, or evicted unused.";
-  const char *kCache = "moeserve_expert_cache_bytes";
-  const char *kCacheHelp = "Fast-tier bytes by slot state.";
+  const char* kCache = "moeserve_expert_cache_bytes";
+  const char* kCacheHelp = "Fast-tier bytes by slot state.";
   const Labels pr = {"policy", "result"};
   const Labels po = {"policy", "outcome"};
   const Labels ps = {"policy", "state"};
@@ -75,21 +71,18 @@ absl::Status ResidencyMetrics::Register(metrics::Registry *r,
                  "Fast-tier capacity (slots x expert blob bytes).", {"policy"},
                  {p}, &capacity_bytes),
   };
-  for (const absl::Status &st : s) {
-    if (!st.ok())
-      return st;
+  for (const absl::Status& st : s) {
+    if (!st.ok()) return st;
   }
-  if (!link.emulated())
-    return absl::OkStatus();
+  if (!link.emulated()) return absl::OkStatus();
   absl::Status st = GaugeChild(
       r, "moeserve_link_emulation_info",
       "1 when the link emulates a bandwidth (GB/s) and latency (us).",
       {"policy", "gbps", "latency_us"},
       {p, absl::StrCat(link.gbps), absl::StrCat(link.latency_us)},
       &emulation_info);
-  if (st.ok())
-    emulation_info->Set(1);
+  if (st.ok()) emulation_info->Set(1);
   return st;
 }
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine

@@ -17,32 +17,31 @@
 namespace moeserve::engine {
 
 class ResidencyMetrics {
-public:
+ public:
   // Registers (or finds) every family and the children labelled
   // policy=`engine_name`; moeserve_link_emulation_info only when `link` is
   // emulated.
-  absl::Status Register(metrics::Registry *registry,
-                        const std::string &engine_name,
-                        const LinkOptions &link);
+  absl::Status Register(metrics::Registry* registry,
+                        const std::string& engine_name,
+                        const LinkOptions& link);
   void SetCapacity(double bytes) {
-    if (capacity_bytes != nullptr)
-      capacity_bytes->Set(bytes);
+    if (capacity_bytes != nullptr) capacity_bytes->Set(bytes);
   }
 
-  metrics::Counter *hits = nullptr;
-  metrics::Counter *misses = nullptr;
-  metrics::Counter *link_bytes = nullptr; // direction="h2d"
-  metrics::Counter *link_busy_seconds = nullptr;
-  metrics::Counter *stall_seconds = nullptr;
-  metrics::Counter *prefetch_used = nullptr;
-  metrics::Counter *prefetch_wasted = nullptr;
-  metrics::Gauge *cache_bytes[3] = {nullptr, nullptr, nullptr}; // empty,
-                                                                // loading,
-                                                                // ready
-  metrics::Gauge *capacity_bytes = nullptr;
-  metrics::Gauge *emulation_info = nullptr;
+  metrics::Counter* hits = nullptr;
+  metrics::Counter* misses = nullptr;
+  metrics::Counter* link_bytes = nullptr;  // direction="h2d"
+  metrics::Counter* link_busy_seconds = nullptr;
+  metrics::Counter* stall_seconds = nullptr;
+  metrics::Counter* prefetch_used = nullptr;
+  metrics::Counter* prefetch_wasted = nullptr;
+  metrics::Gauge* cache_bytes[3] = {nullptr, nullptr, nullptr};  // empty,
+                                                                 // loading,
+                                                                 // ready
+  metrics::Gauge* capacity_bytes = nullptr;
+  metrics::Gauge* emulation_info = nullptr;
 };
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_OFFLOAD_RESIDENCY_METRICS_H_
+#endif  // MOESERVE_ENGINE_OFFLOAD_RESIDENCY_METRICS_H_

@@ -32,7 +32,7 @@
 namespace moeserve::engine {
 
 class SlowTier {
-public:
+ public:
   virtual ~SlowTier() = default;
 
   // "host" or "disk".
@@ -41,22 +41,22 @@ public:
   // Writes expert `id` as a packed blob (weights.expert(id).bytes bytes)
   // into `dst`. REQUIRES: `dst` is 64-byte aligned and that long; `id` valid.
   // Errors: DataLoss naming the file on a short read or I/O error.
-  virtual absl::Status Read(ExpertId id, std::byte *dst) = 0;
+  virtual absl::Status Read(ExpertId id, std::byte* dst) = 0;
 
   // When every blob already sits in host RAM (the host tier): the memory
   // that holds them all, so a device link can page-lock it once and copy
   // from it directly. Empty otherwise.
   virtual std::span<const std::byte> HostArena() const { return {}; }
   // Blob `id` inside HostArena(). REQUIRES: HostArena() is not empty.
-  virtual const std::byte *HostBlob(ExpertId id) const {
+  virtual const std::byte* HostBlob(ExpertId id) const {
     (void)id;
     return nullptr;
   }
 };
 
 // FailedPrecondition when `weights` holds no packed experts.
-absl::StatusOr<std::unique_ptr<SlowTier>>
-NewHostSlowTier(const ModelWeights *weights);
+absl::StatusOr<std::unique_ptr<SlowTier>> NewHostSlowTier(
+    const ModelWeights* weights);
 
 struct DiskSlowTierOptions {
   // Try O_DIRECT first. Default: true. False: buffered pread only.
@@ -64,10 +64,9 @@ struct DiskSlowTierOptions {
 };
 
 // NotFound / PermissionDenied (from open) naming the shard file.
-absl::StatusOr<std::unique_ptr<SlowTier>>
-NewDiskSlowTier(const ModelWeights *weights,
-                const DiskSlowTierOptions &options = {});
+absl::StatusOr<std::unique_ptr<SlowTier>> NewDiskSlowTier(
+    const ModelWeights* weights, const DiskSlowTierOptions& options = {});
 
-} // namespace moeserve::engine
+}  // namespace moeserve::engine
 
-#endif // MOESERVE_ENGINE_OFFLOAD_SLOW_TIER_H_
+#endif  // MOESERVE_ENGINE_OFFLOAD_SLOW_TIER_H_

@@ -18,15 +18,15 @@ using testing::FixtureDir;
 using testing::LoadFixture;
 
 struct FreeDeleter {
-  void operator()(std::byte *p) const { std::free(p); }
+  void operator()(std::byte* p) const { std::free(p); }
 };
 
 std::unique_ptr<std::byte, FreeDeleter> Buffer(size_t bytes) {
   return std::unique_ptr<std::byte, FreeDeleter>(
-      static_cast<std::byte *>(std::aligned_alloc(64, bytes)));
+      static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
 }
 
-void ExpectEveryExpertMatches(SlowTier *tier, const ModelWeights &packed) {
+void ExpectEveryExpertMatches(SlowTier* tier, const ModelWeights& packed) {
   const size_t bytes = packed.expert({0, 0}).bytes;
   auto buf = Buffer(bytes);
   for (int l = 0; l < packed.num_layers(); ++l) {
@@ -66,14 +66,14 @@ TEST(SlowTierTest, DiskTierShortReadIsDataLossNamingTheFile) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(std::getenv("TEST_TMPDIR")) / "truncated";
   fs::create_directories(dir);
-  for (const auto &f : fs::directory_iterator(FixtureDir())) {
+  for (const auto& f : fs::directory_iterator(FixtureDir())) {
     fs::copy_file(f.path(), dir / f.path().filename(),
                   fs::copy_options::overwrite_existing);
   }
   auto w = ModelWeights::Load(dir.string(), {.pack_experts = false});
   ASSERT_TRUE(w.ok()) << w.status();
   // Cut the file 10 bytes before the end of the expert that ends last.
-  auto end_of = [](const ExpertBlob &b) {
+  auto end_of = [](const ExpertBlob& b) {
     return std::max({b.gate_source.file_offset + b.gate_source.bytes,
                      b.up_source.file_offset + b.up_source.bytes,
                      b.down_source.file_offset + b.down_source.bytes});
@@ -88,7 +88,7 @@ TEST(SlowTierTest, DiskTierShortReadIsDataLossNamingTheFile) {
       }
     }
   }
-  const ExpertBlob *last = &(*w)->expert(victim);
+  const ExpertBlob* last = &(*w)->expert(victim);
   const std::string path = (*w)->shard_path(0);
   ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(end - 10)), 0);
   for (bool direct : {true, false}) {
@@ -101,5 +101,5 @@ TEST(SlowTierTest, DiskTierShortReadIsDataLossNamingTheFile) {
   }
 }
 
-} // namespace
-} // namespace moeserve::engine
+}  // namespace
+}  // namespace moeserve::engine

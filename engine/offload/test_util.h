@@ -33,49 +33,46 @@ inline std::unique_ptr<ModelWeights> LoadFixture(bool pack) {
 // OnAccess or started prefetch (never = 0), ties broken by candidate order.
 // With `prefetch_next`, OnRoute(l, experts) prefetches (l + 1, e) for each e.
 class LruTestPolicy : public OffloadPolicy {
-public:
+ public:
   explicit LruTestPolicy(bool prefetch_next = false)
       : prefetch_next_(prefetch_next) {}
   std::string_view name() const override { return "lru_test"; }
-  void Attach(ResidencyControl *control) override { control_ = control; }
+  void Attach(ResidencyControl* control) override { control_ = control; }
   void OnRoute(int layer, std::span<const int> experts, std::span<const int>,
-               const float *, int64_t) override {
-    if (!prefetch_next_ || layer + 1 >= control_->num_layers())
-      return;
+               const float*, int64_t) override {
+    if (!prefetch_next_ || layer + 1 >= control_->num_layers()) return;
     for (int e : experts) {
       // A started prefetch counts as a use, so the next prefetch of this
       // loop never picks it as victim (deterministic whatever the timing).
-      if (control_->Prefetch({layer + 1, e}))
-        OnAccess({layer + 1, e});
+      if (control_->Prefetch({layer + 1, e})) OnAccess({layer + 1, e});
     }
   }
   void OnAccess(ExpertId id) override {
     std::lock_guard<std::mutex> lock(mu_);
     tick_[Key(id)] = ++clock_;
   }
-  void OnStepEnd(const StepStats &stats) override {
+  void OnStepEnd(const StepStats& stats) override {
     std::lock_guard<std::mutex> lock(mu_);
     last_activations.assign(stats.activations.begin(), stats.activations.end());
   }
   void ChooseVictims(std::span<const ExpertId> candidates, int count,
-                     std::vector<ExpertId> *victims) override {
+                     std::vector<ExpertId>* victims) override {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<ExpertId> c(candidates.begin(), candidates.end());
     for (int i = 0; i < count && !c.empty(); ++i) {
       size_t best = 0;
       for (size_t j = 1; j < c.size(); ++j) {
-        if (Tick(c[j]) < Tick(c[best]))
-          best = j;
+        if (Tick(c[j]) < Tick(c[best])) best = j;
       }
       victims->push_back(c[best]);
       c.erase(c.begin() + best);
     }
   }
 
-  ResidencyControl *control_ = nullptr;
+  ResidencyControl* control_ = nullptr;
   std::vector<uint32_t> last_activations;
 
-private:
+ private:
   static int Key(ExpertId id) { return id.layer * 1000 + id.expert; }
   uint64_t Tick(ExpertId id) const {
     auto it = tick_.find(Key(id));
@@ -88,6 +85,6 @@ private:
   std::map<int, uint64_t> tick_;
 };
 
-} // namespace moeserve::engine::testing
+}  // namespace moeserve::engine::testing
 
-#endif // MOESERVE_ENGINE_OFFLOAD_TEST_UTIL_H_
+#endif  // MOESERVE_ENGINE_OFFLOAD_TEST_UTIL_H_

@@ -14,27 +14,26 @@ namespace {
 
 // Ops run at enqueue time, so there is never anything to wait for.
 class CpuStream final : public Stream {
-public:
-  explicit CpuStream(const CpuBackend *owner) : owner_(owner) {}
+ public:
+  explicit CpuStream(const CpuBackend* owner) : owner_(owner) {}
   Device device() const override { return Device::kCpu; }
   absl::Status Synchronize() override { return absl::OkStatus(); }
-  const CpuBackend *owner() const { return owner_; }
+  const CpuBackend* owner() const { return owner_; }
 
-private:
-  const CpuBackend *owner_;
+ private:
+  const CpuBackend* owner_;
 };
 
-#define MOESERVE_RETURN_IF_ERROR(expr)                                         \
-  do {                                                                         \
-    absl::Status _st = (expr);                                                 \
-    if (!_st.ok())                                                             \
-      return _st;                                                              \
+#define MOESERVE_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    absl::Status _st = (expr);         \
+    if (!_st.ok()) return _st;         \
   } while (0)
 
 // OK iff every ids[i] is in [lo, hi).
-absl::Status CheckIndices(const char *op, const char *name, const Tensor &ids,
+absl::Status CheckIndices(const char* op, const char* name, const Tensor& ids,
                           int64_t lo, int64_t hi) {
-  const int32_t *p = ids.data<int32_t>();
+  const int32_t* p = ids.data<int32_t>();
   for (int64_t i = 0; i < ids.numel(); ++i) {
     if (p[i] < lo || p[i] >= hi) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, "[", i,
@@ -45,7 +44,7 @@ absl::Status CheckIndices(const char *op, const char *name, const Tensor &ids,
   return absl::OkStatus();
 }
 
-absl::Status TooLarge(const char *op, const char *what, int64_t value,
+absl::Status TooLarge(const char* op, const char* what, int64_t value,
                       int64_t limit) {
   return absl::InvalidArgumentError(absl::StrCat(
       op, ": ", what, " ", value, " exceeds the CPU limit ", limit));
@@ -53,15 +52,15 @@ absl::Status TooLarge(const char *op, const char *what, int64_t value,
 
 // The value checks of Attention: well-formed query_start, positions within
 // the block tables, and every block a query can reach inside the pool.
-absl::Status CheckAttentionValues(const Tensor &q, const PagedKvCache &cache,
-                                  const AttentionBatch &batch) {
-  const char *kOp = "Attention";
-  const int32_t *qs = batch.query_start.data<int32_t>();
+absl::Status CheckAttentionValues(const Tensor& q, const PagedKvCache& cache,
+                                  const AttentionBatch& batch) {
+  const char* kOp = "Attention";
+  const int32_t* qs = batch.query_start.data<int32_t>();
   const int64_t num_seqs = batch.query_start.dim(0) - 1;
   const int64_t block_size = cache.k_pool.dim(1);
   const int64_t max_blocks = batch.block_tables.dim(1);
-  const int32_t *pos = batch.positions.data<int32_t>();
-  const int32_t *tables = batch.block_tables.data<int32_t>();
+  const int32_t* pos = batch.positions.data<int32_t>();
+  const int32_t* tables = batch.block_tables.data<int32_t>();
   if (qs[0] != 0 || qs[num_seqs] != q.dim(0)) {
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": query_start must run from 0 to n_q = ", q.dim(0)));
@@ -92,9 +91,9 @@ absl::Status CheckAttentionValues(const Tensor &q, const PagedKvCache &cache,
   return absl::OkStatus();
 }
 
-} // namespace
+}  // namespace
 
-CpuBackend::CpuBackend(const CpuBackendOptions &options)
+CpuBackend::CpuBackend(const CpuBackendOptions& options)
     : pool_(options.num_threads),
       isa_(options.use_simd ? BestIsa() : Isa::kScalar) {}
 
@@ -110,37 +109,33 @@ absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::Allocate(int64_t bytes) {
   return AllocateAligned(bytes, 256);
 }
 
-absl::StatusOr<std::unique_ptr<Buffer>>
-CpuBackend::AllocateHost(int64_t bytes) {
+absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::AllocateHost(
+    int64_t bytes) {
   return AllocateAligned(bytes, 4096);
 }
 
-absl::Status CpuBackend::CopyToDevice(Stream &s, void *dst, const void *src,
+absl::Status CpuBackend::CopyToDevice(Stream& s, void* dst, const void* src,
                                       int64_t bytes) {
   return CopyOnDevice(s, dst, src, bytes);
 }
 
-absl::Status CpuBackend::CopyToHost(Stream &s, void *dst, const void *src,
+absl::Status CpuBackend::CopyToHost(Stream& s, void* dst, const void* src,
                                     int64_t bytes) {
   return CopyOnDevice(s, dst, src, bytes);
 }
 
-absl::Status CpuBackend::CopyOnDevice(Stream &s, void *dst, const void *src,
+absl::Status CpuBackend::CopyOnDevice(Stream& s, void* dst, const void* src,
                                       int64_t bytes) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
-  if (bytes < 0)
-    return absl::InvalidArgumentError("copy of negative size");
-  if (bytes > 0)
-    std::memmove(dst, src, bytes);
+  if (bytes < 0) return absl::InvalidArgumentError("copy of negative size");
+  if (bytes > 0) std::memmove(dst, src, bytes);
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Zero(Stream &s, void *dst, int64_t bytes) {
+absl::Status CpuBackend::Zero(Stream& s, void* dst, int64_t bytes) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
-  if (bytes < 0)
-    return absl::InvalidArgumentError("zero of negative size");
-  if (bytes > 0)
-    std::memset(dst, 0, bytes);
+  if (bytes < 0) return absl::InvalidArgumentError("zero of negative size");
+  if (bytes > 0) std::memset(dst, 0, bytes);
   return absl::OkStatus();
 }
 
@@ -148,34 +143,34 @@ absl::StatusOr<std::unique_ptr<Event>> CpuBackend::CreateEvent() {
   return std::make_unique<TimeEvent>();
 }
 
-absl::Status CpuBackend::RecordEvent(Stream &s, Event &e) {
+absl::Status CpuBackend::RecordEvent(Stream& s, Event& e) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
-  auto *event = dynamic_cast<TimeEvent *>(&e);
+  auto* event = dynamic_cast<TimeEvent*>(&e);
   if (event == nullptr) {
     return absl::InvalidArgumentError("event does not belong to this backend");
   }
-  event->Record(); // Every earlier op has already run.
+  event->Record();  // Every earlier op has already run.
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::WaitEvent(Stream &s, Event &e) {
+absl::Status CpuBackend::WaitEvent(Stream& s, Event& e) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
-  if (dynamic_cast<TimeEvent *>(&e) == nullptr) {
+  if (dynamic_cast<TimeEvent*>(&e) == nullptr) {
     return absl::InvalidArgumentError("event does not belong to this backend");
   }
-  return absl::OkStatus(); // Recorded work has finished already.
+  return absl::OkStatus();  // Recorded work has finished already.
 }
 
-absl::Status CpuBackend::CheckStream(const Stream &s) const {
-  const auto *cpu = dynamic_cast<const CpuStream *>(&s);
+absl::Status CpuBackend::CheckStream(const Stream& s) const {
+  const auto* cpu = dynamic_cast<const CpuStream*>(&s);
   if (cpu == nullptr || cpu->owner() != this) {
     return absl::InvalidArgumentError("stream does not belong to this backend");
   }
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Embedding(Stream &s, const Tensor &ids,
-                                   const Tensor &table, const Tensor &out) {
+absl::Status CpuBackend::Embedding(Stream& s, const Tensor& ids,
+                                   const Tensor& table, const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckEmbedding(Device::kCpu, ids, table, out));
   MOESERVE_RETURN_IF_ERROR(
@@ -185,8 +180,8 @@ absl::Status CpuBackend::Embedding(Stream &s, const Tensor &ids,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::RmsNorm(Stream &s, const Tensor &x, const Tensor &w,
-                                 float eps, const Tensor &out) {
+absl::Status CpuBackend::RmsNorm(Stream& s, const Tensor& x, const Tensor& w,
+                                 float eps, const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckRmsNorm(Device::kCpu, x, w, eps, out));
   RmsNormRows(pool_, x.data<float>(), x.dim(0), x.dim(1), w.data<bf16>(), eps,
@@ -194,8 +189,8 @@ absl::Status CpuBackend::RmsNorm(Stream &s, const Tensor &x, const Tensor &w,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::MatMul(Stream &s, const Tensor &x, const Tensor &w,
-                                const Tensor &bias, const Tensor &out) {
+absl::Status CpuBackend::MatMul(Stream& s, const Tensor& x, const Tensor& w,
+                                const Tensor& bias, const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckMatMul(Device::kCpu, x, w, bias, out));
   MatMulBf16(pool_, isa_, x.data<float>(), x.dim(0), x.dim(1), w.data<bf16>(),
@@ -204,8 +199,8 @@ absl::Status CpuBackend::MatMul(Stream &s, const Tensor &x, const Tensor &w,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::RopeRotateHalf(Stream &s, const Tensor &x,
-                                        const Tensor &positions, float theta) {
+absl::Status CpuBackend::RopeRotateHalf(Stream& s, const Tensor& x,
+                                        const Tensor& positions, float theta) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckRope(Device::kCpu, x, positions, theta));
   if (x.dim(2) > kMaxHeadDim) {
@@ -218,9 +213,9 @@ absl::Status CpuBackend::RopeRotateHalf(Stream &s, const Tensor &x,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::KvWrite(Stream &s, const Tensor &k, const Tensor &v,
-                                 const Tensor &slot_mapping,
-                                 const PagedKvCache &cache) {
+absl::Status CpuBackend::KvWrite(Stream& s, const Tensor& k, const Tensor& v,
+                                 const Tensor& slot_mapping,
+                                 const PagedKvCache& cache) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(
       CheckKvWrite(Device::kCpu, k, v, slot_mapping, cache));
@@ -231,10 +226,10 @@ absl::Status CpuBackend::KvWrite(Stream &s, const Tensor &k, const Tensor &v,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Attention(Stream &s, const Tensor &q,
-                                   const PagedKvCache &cache,
-                                   const AttentionBatch &batch,
-                                   const Tensor &out) {
+absl::Status CpuBackend::Attention(Stream& s, const Tensor& q,
+                                   const PagedKvCache& cache,
+                                   const AttentionBatch& batch,
+                                   const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckAttention(Device::kCpu, q, cache, batch, out));
   if (q.dim(2) > kMaxHeadDim) {
@@ -249,9 +244,9 @@ absl::Status CpuBackend::Attention(Stream &s, const Tensor &q,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::RouterTopK(Stream &s, const Tensor &logits, int k,
-                                    bool normalize, const Tensor &weights,
-                                    const Tensor &ids) {
+absl::Status CpuBackend::RouterTopK(Stream& s, const Tensor& logits, int k,
+                                    bool normalize, const Tensor& weights,
+                                    const Tensor& ids) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(
       CheckRouterTopK(Device::kCpu, logits, k, weights, ids));
@@ -263,8 +258,8 @@ absl::Status CpuBackend::RouterTopK(Stream &s, const Tensor &logits, int k,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::SiluMul(Stream &s, const Tensor &gate,
-                                 const Tensor &up, const Tensor &out) {
+absl::Status CpuBackend::SiluMul(Stream& s, const Tensor& gate,
+                                 const Tensor& up, const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCpu, gate, up, out));
   const int64_t f = gate.dim(1);
@@ -273,8 +268,8 @@ absl::Status CpuBackend::SiluMul(Stream &s, const Tensor &gate,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Add(Stream &s, const Tensor &a, const Tensor &b,
-                             const Tensor &out) {
+absl::Status CpuBackend::Add(Stream& s, const Tensor& a, const Tensor& b,
+                             const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCpu, a, b, out));
   AddElems(pool_, a.data<float>(), b.data<float>(), a.numel(),
@@ -282,8 +277,8 @@ absl::Status CpuBackend::Add(Stream &s, const Tensor &a, const Tensor &b,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::GatherRows(Stream &s, const Tensor &x,
-                                    const Tensor &rows, const Tensor &out) {
+absl::Status CpuBackend::GatherRows(Stream& s, const Tensor& x,
+                                    const Tensor& rows, const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckGatherRows(Device::kCpu, x, rows, out));
   MOESERVE_RETURN_IF_ERROR(
@@ -293,9 +288,9 @@ absl::Status CpuBackend::GatherRows(Stream &s, const Tensor &x,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::ScaleAddRows(Stream &s, const Tensor &x,
-                                      const Tensor &rows, const Tensor &weights,
-                                      const Tensor &y) {
+absl::Status CpuBackend::ScaleAddRows(Stream& s, const Tensor& x,
+                                      const Tensor& rows, const Tensor& weights,
+                                      const Tensor& y) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(
       CheckScaleAddRows(Device::kCpu, x, rows, weights, y));
@@ -309,8 +304,8 @@ absl::Status CpuBackend::ScaleAddRows(Stream &s, const Tensor &x,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::SigmoidGatedAdd(Stream &s, const Tensor &x,
-                                         const Tensor &gate, const Tensor &y) {
+absl::Status CpuBackend::SigmoidGatedAdd(Stream& s, const Tensor& x,
+                                         const Tensor& gate, const Tensor& y) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckSigmoidGatedAdd(Device::kCpu, x, gate, y));
   SigmoidGatedAddRows(pool_, x.data<float>(), x.dim(0), x.dim(1),
@@ -318,16 +313,16 @@ absl::Status CpuBackend::SigmoidGatedAdd(Stream &s, const Tensor &x,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::ExpertFfn(Stream &s, const Tensor &x,
-                                   const Tensor &blob, int64_t ffn,
-                                   const Tensor &workspace, const Tensor &out) {
+absl::Status CpuBackend::ExpertFfn(Stream& s, const Tensor& x,
+                                   const Tensor& blob, int64_t ffn,
+                                   const Tensor& workspace, const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfn(Device::kCpu, x, blob, ffn, workspace, out));
   const int64_t m = x.dim(0), hidden = x.dim(1);
-  const bf16 *w = blob.data<bf16>();
-  float *gate_up = workspace.data<float>(); // [m, 2 * ffn]
-  float *act = gate_up + m * 2 * ffn;       // [m, ffn]
+  const bf16* w = blob.data<bf16>();
+  float* gate_up = workspace.data<float>();  // [m, 2 * ffn]
+  float* act = gate_up + m * 2 * ffn;        // [m, ffn]
   // Gate and up are adjacent in the blob: one [2*ffn, hidden] weight, so one
   // pass over the weights and one thread split for both.
   MatMulBf16(pool_, isa_, x.data<float>(), m, hidden, w, 2 * ffn, nullptr,
@@ -338,19 +333,19 @@ absl::Status CpuBackend::ExpertFfn(Stream &s, const Tensor &x,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Softmax(Stream &s, const Tensor &x,
-                                 const Tensor &out) {
+absl::Status CpuBackend::Softmax(Stream& s, const Tensor& x,
+                                 const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckSoftmax(Device::kCpu, x, out));
   SoftmaxRows(pool_, x.data<float>(), x.dim(0), x.dim(1), out.data<float>());
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Argmax(Stream &s, const Tensor &x, const Tensor &out) {
+absl::Status CpuBackend::Argmax(Stream& s, const Tensor& x, const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));
   MOESERVE_RETURN_IF_ERROR(CheckArgmax(Device::kCpu, x, out));
   ArgmaxRows(pool_, x.data<float>(), x.dim(0), x.dim(1), out.data<int32_t>());
   return absl::OkStatus();
 }
 
-} // namespace moeserve::kernels::cpu
+}  // namespace moeserve::kernels::cpu

@@ -32,8 +32,8 @@ struct CpuBackendOptions {
 };
 
 class CpuBackend final : public Backend {
-public:
-  explicit CpuBackend(const CpuBackendOptions &options);
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options);
 
   Device device() const override { return Device::kCpu; }
   std::string name() const override;
@@ -43,63 +43,63 @@ public:
   // Memory API: host memory, memcpy at enqueue time, timestamp events.
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t bytes) override;
   absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(int64_t bytes) override;
-  absl::Status RegisterHost(void *, int64_t) override {
+  absl::Status RegisterHost(void*, int64_t) override {
     return absl::OkStatus();
   }
-  void UnregisterHost(void *) override {}
-  absl::Status CopyToDevice(Stream &s, void *dst, const void *src,
+  void UnregisterHost(void*) override {}
+  absl::Status CopyToDevice(Stream& s, void* dst, const void* src,
                             int64_t bytes) override;
-  absl::Status CopyToHost(Stream &s, void *dst, const void *src,
+  absl::Status CopyToHost(Stream& s, void* dst, const void* src,
                           int64_t bytes) override;
-  absl::Status CopyOnDevice(Stream &s, void *dst, const void *src,
+  absl::Status CopyOnDevice(Stream& s, void* dst, const void* src,
                             int64_t bytes) override;
-  absl::Status Zero(Stream &s, void *dst, int64_t bytes) override;
+  absl::Status Zero(Stream& s, void* dst, int64_t bytes) override;
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
-  absl::Status RecordEvent(Stream &s, Event &e) override;
-  absl::Status WaitEvent(Stream &s, Event &e) override;
+  absl::Status RecordEvent(Stream& s, Event& e) override;
+  absl::Status WaitEvent(Stream& s, Event& e) override;
   int num_threads() const { return pool_.num_threads(); }
 
-  absl::Status Embedding(Stream &s, const Tensor &ids, const Tensor &table,
-                         const Tensor &out) override;
-  absl::Status RmsNorm(Stream &s, const Tensor &x, const Tensor &w, float eps,
-                       const Tensor &out) override;
-  absl::Status MatMul(Stream &s, const Tensor &x, const Tensor &w,
-                      const Tensor &bias, const Tensor &out) override;
-  absl::Status RopeRotateHalf(Stream &s, const Tensor &x,
-                              const Tensor &positions, float theta) override;
-  absl::Status KvWrite(Stream &s, const Tensor &k, const Tensor &v,
-                       const Tensor &slot_mapping,
-                       const PagedKvCache &cache) override;
-  absl::Status Attention(Stream &s, const Tensor &q, const PagedKvCache &cache,
-                         const AttentionBatch &batch,
-                         const Tensor &out) override;
-  absl::Status RouterTopK(Stream &s, const Tensor &logits, int k,
-                          bool normalize, const Tensor &weights,
-                          const Tensor &ids) override;
-  absl::Status SiluMul(Stream &s, const Tensor &gate, const Tensor &up,
-                       const Tensor &out) override;
-  absl::Status Add(Stream &s, const Tensor &a, const Tensor &b,
-                   const Tensor &out) override;
-  absl::Status GatherRows(Stream &s, const Tensor &x, const Tensor &rows,
-                          const Tensor &out) override;
-  absl::Status ScaleAddRows(Stream &s, const Tensor &x, const Tensor &rows,
-                            const Tensor &weights, const Tensor &y) override;
-  absl::Status SigmoidGatedAdd(Stream &s, const Tensor &x, const Tensor &gate,
-                               const Tensor &y) override;
-  absl::Status ExpertFfn(Stream &s, const Tensor &x, const Tensor &blob,
-                         int64_t ffn, const Tensor &workspace,
-                         const Tensor &out) override;
-  absl::Status Softmax(Stream &s, const Tensor &x, const Tensor &out) override;
-  absl::Status Argmax(Stream &s, const Tensor &x, const Tensor &out) override;
+  absl::Status Embedding(Stream& s, const Tensor& ids, const Tensor& table,
+                         const Tensor& out) override;
+  absl::Status RmsNorm(Stream& s, const Tensor& x, const Tensor& w, float eps,
+                       const Tensor& out) override;
+  absl::Status MatMul(Stream& s, const Tensor& x, const Tensor& w,
+                      const Tensor& bias, const Tensor& out) override;
+  absl::Status RopeRotateHalf(Stream& s, const Tensor& x,
+                              const Tensor& positions, float theta) override;
+  absl::Status KvWrite(Stream& s, const Tensor& k, const Tensor& v,
+                       const Tensor& slot_mapping,
+                       const PagedKvCache& cache) override;
+  absl::Status Attention(Stream& s, const Tensor& q, const PagedKvCache& cache,
+                         const AttentionBatch& batch,
+                         const Tensor& out) override;
+  absl::Status RouterTopK(Stream& s, const Tensor& logits, int k,
+                          bool normalize, const Tensor& weights,
+                          const Tensor& ids) override;
+  absl::Status SiluMul(Stream& s, const Tensor& gate, const Tensor& up,
+                       const Tensor& out) override;
+  absl::Status Add(Stream& s, const Tensor& a, const Tensor& b,
+                   const Tensor& out) override;
+  absl::Status GatherRows(Stream& s, const Tensor& x, const Tensor& rows,
+                          const Tensor& out) override;
+  absl::Status ScaleAddRows(Stream& s, const Tensor& x, const Tensor& rows,
+                            const Tensor& weights, const Tensor& y) override;
+  absl::Status SigmoidGatedAdd(Stream& s, const Tensor& x, const Tensor& gate,
+                               const Tensor& y) override;
+  absl::Status ExpertFfn(Stream& s, const Tensor& x, const Tensor& blob,
+                         int64_t ffn, const Tensor& workspace,
+                         const Tensor& out) override;
+  absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
+  absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
 
-private:
+ private:
   // OK iff s is a stream of this backend.
-  absl::Status CheckStream(const Stream &s) const;
+  absl::Status CheckStream(const Stream& s) const;
 
   ThreadPool pool_;
   Isa isa_;
 };
 
-} // namespace moeserve::kernels::cpu
+}  // namespace moeserve::kernels::cpu
 
-#endif // MOESERVE_KERNELS_CPU_CPU_BACKEND_H_
+#endif  // MOESERVE_KERNELS_CPU_CPU_BACKEND_H_

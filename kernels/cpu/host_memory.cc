@@ -8,18 +8,18 @@ namespace moeserve::kernels::cpu {
 namespace {
 
 class HostBuffer final : public Buffer {
-public:
-  HostBuffer(void *data, int64_t bytes) : data_(data), bytes_(bytes) {}
+ public:
+  HostBuffer(void* data, int64_t bytes) : data_(data), bytes_(bytes) {}
   ~HostBuffer() override { std::free(data_); }
-  void *data() const override { return data_; }
+  void* data() const override { return data_; }
   int64_t bytes() const override { return bytes_; }
 
-private:
-  void *const data_;
+ private:
+  void* const data_;
   const int64_t bytes_;
 };
 
-} // namespace
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Buffer>> AllocateAligned(int64_t bytes,
                                                         int64_t alignment) {
@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> AllocateAligned(int64_t bytes,
   }
   // aligned_alloc wants a size that is a multiple of the alignment.
   const int64_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  void *p = std::aligned_alloc(alignment, rounded);
+  void* p = std::aligned_alloc(alignment, rounded);
   if (p == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("host allocation of ", bytes, " bytes failed"));
@@ -37,12 +37,12 @@ absl::StatusOr<std::unique_ptr<Buffer>> AllocateAligned(int64_t bytes,
   return std::unique_ptr<Buffer>(new HostBuffer(p, bytes));
 }
 
-absl::StatusOr<double> TimeEvent::SecondsSince(const Event &start) const {
-  const auto *s = dynamic_cast<const TimeEvent *>(&start);
+absl::StatusOr<double> TimeEvent::SecondsSince(const Event& start) const {
+  const auto* s = dynamic_cast<const TimeEvent*>(&start);
   if (s == nullptr) {
     return absl::InvalidArgumentError("event of another backend");
   }
   return std::chrono::duration<double>(at_ - s->at_).count();
 }
 
-} // namespace moeserve::kernels::cpu
+}  // namespace moeserve::kernels::cpu

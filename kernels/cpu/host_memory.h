@@ -23,15 +23,15 @@ absl::StatusOr<std::unique_ptr<Buffer>> AllocateAligned(int64_t bytes,
                                                         int64_t alignment);
 
 class TimeEvent final : public Event {
-public:
+ public:
   void Record() { at_ = std::chrono::steady_clock::now(); }
   absl::Status Synchronize() override { return absl::OkStatus(); }
-  absl::StatusOr<double> SecondsSince(const Event &start) const override;
+  absl::StatusOr<double> SecondsSince(const Event& start) const override;
 
-private:
+ private:
   std::chrono::steady_clock::time_point at_{};
 };
 
-} // namespace moeserve::kernels::cpu
+}  // namespace moeserve::kernels::cpu
 
-#endif // MOESERVE_KERNELS_CPU_HOST_MEMORY_H_
+#endif  // MOESERVE_KERNELS_CPU_HOST_MEMORY_H_

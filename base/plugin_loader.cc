@@ -1,0 +1,60 @@
+#include "base/plugin_loader.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+namespace moeserve::base {
+namespace {
+
+std::string ExecutablePath() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::vector<std::string> CandidatePaths(const PluginSpec& spec) {
+  std::vector<std::string> paths;
+  if (const char* env = getenv(spec.env_var.c_str())) paths.push_back(env);
+  const std::string runfile = "moeserve/" + spec.package_dir + "/" + spec.file;
+  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* dir = getenv(var)) paths.push_back(dir + ("/" + runfile));
+  }
+  const std::string exe = ExecutablePath();
+  if (!exe.empty()) {
+    paths.push_back(exe + ".runfiles/" + runfile);
+    paths.push_back(Dirname(exe) + "/" + spec.file);
+    paths.push_back(Dirname(exe) + "/../" + spec.package_dir + "/" + spec.file);
+  }
+  return paths;
+}
+
+}  // namespace
+
+void* OpenPlugin(const PluginSpec& spec, std::string* error) {
+  std::string tried;
+  for (const std::string& path : CandidatePaths(spec)) {
+    if (access(path.c_str(), R_OK) != 0) continue;
+    if (void* handle = dlopen(path.c_str(), spec.dlopen_flags)) return handle;
+    tried += path + ": " + dlerror() + "; ";
+  }
+  *error = "cannot load the plugin " + spec.file + " (set " + spec.env_var +
+           ") " + (tried.empty() ? "not found" : tried);
+  return nullptr;
+}
+
+void* PluginSymbol(void* handle, const char* name, std::string* error) {
+  void* fn = dlsym(handle, name);
+  if (fn == nullptr) *error = std::string("missing symbol ") + name;
+  return fn;
+}
+
+}  // namespace moeserve::base

@@ -1,0 +1,34 @@
+// OpenPlugin: finds and dlopens one of our shared-library plugins (the
+// sentencepiece tokenizer, the CUDA backend). Plugins keep libraries with
+// awkward process-wide side effects out of the main binary: Debian's
+// sentencepiece bundles its own protobuf, and libcublasLt's large static TLS
+// would shrink every thread's stack (civetweb's fixed-size worker threads
+// then fail to start).
+//
+// Search order: the environment variable `env_var` (an explicit path), Bazel
+// runfiles (tests and `bazel run`), beside the executable (installs), and
+// bazel-bin's layout (<bin>/<package_dir>/).
+#ifndef MOESERVE_BASE_PLUGIN_LOADER_H_
+#define MOESERVE_BASE_PLUGIN_LOADER_H_
+
+#include <string>
+
+namespace moeserve::base {
+
+struct PluginSpec {
+  std::string file;         // "libmoeserve_spm.so"
+  std::string package_dir;  // its Bazel package, "engine"
+  std::string env_var;      // "MOESERVE_SPM_PLUGIN"
+  int dlopen_flags = 0;     // RTLD_NOW | RTLD_LOCAL | ...
+};
+
+// The handle (kept open for the life of the process), or null with `error`
+// naming every path tried and why it failed.
+void* OpenPlugin(const PluginSpec& spec, std::string* error);
+
+// dlsym, or null with `error` naming the missing symbol.
+void* PluginSymbol(void* handle, const char* name, std::string* error);
+
+}  // namespace moeserve::base
+
+#endif  // MOESERVE_BASE_PLUGIN_LOADER_H_
