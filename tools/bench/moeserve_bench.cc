@@ -1,17 +1,19 @@
 // moeserve_bench: decode and prefill throughput of the CPU engine against the
-// machine's memory-read roofline, measured in one run. See README.md.
+// machine's memory-read roofline, measured in one run; or, with --policies,
+// the offload-policy A/B comparison on the CPU or CUDA backend. See README.md.
 //
 //   bazel run --config=opt //tools/bench:moeserve_bench -- [flags]
 //
-// For every model: prefill tokens/s, decode tokens/s at each batch size, the
-// weight bytes read per token, the achieved GB/s, and that as a fraction of
-// the read bandwidth measured at the start of the same process.
+// Roofline mode, for every model: prefill tokens/s, decode tokens/s at each
+// batch size, the weight bytes read per token, the achieved GB/s, and that as
+// a fraction of the read bandwidth measured at the start of the same process.
 #include <stdlib.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tools/bench/machine.h"
 #include "tools/bench/model_bench.h"
@@ -76,6 +79,10 @@ ABSL_FLAG(int, policy_repeats, 1,
           "round-robin this many times; report each policy's median run.");
 ABSL_FLAG(int, max_new_tokens, 48,
           "Policy mode: tokens generated per request (EOS ignored).");
+ABSL_FLAG(std::string, backend, "cpu",
+          "Policy mode: compute backend, cpu or cuda (expert slots in VRAM, "
+          "link copies on CUDA streams). Roofline mode is CPU-only.");
+ABSL_FLAG(int, cuda_device, 0, "Policy mode, --backend=cuda: device ordinal.");
 
 namespace moeserve::bench {
 namespace {
@@ -180,9 +187,22 @@ int PolicyMain(int threads) {
   o.num_requests = absl::GetFlag(FLAGS_num_requests);
   o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   o.repeats = absl::GetFlag(FLAGS_policy_repeats);
-  kernels::cpu::CpuBackend backend({.num_threads = threads});
-  std::fprintf(stderr, "policy bench on %s ...\n", o.model_dir.c_str());
-  absl::StatusOr<PolicyReport> report = RunPolicyBench(o, &backend);
+  // The backend first: a missing GPU is reported before any model is
+  // loaded.
+  const std::string backend_name = absl::GetFlag(FLAGS_backend);
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
+      kernels::CreateBackend({.name = backend_name,
+                              .cpu_threads = threads,
+                              .cuda_device = absl::GetFlag(FLAGS_cuda_device)});
+  if (!backend.ok()) {
+    std::fprintf(stderr, "moeserve_bench: cannot create the %s backend: %s\n",
+                 backend_name.c_str(), backend.status().ToString().c_str());
+    return 1;
+  }
+  o.threads = (*backend)->device() == kernels::Device::kCpu ? threads : 0;
+  std::fprintf(stderr, "policy bench on %s, backend %s ...\n",
+               o.model_dir.c_str(), (*backend)->name().c_str());
+  absl::StatusOr<PolicyReport> report = RunPolicyBench(o, backend->get());
   if (!report.ok()) {
     std::fprintf(stderr, "%s\n", report.status().ToString().c_str());
     return 1;
@@ -197,6 +217,13 @@ int Main() {
   if (threads <= 0)
     threads = static_cast<int>(std::thread::hardware_concurrency());
   if (!absl::GetFlag(FLAGS_policies).empty()) return PolicyMain(threads);
+  if (absl::GetFlag(FLAGS_backend) != "cpu") {
+    std::fprintf(stderr,
+                 "moeserve_bench: the roofline mode measures the CPU engine "
+                 "only; --backend=%s needs --policies (the policy mode)\n",
+                 absl::GetFlag(FLAGS_backend).c_str());
+    return 2;
+  }
 
   BenchOptions options;
   options.prompt_len = absl::GetFlag(FLAGS_prompt_len);

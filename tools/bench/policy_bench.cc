@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
-#include <random>
 #include <thread>
 #include <utility>
 
@@ -20,6 +19,7 @@
 #include "kernels/tensor.h"
 #include "policies/registry.h"
 #include "server/offload_stack.h"
+#include "tools/bench/expert_compute.h"
 
 namespace moeserve::bench {
 namespace {
@@ -46,48 +46,6 @@ const std::vector<std::string>& Prompts() {
       "In the beginning was the Word, and the Word was with God,",
   };
   return *prompts;
-}
-
-// Mean wall time of ExpertFfn on one token, cycling over every expert of the
-// packed `weights` (so blobs come from memory as they would from slots).
-absl::StatusOr<double> ExpertComputeMicros(const engine::ModelWeights& weights,
-                                           kernels::cpu::CpuBackend* backend) {
-  const engine::ModelConfig& c = weights.config();
-  const int64_t hidden = c.hidden_size;
-  const int64_t ffn = c.expert_intermediate_size;
-  absl::StatusOr<std::unique_ptr<kernels::Stream>> stream =
-      backend->CreateStream();
-  if (!stream.ok()) return stream.status();
-  std::vector<float> x(hidden), out(hidden),
-      ws(kernels::ExpertFfnWorkspaceElems(1, ffn));
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0, 1);
-  for (float& v : x) v = normal(rng);
-  const kernels::Tensor xt(x.data(), kernels::DType::kF32, {1, hidden});
-  const kernels::Tensor ot(out.data(), kernels::DType::kF32, {1, hidden});
-  const kernels::Tensor wt(ws.data(), kernels::DType::kF32,
-                           {static_cast<int64_t>(ws.size())});
-  auto pass = [&]() -> absl::Status {
-    for (int l = 0; l < c.num_hidden_layers; ++l) {
-      for (int e = 0; e < c.num_experts; ++e) {
-        const engine::ExpertBlob& b = weights.expert({l, e});
-        const kernels::Tensor bt(const_cast<std::byte*>(b.data),
-                                 kernels::DType::kBF16, {3 * ffn * hidden});
-        absl::Status s = backend->ExpertFfn(**stream, xt, bt, ffn, wt, ot);
-        if (!s.ok()) return s;
-      }
-    }
-    return (*stream)->Synchronize();
-  };
-  if (absl::Status s = pass(); !s.ok()) return s;  // warm-up
-  const int experts = c.num_hidden_layers * c.num_experts;
-  int passes = 0;
-  const auto start = Clock::now();
-  do {
-    if (absl::Status s = pass(); !s.ok()) return s;
-    ++passes;
-  } while (Seconds(Clock::now() - start) < 0.2 && passes < 1000);
-  return Seconds(Clock::now() - start) * 1e6 / (passes * experts);
 }
 
 struct RequestTrace {
@@ -135,7 +93,7 @@ double Percentile(std::vector<double> v, double p) {
 
 absl::StatusOr<PolicyResult> RunOne(
     const engine::ModelWeights* weights, const engine::Tokenizer* tokenizer,
-    kernels::cpu::CpuBackend* backend, const PolicyBenchOptions& o,
+    kernels::Backend* backend, const PolicyBenchOptions& o,
     const policies::PolicyConfig& config,
     const std::vector<std::vector<int32_t>>& prompts, const std::string& policy,
     double ratio, int concurrency) {
@@ -146,6 +104,11 @@ absl::StatusOr<PolicyResult> RunOne(
   offload.capacity_bytes = server::ExpertCacheBytes(*weights, ratio, 0);
   offload.slow_tier = o.slow_tier;
   offload.link = {.gbps = o.link_gbps, .latency_us = o.link_latency_us};
+  // On a device backend the slots are device memory and the link copies on
+  // the device (the all-host fast tier is the CPU backend's case only).
+  if (backend->device() != kernels::Device::kCpu) {
+    offload.fast_tier_backend = backend;
+  }
   engine::EngineOptions eo;
   eo.name = policy;
   eo.max_num_seqs = concurrency;
@@ -234,7 +197,7 @@ absl::StatusOr<PolicyResult> RunOne(
 }  // namespace
 
 absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
-                                            kernels::cpu::CpuBackend* backend) {
+                                            kernels::Backend* backend) {
   if (o.slow_tier != "host" && o.slow_tier != "disk") {
     return absl::InvalidArgumentError("--slow_tier must be host or disk");
   }
@@ -256,7 +219,8 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
 
   PolicyReport report;
   report.machine = DescribeMachine();
-  report.threads = backend->num_threads();
+  report.backend = backend->name();
+  report.threads = o.threads;
   report.options = o;
   report.model_name = std::filesystem::path(o.model_dir).filename().string();
   if (report.model_name.empty()) {
@@ -274,19 +238,11 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
         o.link_latency_us + report.expert_blob_bytes / (o.link_gbps * 1e3);
   }
   {
-    // Expert compute time needs packed blobs; a disk run loads a packed copy.
-    std::unique_ptr<engine::ModelWeights> packed;
-    const engine::ModelWeights* w = weights->get();
-    if (o.slow_tier != "host") {
-      absl::StatusOr<std::unique_ptr<engine::ModelWeights>> p =
-          engine::ModelWeights::Load(o.model_dir);
-      if (!p.ok()) return p.status();
-      packed = *std::move(p);
-      w = packed.get();
-    }
-    absl::StatusOr<double> us = ExpertComputeMicros(*w, backend);
-    if (!us.ok()) return us.status();
-    report.expert_compute_us = *us;
+    absl::StatusOr<ExpertComputeTiming> t =
+        ExpertComputeMicros(**weights, backend);
+    if (!t.ok()) return t.status();
+    report.expert_compute_us = t->micros_per_expert;
+    report.expert_compute_samples = t->distinct_experts;
   }
 
   std::vector<std::vector<int32_t>> prompts;
@@ -355,11 +311,11 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
 void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
   const PolicyBenchOptions& o = rep.options;
   std::fprintf(out,
-               "machine: %s, %d logical CPUs, %.1f GiB, %s; %d kernel "
-               "threads\n",
+               "machine: %s, %d logical CPUs, %.1f GiB, %s; backend %s, %d "
+               "CPU kernel threads\n",
                rep.machine.cpu_model.c_str(), rep.machine.logical_cpus,
                rep.machine.memory_bytes / double(1ull << 30),
-               rep.machine.simd.c_str(), rep.threads);
+               rep.machine.simd.c_str(), rep.backend.c_str(), rep.threads);
   std::fprintf(out,
                "model: %s (%d layers x %d experts, top-%d); expert blob "
                "%.1f KiB, all experts %.2f MiB\n",
@@ -378,9 +334,10 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                  o.slow_tier.c_str());
   }
   std::fprintf(out,
-               "expert compute (ExpertFfn, 1 token, measured): %.1f us; "
-               "miss transfer / compute = %s\n",
-               rep.expert_compute_us,
+               "expert compute (ExpertFfn, 1 token, measured over %d "
+               "experts in backend memory): %.1f us; miss transfer / "
+               "compute = %s\n",
+               rep.expert_compute_samples, rep.expert_compute_us,
                o.link_gbps > 0
                    ? absl::StrFormat(
                          "%.1fx", rep.miss_transfer_us / rep.expert_compute_us)
@@ -428,6 +385,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
                   {"logical_cpus", rep.machine.logical_cpus},
                   {"memory_bytes", rep.machine.memory_bytes},
                   {"simd", rep.machine.simd}};
+  j["backend"] = rep.backend;
   j["threads"] = rep.threads;
   j["model"] = {{"name", rep.model_name},
                 {"dir", o.model_dir},
@@ -441,6 +399,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
                {"latency_us", o.link_latency_us},
                {"miss_transfer_us", rep.miss_transfer_us}};
   j["expert_compute_us"] = rep.expert_compute_us;
+  j["expert_compute_samples"] = rep.expert_compute_samples;
   j["workload"] = {{"num_requests", o.num_requests},
                    {"max_new_tokens", o.max_new_tokens},
                    {"prompt_lengths", rep.prompt_lengths},

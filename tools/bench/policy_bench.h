@@ -3,6 +3,11 @@
 // engine + OffloadStack per (expert-cache ratio, concurrency, policy), with
 // the residency statistics of the timed part and latency per token.
 //
+// Runs on any Backend: on a device backend (CUDA) the fast tier's expert
+// slots live in device memory and the link copies on the device's copy
+// streams (OffloadOptions::fast_tier_backend); on the CPU the slots are host
+// RAM.
+//
 // Thread-compatible: one RunPolicyBench at a time per backend.
 #ifndef MOESERVE_TOOLS_BENCH_POLICY_BENCH_H_
 #define MOESERVE_TOOLS_BENCH_POLICY_BENCH_H_
@@ -13,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench/machine.h"
 
@@ -36,6 +41,7 @@ struct PolicyBenchOptions {
   // times (fresh engine each time); the run with the median tokens/s of each
   // policy is reported. Interleaving spreads background load evenly.
   int repeats = 1;
+  int threads = 0;  // CPU kernel threads (report only; 0 on a GPU backend).
 };
 
 // One (ratio, concurrency, policy) run; figures cover the timed workload only.
@@ -69,6 +75,7 @@ struct PolicyResult {
 
 struct PolicyReport {
   MachineInfo machine;
+  std::string backend;  // Backend::name().
   int threads = 0;
   PolicyBenchOptions options;
   std::string model_name;
@@ -77,13 +84,14 @@ struct PolicyReport {
   uint64_t all_expert_bytes = 0;    // Unpadded, all layers.
   double miss_transfer_us = 0;      // latency + blob / link; 0: no emulation.
   double expert_compute_us = 0;     // ExpertFfn, one token, measured here.
+  int expert_compute_samples = 0;   // Distinct experts it cycled over.
   std::vector<int> prompt_lengths;  // Tokens per request (BOS included).
   bool outputs_identical = false;   // Across every run.
   std::vector<PolicyResult> results;
 };
 
 absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,
-                                            kernels::cpu::CpuBackend* backend);
+                                            kernels::Backend* backend);
 
 void PrintPolicyReport(const PolicyReport& report, std::FILE* out);
 nlohmann::json PolicyReportJson(const PolicyReport& report);

@@ -38,6 +38,9 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
   EXPECT_EQ(j.at("mode"), "policies");
   EXPECT_TRUE(j.at("outputs_identical").get<bool>());
   EXPECT_EQ(j.at("threads").get<int>(), 2);
+  // The default backend, named as Backend::name() ("cpu-avx2-2t", ...).
+  EXPECT_EQ(j.at("backend").get<std::string>().rfind("cpu", 0), 0u);
+  EXPECT_GT(j.at("expert_compute_samples").get<int>(), 0);
   EXPECT_TRUE(j.at("link").at("emulated").get<bool>());
   EXPECT_GT(j["link"].at("miss_transfer_us").get<double>(), 0);
   EXPECT_GT(j.at("expert_compute_us").get<double>(), 0);
