@@ -1,6 +1,9 @@
 #include "engine/offload/link_transport.h"
 
 #include <chrono>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +17,43 @@ using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+// Page-locks host ranges once per (backend, address) however many transports
+// share them: several engines (A/B arms) copy from the same expert arena, and
+// CUDA refuses to register a range twice.
+class HostRegistrations {
+ public:
+  static HostRegistrations& Get() {
+    static auto* r = new HostRegistrations();
+    return *r;
+  }
+  absl::Status Acquire(kernels::Backend* backend, void* p, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int& count = counts_[{backend, p}];
+    if (count == 0) {
+      absl::Status s = backend->RegisterHost(p, bytes);
+      if (!s.ok()) {
+        counts_.erase({backend, p});
+        return s;
+      }
+    }
+    ++count;
+    return absl::OkStatus();
+  }
+  void Release(kernels::Backend* backend, void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = counts_.find({backend, p});
+    if (it == counts_.end()) return;
+    if (--it->second == 0) {
+      backend->UnregisterHost(p);
+      counts_.erase(it);
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<kernels::Backend*, void*>, int> counts_;
+};
 
 class HostTransport final : public LinkTransport {
  public:
@@ -43,7 +83,9 @@ class DeviceTransport final : public LinkTransport {
       : backend_(backend), slow_(slow), bytes_(bytes) {}
 
   ~DeviceTransport() override {
-    if (registered_ != nullptr) backend_->UnregisterHost(registered_);
+    if (registered_ != nullptr) {
+      HostRegistrations::Get().Release(backend_, registered_);
+    }
   }
 
   absl::Status Init(int num_workers) {
@@ -68,8 +110,8 @@ class DeviceTransport final : public LinkTransport {
     const std::span<const std::byte> arena = slow_->HostArena();
     if (!arena.empty()) {
       void* p = const_cast<std::byte*>(arena.data());
-      absl::Status s =
-          backend_->RegisterHost(p, static_cast<int64_t>(arena.size()));
+      absl::Status s = HostRegistrations::Get().Acquire(
+          backend_, p, static_cast<int64_t>(arena.size()));
       if (s.ok()) {
         registered_ = p;
       } else {
