@@ -10,32 +10,44 @@
 namespace moeserve::kernels::cuda {
 namespace {
 
-#define MOESERVE_RETURN_IF_ERROR(expr)                                         \
-  do {                                                                         \
-    absl::Status _st = (expr);                                                 \
-    if (!_st.ok())                                                             \
-      return _st;                                                              \
+#define MOESERVE_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    absl::Status _st = (expr);         \
+    if (!_st.ok()) return _st;         \
   } while (0)
 
-#define MOESERVE_ASSIGN_STREAM(var, s)                                         \
-  auto var##_or = RawStream(this, s);                                          \
-  if (!var##_or.ok())                                                          \
-    return var##_or.status();                                                  \
+#define MOESERVE_ASSIGN_OWN_STREAM(var, s)      \
+  auto var##_or = OwnStream(this, s);           \
+  if (!var##_or.ok()) return var##_or.status(); \
+  CudaStream* var = *var##_or
+
+#define MOESERVE_ASSIGN_STREAM(var, s)          \
+  auto var##_or = RawStream(this, s);           \
+  if (!var##_or.ok()) return var##_or.status(); \
   Strm var = *var##_or
 
-absl::Status TooLarge(const char *op, const char *what, int64_t value,
+absl::Status TooLarge(const char* op, const char* what, int64_t value,
                       int64_t limit) {
   return absl::InvalidArgumentError(absl::StrCat(
       op, ": ", what, " ", value, " exceeds the CUDA limit ", limit));
 }
 
-const uint16_t *Bf16Ptr(const Tensor &t) {
-  return static_cast<const uint16_t *>(t.raw());
+const uint16_t* Bf16Ptr(const Tensor& t) {
+  return static_cast<const uint16_t*>(t.raw());
 }
 
-} // namespace
+}  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    int device, const CudaBackendOptions& options) {
+  if (options.lt_min_m < 0 || options.lt_workspace_bytes < 0 ||
+      (options.lt_min_m > 0 && options.lt_split_elems <= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaBackendOptions: lt_min_m ", options.lt_min_m,
+                     ", lt_workspace_bytes ", options.lt_workspace_bytes,
+                     ", lt_split_elems ", options.lt_split_elems,
+                     " (need >= 0, >= 0, > 0 when lt_min_m > 0)"));
+  }
   int count = 0;
   const int err = RtDeviceCount(&count);
   if (err != 0 || count == 0) {
@@ -51,30 +63,93 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   char name[256];
   MOESERVE_RETURN_IF_ERROR(FromCuda(RtDeviceName(device, name, sizeof(name)),
                                     "cudaGetDeviceProperties"));
-  return std::unique_ptr<CudaBackend>(
-      new CudaBackend(device, absl::StrCat("cuda-", device, "-", name)));
+  std::unique_ptr<LtGemm> lt;
+  if (options.lt_min_m > 0) {
+    if (const int e = LtGemm::Create(&lt); e != 0) {
+      return absl::InternalError(
+          absl::StrCat("cublasLtCreate: ", LtErrorName(e)));
+    }
+  }
+  CudaBackendOptions opts = options;
+  // A multiple of 128 keeps the lo half 256-byte aligned like the hi half.
+  opts.lt_split_elems = (opts.lt_split_elems + 127) / 128 * 128;
+  return std::unique_ptr<CudaBackend>(new CudaBackend(
+      device, absl::StrCat("cuda-", device, "-", name), opts, std::move(lt)));
 }
+
+CudaBackend::CudaBackend(int device, std::string name,
+                         const CudaBackendOptions& options,
+                         std::unique_ptr<LtGemm> lt)
+    : device_id_(device),
+      name_(std::move(name)),
+      options_(options),
+      lt_(std::move(lt)) {}
+
+CudaBackend::~CudaBackend() = default;
 
 absl::StatusOr<std::unique_ptr<Stream>> CudaBackend::CreateStream() {
   MOESERVE_RETURN_IF_ERROR(FromCuda(RtSetDevice(device_id_), "cudaSetDevice"));
+  // The cuBLASLt scratch first, so a failure leaves nothing behind.
+  LtScratch scratch;
+  if (lt_ != nullptr) {
+    void *ws = nullptr, *split = nullptr;
+    const int64_t split_bytes = 2 * options_.lt_split_elems * 2;
+    int e = options_.lt_workspace_bytes > 0
+                ? RtMalloc(&ws, options_.lt_workspace_bytes)
+                : 0;
+    if (e == 0) e = RtMalloc(&split, split_bytes);
+    if (e != 0) {
+      RtGetLastError();  // Reported here; not the next launch's error.
+      if (ws != nullptr) RtFree(ws);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "CreateStream: cuBLASLt scratch of ", options_.lt_workspace_bytes,
+          " + ", split_bytes, " bytes: ", RtErrorName(e)));
+    }
+    scratch = {ws, options_.lt_workspace_bytes, static_cast<uint16_t*>(split),
+               options_.lt_split_elems};
+  }
   Strm stream = nullptr;
-  MOESERVE_RETURN_IF_ERROR(
-      FromCuda(RtStreamCreate(&stream), "cudaStreamCreate"));
-  return std::make_unique<CudaStream>(this, stream);
+  if (absl::Status st = FromCuda(RtStreamCreate(&stream), "cudaStreamCreate");
+      !st.ok()) {
+    if (scratch.workspace != nullptr) RtFree(scratch.workspace);
+    if (scratch.split != nullptr) RtFree(scratch.split);
+    return st;
+  }
+  return std::make_unique<CudaStream>(this, stream, scratch);
 }
 
-absl::Status CudaBackend::Embedding(Stream &s, const Tensor &ids,
-                                    const Tensor &table, const Tensor &out) {
+absl::Status CudaBackend::Gemm(const CudaStream& cs, const float* x, int64_t m,
+                               int64_t k, const uint16_t* w, int64_t n,
+                               const uint16_t* bias, float* out,
+                               const char* what) {
+  if (lt_ != nullptr && m >= options_.lt_min_m && m > 0 && n > 0 && k > 0) {
+    const int e = lt_->Run(x, m, k, w, n, bias, out, cs.scratch(), cs.get());
+    if (e == 0) {
+      lt_gemms_.fetch_add(1, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+    if (e != kLtNotSupported) {
+      return absl::InternalError(
+          absl::StrCat(what, " (cuBLASLt): ", LtErrorName(e)));
+    }
+    // Nothing was enqueued; the GEMV computes the same product.
+    lt_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return FromCuda(LaunchMatMulBf16(x, m, k, w, n, bias, out, cs.get()), what);
+}
+
+absl::Status CudaBackend::Embedding(Stream& s, const Tensor& ids,
+                                    const Tensor& table, const Tensor& out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckEmbedding(Device::kCuda, ids, table, out));
-  return FromCuda(LaunchEmbedding(ids.data<int32_t>(), ids.dim(0),
-                                  Bf16Ptr(table), table.dim(0), table.dim(1),
-                                  out.data<float>(), st),
-                  "Embedding");
+  return FromCuda(
+      LaunchEmbedding(ids.data<int32_t>(), ids.dim(0), Bf16Ptr(table),
+                      table.dim(0), table.dim(1), out.data<float>(), st),
+      "Embedding");
 }
 
-absl::Status CudaBackend::RmsNorm(Stream &s, const Tensor &x, const Tensor &w,
-                                  float eps, const Tensor &out) {
+absl::Status CudaBackend::RmsNorm(Stream& s, const Tensor& x, const Tensor& w,
+                                  float eps, const Tensor& out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckRmsNorm(Device::kCuda, x, w, eps, out));
   return FromCuda(LaunchRmsNorm(x.data<float>(), x.dim(0), x.dim(1), Bf16Ptr(w),
@@ -82,46 +157,44 @@ absl::Status CudaBackend::RmsNorm(Stream &s, const Tensor &x, const Tensor &w,
                   "RmsNorm");
 }
 
-absl::Status CudaBackend::MatMul(Stream &s, const Tensor &x, const Tensor &w,
-                                 const Tensor &bias, const Tensor &out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+absl::Status CudaBackend::MatMul(Stream& s, const Tensor& x, const Tensor& w,
+                                 const Tensor& bias, const Tensor& out) {
+  MOESERVE_ASSIGN_OWN_STREAM(cs, s);
   MOESERVE_RETURN_IF_ERROR(CheckMatMul(Device::kCuda, x, w, bias, out));
-  return FromCuda(LaunchMatMulBf16(x.data<float>(), x.dim(0), x.dim(1),
-                                   Bf16Ptr(w), w.dim(0),
-                                   bias.valid() ? Bf16Ptr(bias) : nullptr,
-                                   out.data<float>(), st),
-                  "MatMul");
+  return Gemm(*cs, x.data<float>(), x.dim(0), x.dim(1), Bf16Ptr(w), w.dim(0),
+              bias.valid() ? Bf16Ptr(bias) : nullptr, out.data<float>(),
+              "MatMul");
 }
 
-absl::Status CudaBackend::RopeRotateHalf(Stream &s, const Tensor &x,
-                                         const Tensor &positions, float theta) {
+absl::Status CudaBackend::RopeRotateHalf(Stream& s, const Tensor& x,
+                                         const Tensor& positions, float theta) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckRope(Device::kCuda, x, positions, theta));
-  return FromCuda(LaunchRopeRotateHalf(x.data<float>(), x.dim(0), x.dim(1),
-                                       x.dim(2), positions.data<int32_t>(),
-                                       theta, st),
-                  "RopeRotateHalf");
+  return FromCuda(
+      LaunchRopeRotateHalf(x.data<float>(), x.dim(0), x.dim(1), x.dim(2),
+                           positions.data<int32_t>(), theta, st),
+      "RopeRotateHalf");
 }
 
-absl::Status CudaBackend::KvWrite(Stream &s, const Tensor &k, const Tensor &v,
-                                  const Tensor &slot_mapping,
-                                  const PagedKvCache &cache) {
+absl::Status CudaBackend::KvWrite(Stream& s, const Tensor& k, const Tensor& v,
+                                  const Tensor& slot_mapping,
+                                  const PagedKvCache& cache) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(
       CheckKvWrite(Device::kCuda, k, v, slot_mapping, cache));
   const int64_t row = k.dim(1) * k.dim(2);
   const int64_t slots = cache.k_pool.dim(0) * cache.k_pool.dim(1);
-  return FromCuda(LaunchKvWrite(k.data<float>(), v.data<float>(), k.dim(0), row,
-                                slot_mapping.data<int32_t>(), slots,
-                                cache.k_pool.data<float>(),
-                                cache.v_pool.data<float>(), st),
-                  "KvWrite");
+  return FromCuda(
+      LaunchKvWrite(k.data<float>(), v.data<float>(), k.dim(0), row,
+                    slot_mapping.data<int32_t>(), slots,
+                    cache.k_pool.data<float>(), cache.v_pool.data<float>(), st),
+      "KvWrite");
 }
 
-absl::Status CudaBackend::Attention(Stream &s, const Tensor &q,
-                                    const PagedKvCache &cache,
-                                    const AttentionBatch &batch,
-                                    const Tensor &out) {
+absl::Status CudaBackend::Attention(Stream& s, const Tensor& q,
+                                    const PagedKvCache& cache,
+                                    const AttentionBatch& batch,
+                                    const Tensor& out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckAttention(Device::kCuda, q, cache, batch, out));
   if (q.dim(2) > kMaxHeadDim) {
@@ -138,23 +211,22 @@ absl::Status CudaBackend::Attention(Stream &s, const Tensor &q,
       "Attention");
 }
 
-absl::Status CudaBackend::RouterTopK(Stream &s, const Tensor &logits, int k,
-                                     bool normalize, const Tensor &weights,
-                                     const Tensor &ids) {
+absl::Status CudaBackend::RouterTopK(Stream& s, const Tensor& logits, int k,
+                                     bool normalize, const Tensor& weights,
+                                     const Tensor& ids) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(
       CheckRouterTopK(Device::kCuda, logits, k, weights, ids));
-  if (k > kMaxTopK)
-    return TooLarge("RouterTopK", "k", k, kMaxTopK);
-  return FromCuda(LaunchRouterTopK(logits.data<float>(), logits.dim(0),
-                                   logits.dim(1), k, normalize,
-                                   weights.data<float>(), ids.data<int32_t>(),
-                                   st),
-                  "RouterTopK");
+  if (k > kMaxTopK) return TooLarge("RouterTopK", "k", k, kMaxTopK);
+  return FromCuda(
+      LaunchRouterTopK(logits.data<float>(), logits.dim(0), logits.dim(1), k,
+                       normalize, weights.data<float>(), ids.data<int32_t>(),
+                       st),
+      "RouterTopK");
 }
 
-absl::Status CudaBackend::SiluMul(Stream &s, const Tensor &gate,
-                                  const Tensor &up, const Tensor &out) {
+absl::Status CudaBackend::SiluMul(Stream& s, const Tensor& gate,
+                                  const Tensor& up, const Tensor& out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCuda, gate, up, out));
   const int64_t f = gate.dim(gate.rank() - 1);
@@ -164,8 +236,8 @@ absl::Status CudaBackend::SiluMul(Stream &s, const Tensor &gate,
                   "SiluMul");
 }
 
-absl::Status CudaBackend::Add(Stream &s, const Tensor &a, const Tensor &b,
-                              const Tensor &out) {
+absl::Status CudaBackend::Add(Stream& s, const Tensor& a, const Tensor& b,
+                              const Tensor& out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCuda, a, b, out));
   return FromCuda(LaunchAdd(a.data<float>(), b.data<float>(), a.numel(),
@@ -173,8 +245,8 @@ absl::Status CudaBackend::Add(Stream &s, const Tensor &a, const Tensor &b,
                   "Add");
 }
 
-absl::Status CudaBackend::GatherRows(Stream &s, const Tensor &x,
-                                     const Tensor &rows, const Tensor &out) {
+absl::Status CudaBackend::GatherRows(Stream& s, const Tensor& x,
+                                     const Tensor& rows, const Tensor& out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckGatherRows(Device::kCuda, x, rows, out));
   return FromCuda(LaunchGatherRows(x.data<float>(), x.dim(0), x.dim(1),
@@ -183,9 +255,9 @@ absl::Status CudaBackend::GatherRows(Stream &s, const Tensor &x,
                   "GatherRows");
 }
 
-absl::Status CudaBackend::ScaleAddRows(Stream &s, const Tensor &x,
-                                       const Tensor &rows,
-                                       const Tensor &weights, const Tensor &y) {
+absl::Status CudaBackend::ScaleAddRows(Stream& s, const Tensor& x,
+                                       const Tensor& rows,
+                                       const Tensor& weights, const Tensor& y) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(
       CheckScaleAddRows(Device::kCuda, x, rows, weights, y));
@@ -196,42 +268,41 @@ absl::Status CudaBackend::ScaleAddRows(Stream &s, const Tensor &x,
       "ScaleAddRows");
 }
 
-absl::Status CudaBackend::SigmoidGatedAdd(Stream &s, const Tensor &x,
-                                          const Tensor &gate, const Tensor &y) {
+absl::Status CudaBackend::SigmoidGatedAdd(Stream& s, const Tensor& x,
+                                          const Tensor& gate, const Tensor& y) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckSigmoidGatedAdd(Device::kCuda, x, gate, y));
-  return FromCuda(LaunchSigmoidGatedAdd(x.data<float>(), x.dim(0), x.dim(1),
-                                        gate.data<float>(), y.data<float>(),
-                                        st),
-                  "SigmoidGatedAdd");
+  return FromCuda(
+      LaunchSigmoidGatedAdd(x.data<float>(), x.dim(0), x.dim(1),
+                            gate.data<float>(), y.data<float>(), st),
+      "SigmoidGatedAdd");
 }
 
-absl::Status CudaBackend::ExpertFfn(Stream &s, const Tensor &x,
-                                    const Tensor &blob, int64_t ffn,
-                                    const Tensor &workspace,
-                                    const Tensor &out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+absl::Status CudaBackend::ExpertFfn(Stream& s, const Tensor& x,
+                                    const Tensor& blob, int64_t ffn,
+                                    const Tensor& workspace,
+                                    const Tensor& out) {
+  MOESERVE_ASSIGN_OWN_STREAM(cs, s);
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfn(Device::kCuda, x, blob, ffn, workspace, out));
   const int64_t m = x.dim(0), hidden = x.dim(1);
-  const uint16_t *w = Bf16Ptr(blob);
-  float *gate_up = workspace.data<float>(); // [m, 2 * ffn]
-  float *act = gate_up + m * 2 * ffn;       // [m, ffn]
-  // Gate and up are adjacent in the blob: one [2*ffn, hidden] weight.
+  const uint16_t* w = Bf16Ptr(blob);
+  float* gate_up = workspace.data<float>();  // [m, 2 * ffn]
+  float* act = gate_up + m * 2 * ffn;        // [m, ffn]
+  // Gate and up are adjacent in the blob: one [2*ffn, hidden] weight, so all
+  // m tokens routed here take one GEMM (cuBLASLt for m >= lt_min_m).
+  MOESERVE_RETURN_IF_ERROR(Gemm(*cs, x.data<float>(), m, hidden, w, 2 * ffn,
+                                nullptr, gate_up, "ExpertFfn gate_up"));
   MOESERVE_RETURN_IF_ERROR(
-      FromCuda(LaunchMatMulBf16(x.data<float>(), m, hidden, w, 2 * ffn, nullptr,
-                                gate_up, st),
-               "ExpertFfn gate_up"));
-  MOESERVE_RETURN_IF_ERROR(FromCuda(
-      LaunchSiluMul(gate_up, 2 * ffn, gate_up + ffn, 2 * ffn, m, ffn, act, st),
-      "ExpertFfn silu"));
-  return FromCuda(LaunchMatMulBf16(act, m, ffn, w + 2 * ffn * hidden, hidden,
-                                   nullptr, out.data<float>(), st),
-                  "ExpertFfn down");
+      FromCuda(LaunchSiluMul(gate_up, 2 * ffn, gate_up + ffn, 2 * ffn, m, ffn,
+                             act, cs->get()),
+               "ExpertFfn silu"));
+  return Gemm(*cs, act, m, ffn, w + 2 * ffn * hidden, hidden, nullptr,
+              out.data<float>(), "ExpertFfn down");
 }
 
-absl::Status CudaBackend::Softmax(Stream &s, const Tensor &x,
-                                  const Tensor &out) {
+absl::Status CudaBackend::Softmax(Stream& s, const Tensor& x,
+                                  const Tensor& out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckSoftmax(Device::kCuda, x, out));
   return FromCuda(
@@ -239,8 +310,8 @@ absl::Status CudaBackend::Softmax(Stream &s, const Tensor &x,
       "Softmax");
 }
 
-absl::Status CudaBackend::Argmax(Stream &s, const Tensor &x,
-                                 const Tensor &out) {
+absl::Status CudaBackend::Argmax(Stream& s, const Tensor& x,
+                                 const Tensor& out) {
   MOESERVE_ASSIGN_STREAM(st, s);
   MOESERVE_RETURN_IF_ERROR(CheckArgmax(Device::kCuda, x, out));
   return FromCuda(LaunchArgmax(x.data<float>(), x.dim(0), x.dim(1),
@@ -248,4 +319,4 @@ absl::Status CudaBackend::Argmax(Stream &s, const Tensor &x,
                   "Argmax");
 }
 
-} // namespace moeserve::kernels::cuda
+}  // namespace moeserve::kernels::cuda

@@ -5,91 +5,135 @@
 // live on the device and are guarded inside the kernels (see launchers.h)
 // rather than range-checked on the host.
 //
+// MatMul (and the two GEMMs of ExpertFfn) has two paths: a warp-per-column
+// GEMV that reads each weight once for decode (m < lt_min_m), and cuBLASLt
+// bf16 tensor-core GEMMs on a hi/lo split of the F32 activations for
+// m >= lt_min_m (cublaslt_gemm.h; within ~1e-5 relative of the fp32
+// reference). If cuBLASLt has no algorithm for a shape, the GEMV runs.
+//
+// Owns: the cuBLASLt handle and plan cache (one per backend). Each stream it
+// creates owns its cuBLASLt scratch (CudaStream).
+//
 // Thread safety: as Backend. A CudaBackend is bound to the device that was
 // current when Create() ran.
 #ifndef MOESERVE_KERNELS_CUDA_CUDA_BACKEND_H_
 #define MOESERVE_KERNELS_CUDA_CUDA_BACKEND_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/tensor.h"
 
 namespace moeserve::kernels::cuda {
 
+class CudaStream;
+
+struct CudaBackendOptions {
+  // MatMul uses cuBLASLt when it has m >= lt_min_m rows, the GEMV below.
+  // 0 = never cuBLASLt (no handle, no per-stream scratch); 1 = always.
+  int64_t lt_min_m = 16;
+  // Per-stream device scratch of the cuBLASLt path: the workspace cuBLASLt
+  // may use, and the bf16 elements of each of the hi and lo buffers (x is
+  // split in chunks of lt_split_elems / k rows). Defaults: 32 MiB + 2 x 16
+  // MiB a stream.
+  int64_t lt_workspace_bytes = int64_t{32} << 20;
+  int64_t lt_split_elems = int64_t{8} << 20;
+};
+
 class CudaBackend final : public Backend {
-public:
+ public:
   // UNAVAILABLE ("no CUDA device") when the runtime reports no device (or no
   // driver); never crashes.
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device = 0);
+  // InvalidArgument for a bad device number or options.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      int device = 0, const CudaBackendOptions& options = {});
+  ~CudaBackend() override;
 
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return name_; }
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override;
   int device_id() const { return device_id_; }
+  const CudaBackendOptions& options() const { return options_; }
+
+  // MatMul calls (ExpertFfn counts two) served by cuBLASLt, and those that
+  // asked for it but fell back to the GEMV (no algorithm for the shape).
+  int64_t lt_gemm_count() const { return lt_gemms_.load(); }
+  int64_t lt_fallback_count() const { return lt_fallbacks_.load(); }
 
   // Memory API (cuda_memory.cc): cudaMalloc, cudaHostAlloc /
   // cudaHostRegister, cudaMemcpyAsync / cudaMemsetAsync on the stream, and
   // timing cudaEvents.
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t bytes) override;
   absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(int64_t bytes) override;
-  absl::Status RegisterHost(void *p, int64_t bytes) override;
-  void UnregisterHost(void *p) override;
-  absl::Status CopyToDevice(Stream &s, void *dst, const void *src,
+  absl::Status RegisterHost(void* p, int64_t bytes) override;
+  void UnregisterHost(void* p) override;
+  absl::Status CopyToDevice(Stream& s, void* dst, const void* src,
                             int64_t bytes) override;
-  absl::Status CopyToHost(Stream &s, void *dst, const void *src,
+  absl::Status CopyToHost(Stream& s, void* dst, const void* src,
                           int64_t bytes) override;
-  absl::Status CopyOnDevice(Stream &s, void *dst, const void *src,
+  absl::Status CopyOnDevice(Stream& s, void* dst, const void* src,
                             int64_t bytes) override;
-  absl::Status Zero(Stream &s, void *dst, int64_t bytes) override;
+  absl::Status Zero(Stream& s, void* dst, int64_t bytes) override;
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent() override;
-  absl::Status RecordEvent(Stream &s, Event &e) override;
-  absl::Status WaitEvent(Stream &s, Event &e) override;
+  absl::Status RecordEvent(Stream& s, Event& e) override;
+  absl::Status WaitEvent(Stream& s, Event& e) override;
 
-  absl::Status Embedding(Stream &s, const Tensor &ids, const Tensor &table,
-                         const Tensor &out) override;
-  absl::Status RmsNorm(Stream &s, const Tensor &x, const Tensor &w, float eps,
-                       const Tensor &out) override;
-  absl::Status MatMul(Stream &s, const Tensor &x, const Tensor &w,
-                      const Tensor &bias, const Tensor &out) override;
-  absl::Status RopeRotateHalf(Stream &s, const Tensor &x,
-                              const Tensor &positions, float theta) override;
-  absl::Status KvWrite(Stream &s, const Tensor &k, const Tensor &v,
-                       const Tensor &slot_mapping,
-                       const PagedKvCache &cache) override;
-  absl::Status Attention(Stream &s, const Tensor &q, const PagedKvCache &cache,
-                         const AttentionBatch &batch,
-                         const Tensor &out) override;
-  absl::Status RouterTopK(Stream &s, const Tensor &logits, int k,
-                          bool normalize, const Tensor &weights,
-                          const Tensor &ids) override;
-  absl::Status SiluMul(Stream &s, const Tensor &gate, const Tensor &up,
-                       const Tensor &out) override;
-  absl::Status Add(Stream &s, const Tensor &a, const Tensor &b,
-                   const Tensor &out) override;
-  absl::Status GatherRows(Stream &s, const Tensor &x, const Tensor &rows,
-                          const Tensor &out) override;
-  absl::Status ScaleAddRows(Stream &s, const Tensor &x, const Tensor &rows,
-                            const Tensor &weights, const Tensor &y) override;
-  absl::Status SigmoidGatedAdd(Stream &s, const Tensor &x, const Tensor &gate,
-                               const Tensor &y) override;
-  absl::Status ExpertFfn(Stream &s, const Tensor &x, const Tensor &blob,
-                         int64_t ffn, const Tensor &workspace,
-                         const Tensor &out) override;
-  absl::Status Softmax(Stream &s, const Tensor &x, const Tensor &out) override;
-  absl::Status Argmax(Stream &s, const Tensor &x, const Tensor &out) override;
+  absl::Status Embedding(Stream& s, const Tensor& ids, const Tensor& table,
+                         const Tensor& out) override;
+  absl::Status RmsNorm(Stream& s, const Tensor& x, const Tensor& w, float eps,
+                       const Tensor& out) override;
+  absl::Status MatMul(Stream& s, const Tensor& x, const Tensor& w,
+                      const Tensor& bias, const Tensor& out) override;
+  absl::Status RopeRotateHalf(Stream& s, const Tensor& x,
+                              const Tensor& positions, float theta) override;
+  absl::Status KvWrite(Stream& s, const Tensor& k, const Tensor& v,
+                       const Tensor& slot_mapping,
+                       const PagedKvCache& cache) override;
+  absl::Status Attention(Stream& s, const Tensor& q, const PagedKvCache& cache,
+                         const AttentionBatch& batch,
+                         const Tensor& out) override;
+  absl::Status RouterTopK(Stream& s, const Tensor& logits, int k,
+                          bool normalize, const Tensor& weights,
+                          const Tensor& ids) override;
+  absl::Status SiluMul(Stream& s, const Tensor& gate, const Tensor& up,
+                       const Tensor& out) override;
+  absl::Status Add(Stream& s, const Tensor& a, const Tensor& b,
+                   const Tensor& out) override;
+  absl::Status GatherRows(Stream& s, const Tensor& x, const Tensor& rows,
+                          const Tensor& out) override;
+  absl::Status ScaleAddRows(Stream& s, const Tensor& x, const Tensor& rows,
+                            const Tensor& weights, const Tensor& y) override;
+  absl::Status SigmoidGatedAdd(Stream& s, const Tensor& x, const Tensor& gate,
+                               const Tensor& y) override;
+  absl::Status ExpertFfn(Stream& s, const Tensor& x, const Tensor& blob,
+                         int64_t ffn, const Tensor& workspace,
+                         const Tensor& out) override;
+  absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
+  absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
 
-private:
-  CudaBackend(int device, std::string name)
-      : device_id_(device), name_(std::move(name)) {}
+ private:
+  CudaBackend(int device, std::string name, const CudaBackendOptions& options,
+              std::unique_ptr<LtGemm> lt);
 
-  int device_id_;
-  std::string name_;
+  // out[m, n] = x[m, k] w[n, k]^T (+ bias) on the GEMV or cuBLASLt path.
+  absl::Status Gemm(const CudaStream& cs, const float* x, int64_t m, int64_t k,
+                    const uint16_t* w, int64_t n, const uint16_t* bias,
+                    float* out, const char* what);
+
+  const int device_id_;
+  const std::string name_;
+  const CudaBackendOptions options_;
+  const std::unique_ptr<LtGemm> lt_;  // Null when options_.lt_min_m == 0.
+  std::atomic<int64_t> lt_gemms_{0};
+  std::atomic<int64_t> lt_fallbacks_{0};
 };
 
-} // namespace moeserve::kernels::cuda
+}  // namespace moeserve::kernels::cuda
 
-#endif // MOESERVE_KERNELS_CUDA_CUDA_BACKEND_H_
+#endif  // MOESERVE_KERNELS_CUDA_CUDA_BACKEND_H_

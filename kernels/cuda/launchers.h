@@ -19,49 +19,49 @@
 namespace moeserve::kernels::cuda {
 
 // Limits of the simple kernels (checked by CudaBackend before launching).
-inline constexpr int64_t kMaxHeadDim = 512; // Attention: 16 floats a lane.
-inline constexpr int64_t kMaxTopK = 64;     // RouterTopK picks per row.
+inline constexpr int64_t kMaxHeadDim = 512;  // Attention: 16 floats a lane.
+inline constexpr int64_t kMaxTopK = 64;      // RouterTopK picks per row.
 
-int LaunchEmbedding(const int32_t *ids, int64_t n, const uint16_t *table,
-                    int64_t vocab, int64_t d, float *out, Strm stream);
-int LaunchRmsNorm(const float *x, int64_t n, int64_t d, const uint16_t *w,
-                  float eps, float *out, Strm stream);
+int LaunchEmbedding(const int32_t* ids, int64_t n, const uint16_t* table,
+                    int64_t vocab, int64_t d, float* out, Strm stream);
+int LaunchRmsNorm(const float* x, int64_t n, int64_t d, const uint16_t* w,
+                  float eps, float* out, Strm stream);
 // out[m, n] = x[m, k] * w[n, k]^T (+ bias[n]); fp32 accumulation.
-int LaunchMatMulBf16(const float *x, int64_t m, int64_t k, const uint16_t *w,
-                     int64_t n, const uint16_t *bias, float *out, Strm stream);
-int LaunchRopeRotateHalf(float *x, int64_t n, int64_t heads, int64_t hd,
-                         const int32_t *positions, float theta, Strm stream);
-int LaunchKvWrite(const float *k, const float *v, int64_t n, int64_t row,
-                  const int32_t *slots, int64_t num_slots, float *k_pool,
-                  float *v_pool, Strm stream);
+int LaunchMatMulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w,
+                     int64_t n, const uint16_t* bias, float* out, Strm stream);
+int LaunchRopeRotateHalf(float* x, int64_t n, int64_t heads, int64_t hd,
+                         const int32_t* positions, float theta, Strm stream);
+int LaunchKvWrite(const float* k, const float* v, int64_t n, int64_t row,
+                  const int32_t* slots, int64_t num_slots, float* k_pool,
+                  float* v_pool, Strm stream);
 // q [n_q, heads, hd]; pools [num_blocks, block_size, kv_heads, hd].
-int LaunchPagedAttention(const float *q, int64_t n_q, int64_t heads,
-                         int64_t kv_heads, int64_t hd, const float *k_pool,
-                         const float *v_pool, int64_t num_blocks,
-                         int64_t block_size, const int32_t *query_start,
-                         int64_t num_seqs, const int32_t *positions,
-                         const int32_t *block_tables, int64_t max_blocks,
-                         float *out, Strm stream);
-int LaunchRouterTopK(const float *logits, int64_t n, int64_t e, int k,
-                     bool normalize, float *weights, int32_t *ids, Strm stream);
+int LaunchPagedAttention(const float* q, int64_t n_q, int64_t heads,
+                         int64_t kv_heads, int64_t hd, const float* k_pool,
+                         const float* v_pool, int64_t num_blocks,
+                         int64_t block_size, const int32_t* query_start,
+                         int64_t num_seqs, const int32_t* positions,
+                         const int32_t* block_tables, int64_t max_blocks,
+                         float* out, Strm stream);
+int LaunchRouterTopK(const float* logits, int64_t n, int64_t e, int k,
+                     bool normalize, float* weights, int32_t* ids, Strm stream);
 // out[i, j] = silu(gate[i*ldg + j]) * up[i*ldu + j], out row stride f.
-int LaunchSiluMul(const float *gate, int64_t ldg, const float *up, int64_t ldu,
-                  int64_t m, int64_t f, float *out, Strm stream);
-int LaunchAdd(const float *a, const float *b, int64_t count, float *out,
+int LaunchSiluMul(const float* gate, int64_t ldg, const float* up, int64_t ldu,
+                  int64_t m, int64_t f, float* out, Strm stream);
+int LaunchAdd(const float* a, const float* b, int64_t count, float* out,
               Strm stream);
-int LaunchGatherRows(const float *x, int64_t n, int64_t d, const int32_t *rows,
-                     int64_t m, float *out, Strm stream);
+int LaunchGatherRows(const float* x, int64_t n, int64_t d, const int32_t* rows,
+                     int64_t m, float* out, Strm stream);
 // rows may be null (rows[i] = i).
-int LaunchScaleAddRows(const float *x, int64_t m, int64_t d,
-                       const int32_t *rows, const float *weights, float *y,
+int LaunchScaleAddRows(const float* x, int64_t m, int64_t d,
+                       const int32_t* rows, const float* weights, float* y,
                        int64_t n, Strm stream);
-int LaunchSigmoidGatedAdd(const float *x, int64_t n, int64_t d,
-                          const float *gate, float *y, Strm stream);
-int LaunchSoftmax(const float *x, int64_t n, int64_t v, float *out,
+int LaunchSigmoidGatedAdd(const float* x, int64_t n, int64_t d,
+                          const float* gate, float* y, Strm stream);
+int LaunchSoftmax(const float* x, int64_t n, int64_t v, float* out,
                   Strm stream);
-int LaunchArgmax(const float *x, int64_t n, int64_t v, int32_t *out,
+int LaunchArgmax(const float* x, int64_t n, int64_t v, int32_t* out,
                  Strm stream);
 
-} // namespace moeserve::kernels::cuda
+}  // namespace moeserve::kernels::cuda
 
-#endif // MOESERVE_KERNELS_CUDA_LAUNCHERS_H_
+#endif  // MOESERVE_KERNELS_CUDA_LAUNCHERS_H_

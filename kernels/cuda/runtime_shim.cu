@@ -1,60 +1,59 @@
 // Thin wrappers over the CUDA runtime for host C++ (see runtime_shim.h).
-#include "kernels/cuda/runtime_shim.h"
+#include <cuda_runtime.h>
 
 #include <cstdio>
 
-#include <cuda_runtime.h>
+#include "kernels/cuda/runtime_shim.h"
 
 namespace moeserve::kernels::cuda {
 
-int RtDeviceCount(int *count) { return cudaGetDeviceCount(count); }
+int RtDeviceCount(int* count) { return cudaGetDeviceCount(count); }
 int RtSetDevice(int device) { return cudaSetDevice(device); }
-int RtDeviceName(int device, char *buf, int len) {
+int RtDeviceName(int device, char* buf, int len) {
   cudaDeviceProp prop;
   const cudaError_t err = cudaGetDeviceProperties(&prop, device);
-  if (err != cudaSuccess)
-    return err;
+  if (err != cudaSuccess) return err;
   snprintf(buf, len, "%s-sm%d%d", prop.name, prop.major, prop.minor);
   return cudaSuccess;
 }
-int RtMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+int RtMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaMemGetInfo(free_bytes, total_bytes);
 }
 
-int RtStreamCreate(Strm *stream) {
+int RtStreamCreate(Strm* stream) {
   return cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking);
 }
 int RtStreamDestroy(Strm stream) { return cudaStreamDestroy(stream); }
 int RtStreamSynchronize(Strm stream) { return cudaStreamSynchronize(stream); }
 
-int RtMalloc(void **p, int64_t bytes) { return cudaMalloc(p, bytes); }
-int RtFree(void *p) { return cudaFree(p); }
-int RtMallocHost(void **p, int64_t bytes) {
+int RtMalloc(void** p, int64_t bytes) { return cudaMalloc(p, bytes); }
+int RtFree(void* p) { return cudaFree(p); }
+int RtMallocHost(void** p, int64_t bytes) {
   return cudaHostAlloc(p, bytes, cudaHostAllocPortable);
 }
-int RtFreeHost(void *p) { return cudaFreeHost(p); }
-int RtHostRegister(void *p, int64_t bytes) {
+int RtFreeHost(void* p) { return cudaFreeHost(p); }
+int RtHostRegister(void* p, int64_t bytes) {
   return cudaHostRegister(p, bytes, cudaHostRegisterPortable);
 }
-int RtHostUnregister(void *p) { return cudaHostUnregister(p); }
+int RtHostUnregister(void* p) { return cudaHostUnregister(p); }
 
-int RtCopyToDevice(void *dst, const void *src, int64_t bytes) {
+int RtCopyToDevice(void* dst, const void* src, int64_t bytes) {
   return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
 }
-int RtCopyToHost(void *dst, const void *src, int64_t bytes) {
+int RtCopyToHost(void* dst, const void* src, int64_t bytes) {
   return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
 }
-int RtMemset(void *p, int value, int64_t bytes) {
+int RtMemset(void* p, int value, int64_t bytes) {
   return cudaMemset(p, value, bytes);
 }
-int RtCopyAsync(void *dst, const void *src, int64_t bytes, Strm stream) {
+int RtCopyAsync(void* dst, const void* src, int64_t bytes, Strm stream) {
   return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream);
 }
-int RtMemsetAsync(void *p, int value, int64_t bytes, Strm stream) {
+int RtMemsetAsync(void* p, int value, int64_t bytes, Strm stream) {
   return cudaMemsetAsync(p, value, bytes, stream);
 }
 
-int RtEventCreate(Evt *event) { return cudaEventCreate(event); }
+int RtEventCreate(Evt* event) { return cudaEventCreate(event); }
 int RtEventDestroy(Evt event) { return cudaEventDestroy(event); }
 int RtEventRecord(Evt event, Strm stream) {
   return cudaEventRecord(event, stream);
@@ -63,15 +62,17 @@ int RtStreamWaitEvent(Strm stream, Evt event) {
   return cudaStreamWaitEvent(stream, event, 0);
 }
 int RtEventSynchronize(Evt event) { return cudaEventSynchronize(event); }
-int RtEventElapsedMs(float *ms, Evt start, Evt end) {
+int RtEventElapsedMs(float* ms, Evt start, Evt end) {
   return cudaEventElapsedTime(ms, start, end);
 }
 
-const char *RtErrorName(int err) {
+int RtGetLastError() { return cudaGetLastError(); }
+
+const char* RtErrorName(int err) {
   return cudaGetErrorName(static_cast<cudaError_t>(err));
 }
-const char *RtErrorString(int err) {
+const char* RtErrorString(int err) {
   return cudaGetErrorString(static_cast<cudaError_t>(err));
 }
 
-} // namespace moeserve::kernels::cuda
+}  // namespace moeserve::kernels::cuda
