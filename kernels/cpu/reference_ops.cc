@@ -1,9 +1,12 @@
 #include "kernels/cpu/reference_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/op_checks.h"
 
 namespace moeserve::kernels::cpu::ref {
 namespace {
@@ -243,6 +246,89 @@ void Argmax(const Tensor& x, const Tensor& out) {
       if (x.data<float>()[i * v + j] > x.data<float>()[i * v + best]) best = j;
     }
     out.data<int32_t>()[i] = static_cast<int32_t>(best);
+  }
+}
+
+absl::Status QuantizeInt4(const Tensor& w, int64_t group, const Tensor& wq,
+                          const Tensor& scales) {
+  constexpr char kOp[] = "QuantizeInt4: ";
+  const DType wt =
+      w.valid() && w.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  if (absl::Status st =
+          CheckTensor(w, "w", Device::kCpu, wt, {kAnyDim, kAnyDim});
+      !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, st.message()));
+  }
+  const int64_t n = w.dim(0), k = w.dim(1);
+  if (group <= 0 || group % 2 != 0 || k % group != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, "group ", group, " must be even, > 0 and divide k ", k));
+  }
+  for (absl::Status st :
+       {CheckTensor(wq, "wq", Device::kCpu, DType::kI4, {n, k}),
+        CheckTensor(scales, "scales", Device::kCpu, DType::kBF16,
+                    {n, k / group})}) {
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, st.message()));
+    }
+  }
+  auto value = [&](int64_t i) -> double {
+    return wt == DType::kBF16 ? Bf16ToFloat(w.data<bf16>()[i])
+                              : w.data<float>()[i];
+  };
+  auto* bytes = static_cast<uint8_t*>(wq.raw());
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < k / group; ++g) {
+      const int64_t c0 = r * k + g * group;
+      double absmax = 0;
+      for (int64_t c = 0; c < group; ++c) {
+        absmax = std::max(absmax, std::fabs(value(c0 + c)));
+      }
+      // Quantize against the bf16-rounded scale: what dequantisation uses.
+      const bf16 s = FloatToBf16(static_cast<float>(absmax / 7));
+      scales.data<bf16>()[r * (k / group) + g] = s;
+      const double scale = Bf16ToFloat(s);
+      for (int64_t c = 0; c < group; c += 2) {
+        uint8_t byte = 0;
+        for (int64_t h = 0; h < 2; ++h) {
+          const double q =
+              scale > 0
+                  ? std::clamp(std::round(value(c0 + c + h) / scale), -8.0, 7.0)
+                  : 0.0;
+          byte |= static_cast<uint8_t>(static_cast<int>(q) + 8) << (4 * h);
+        }
+        bytes[(c0 + c) / 2] = byte;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+float Int4Weight(const Tensor& wq, const Tensor& scales, int64_t group,
+                 int64_t row, int64_t col) {
+  const int64_t k = wq.dim(1);
+  const uint8_t byte =
+      static_cast<const uint8_t*>(wq.raw())[(row * k + col) / 2];
+  const int q = (col % 2 == 0 ? byte & 0xf : byte >> 4) - 8;
+  return static_cast<float>(q) *
+         Bf16ToFloat(scales.data<bf16>()[row * (k / group) + col / group]);
+}
+
+void MatMulInt4Reference(const Tensor& x, const Tensor& wq,
+                         const Tensor& scales, int64_t group,
+                         const Tensor& out) {
+  const int64_t m = x.dim(0), k = x.dim(1), n = wq.dim(0);
+  std::vector<double> row(k);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < k; ++c)
+      row[c] = Int4Weight(wq, scales, group, j, c);
+    for (int64_t r = 0; r < m; ++r) {
+      double acc = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        acc += double{x.data<float>()[r * k + c]} * row[c];
+      }
+      out.data<float>()[r * n + j] = static_cast<float>(acc);
+    }
   }
 }
 

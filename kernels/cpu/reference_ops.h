@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/backend.h"
 
 namespace moeserve::kernels::cpu::ref {
@@ -37,6 +38,32 @@ void ExpertFfn(const Tensor& x, const Tensor& blob, int64_t ffn,
                const Tensor& out);
 void Softmax(const Tensor& x, const Tensor& out);
 void Argmax(const Tensor& x, const Tensor& out);
+
+// ---- int4 weights, reserved for a quantized draft model. Not a Backend op
+// yet: the only kernel is CudaBackend::MatMulInt4 and these two define its
+// format and semantics. Format: signed symmetric int4, two values a byte (low
+// nibble = even column), value = (q - 8) * scale with q in [0, 15], one bf16
+// scale per `group` consecutive columns of each weight row.
+
+// Quantizes w (F32 or BF16 [n, k], host) into wq I4[n, k] (n rows of k/2
+// bytes) and scales BF16[n, k / group]: scale = bf16(max|w| of the group / 7),
+// q = clamp(round(w / scale), -8, 7) + 8 (an all-zero group: scale 0, q = 8).
+// InvalidArgument naming the argument when group is not even and > 0, k is
+// not a multiple of group, or a tensor has the wrong dtype, shape or device.
+// Unlike the other functions here it validates: it is the converter a model
+// loader will call.
+absl::Status QuantizeInt4(const Tensor& w, int64_t group, const Tensor& wq,
+                          const Tensor& scales);
+
+// The dequantised weight (row, col) of wq / scales.
+float Int4Weight(const Tensor& wq, const Tensor& scales, int64_t group,
+                 int64_t row, int64_t col);
+
+// out[m, n] = x[m, k] * dequant(wq)[n, k]^T, double accumulation.
+// x F32[m, k], wq I4[n, k], scales BF16[n, k / group], out F32[m, n].
+void MatMulInt4Reference(const Tensor& x, const Tensor& wq,
+                         const Tensor& scales, int64_t group,
+                         const Tensor& out);
 
 }  // namespace moeserve::kernels::cpu::ref
 

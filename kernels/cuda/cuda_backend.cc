@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_stream.h"
+#include "kernels/cuda/int4_checks.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/op_checks.h"
 
@@ -164,6 +165,19 @@ absl::Status CudaBackend::MatMul(Stream& s, const Tensor& x, const Tensor& w,
   return Gemm(*cs, x.data<float>(), x.dim(0), x.dim(1), Bf16Ptr(w), w.dim(0),
               bias.valid() ? Bf16Ptr(bias) : nullptr, out.data<float>(),
               "MatMul");
+}
+
+absl::Status CudaBackend::MatMulInt4(Stream& s, const Tensor& x,
+                                     const Tensor& wq, const Tensor& scales,
+                                     int64_t group, const Tensor& out) {
+  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_RETURN_IF_ERROR(
+      CheckMatMulInt4(Device::kCuda, x, wq, scales, group, out));
+  return FromCuda(
+      LaunchMatMulInt4(x.data<float>(), x.dim(0), x.dim(1),
+                       static_cast<const uint8_t*>(wq.raw()), Bf16Ptr(scales),
+                       group, wq.dim(0), out.data<float>(), st),
+      "MatMulInt4");
 }
 
 absl::Status CudaBackend::RopeRotateHalf(Stream& s, const Tensor& x,

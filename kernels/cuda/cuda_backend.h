@@ -117,6 +117,19 @@ class CudaBackend final : public Backend {
   absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
   absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
 
+  // ---- Not in the Backend interface: reserved for a quantized draft model
+  // (the CPU engine has no use for it yet; the CPU side is only the scalar
+  // reference kernels/cpu/reference_ops.h QuantizeInt4 / MatMulInt4Reference).
+  // out = x * dequant(wq)^T with signed symmetric int4 weights, two a byte
+  // (low nibble = even column), value = (q - 8) * scale, one bf16 scale per
+  // `group` columns of each output row:
+  //   x F32[m, k], wq I4[n, k] (n rows of k/2 bytes), scales BF16[n, k/group],
+  //   group 64 or 128 with k % group == 0, out F32[m, n].
+  // InvalidArgument naming the argument on a bad call.
+  absl::Status MatMulInt4(Stream& s, const Tensor& x, const Tensor& wq,
+                          const Tensor& scales, int64_t group,
+                          const Tensor& out);
+
  private:
   CudaBackend(int device, std::string name, const CudaBackendOptions& options,
               std::unique_ptr<LtGemm> lt);

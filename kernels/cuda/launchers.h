@@ -29,6 +29,14 @@ int LaunchRmsNorm(const float* x, int64_t n, int64_t d, const uint16_t* w,
 // out[m, n] = x[m, k] * w[n, k]^T (+ bias[n]); fp32 accumulation.
 int LaunchMatMulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w,
                      int64_t n, const uint16_t* bias, float* out, Strm stream);
+// int4 weights for a quantized draft model (CudaBackend::MatMulInt4):
+// out[m, n] = x[m, k] * dequant(wq)[n, k]^T, fp32 accumulation. wq holds
+// signed symmetric int4, two a byte (low nibble = even column), n rows of k/2
+// bytes; value = (q - 8) * scales[j, c / group] (bf16 bits, n x k/group).
+// REQUIRES: group even, k % group == 0.
+int LaunchMatMulInt4(const float* x, int64_t m, int64_t k, const uint8_t* wq,
+                     const uint16_t* scales, int64_t group, int64_t n,
+                     float* out, Strm stream);
 int LaunchRopeRotateHalf(float* x, int64_t n, int64_t heads, int64_t hd,
                          const int32_t* positions, float theta, Strm stream);
 int LaunchKvWrite(const float* k, const float* v, int64_t n, int64_t row,
