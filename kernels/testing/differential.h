@@ -16,11 +16,28 @@
 
 namespace moeserve::kernels::testing {
 
-// Tolerances: max |got - want| / max |want|.
+// Tolerances: max |got - want| / max |want|. Pick one by how the kernel
+// computes, per backend (the same op may accumulate differently on CPU and
+// CUDA). Exact ops (copies, gathers, ids, a single fp32 add) compare with ==.
+//
 // fp32 accumulation of up to 14336 products vs double: ~1e-6 observed.
 inline constexpr double kTolDot = 2e-5;
 // Transcendentals in fp32 (exp, sin, cos) vs double: a few ulp.
 inline constexpr double kTolPointwise = 2e-6;
+// CUDA MatMul on cuBLASLt: x split into bf16 hi + lo (x - hi - lo is at most
+// ~2^-17 |x|), bf16 x bf16 products exact in fp32, fp32 tensor-core
+// accumulation in its own order. The split error is ~10x below the fp32
+// accumulation error at model sizes, so the fp32-dot bound holds.
+inline constexpr double kTolSplitBf16Dot = kTolDot;
+// CUDA Attention: fp32 dot products and an fp32 online softmax (running max,
+// rescaled sums) vs double.
+inline constexpr double kTolOnlineSoftmax = kTolDot;
+// int4 MatMul: exact dequantised weights ((q - 8) * bf16 scale), fp32
+// accumulation with one scale multiply per 32 columns.
+inline constexpr double kTolInt4Dot = kTolDot;
+// fp32 sums of a few terms in a run-dependent order (CUDA ScaleAddRows
+// accumulates repeated rows with atomicAdd): a few ulp of the largest term.
+inline constexpr double kTolUnorderedSum = kTolPointwise;
 
 // splitmix64: fast enough to fill hundreds of MB in unoptimised builds.
 class Rng {
@@ -45,6 +62,15 @@ class Rng {
   std::vector<bf16> Bf16(int64_t n, float lo = -1, float hi = 1) {
     std::vector<bf16> v(n);
     for (bf16& x : v) x = FloatToBf16(Uniform(lo, hi));
+    return v;
+  }
+  // n values repeating a random block of `period`: cheap for weights of
+  // hundreds of millions of elements (an lm_head) in unoptimised builds.
+  std::vector<bf16> Bf16Tiled(int64_t n, int64_t period = int64_t{1} << 20,
+                              float lo = -1, float hi = 1) {
+    std::vector<bf16> block = Bf16(std::min(n, period), lo, hi);
+    std::vector<bf16> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = block[i % period];
     return v;
   }
 
@@ -74,8 +100,8 @@ inline ::testing::AssertionResult Close(const std::vector<float>& got,
   if (worst <= tol) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << "relative error " << worst << " > " << tol << " at " << worst_i
-         << ": got " << got[worst_i] << ", want " << want[worst_i]
-         << " (scale " << scale << ")";
+         << ": got " << got[worst_i] << ", want " << want[worst_i] << " (scale "
+         << scale << ")";
 }
 
 }  // namespace moeserve::kernels::testing
