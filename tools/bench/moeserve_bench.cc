@@ -9,7 +9,6 @@
 // a fraction of the read bandwidth measured at the start of the same process.
 #include <stdlib.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,10 +19,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "tools/bench/generated_model.h"
 #include "tools/bench/machine.h"
 #include "tools/bench/model_bench.h"
 #include "tools/bench/policy_bench.h"
@@ -42,6 +43,14 @@ ABSL_FLAG(bool, gen_qwen_tiny, false,
 ABSL_FLAG(std::string, gen_dir, "",
           "Where to write the generated model; reused when its config.json "
           "matches. Default: a temporary directory removed at exit.");
+ABSL_FLAG(std::string, gen_model, "",
+          "Policy mode: run on a random-weight model generated on the fly "
+          "instead of --model_dir: qwen (Qwen1.5-MoE-A2.7B shape), mixtral "
+          "(Mixtral-8x7B shape), or qwen_tiny / mixtral_tiny (tests). No "
+          "tokenizer: the prompts are synthetic token ids.");
+ABSL_FLAG(int, gen_layers, 0,
+          "Policy mode, --gen_model: layers; 0 = default (qwen 4 of 24, "
+          "mixtral 2 of 32, tiny 2).");
 ABSL_FLAG(int, threads, 0, "Kernel threads; 0 = all logical CPUs.");
 ABSL_FLAG(int, prompt_len, 128, "Tokens per prefilled sequence.");
 ABSL_FLAG(int, decode_steps, 32, "Timed decode steps per batch size.");
@@ -106,45 +115,20 @@ std::string Resolve(const std::string& path) {
   return std::string(ws) + "/" + path;
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// Writes (or reuses) the generated model; returns its directory, or "" on
-// error. Sets *temporary when the caller must remove it.
-std::string Generate(bool* temporary) {
+// The roofline mode's generated Qwen-shaped model, written or reused; null
+// (error printed) on failure.
+std::unique_ptr<GeneratedModel> GenerateRooflineModel() {
   QwenMoeShape shape;
   if (absl::GetFlag(FLAGS_gen_qwen_tiny)) shape = TinyQwenMoeShape();
   shape.num_layers = absl::GetFlag(FLAGS_gen_qwen_layers);
-  std::string dir = Resolve(absl::GetFlag(FLAGS_gen_dir));
-  *temporary = dir.empty();
-  if (dir.empty()) {
-    const char* tmp = getenv("TMPDIR");
-    std::string tmpl = std::string(tmp ? tmp : "/tmp") + "/qwen_moe_XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) return "";
-    dir = tmpl;
+  absl::StatusOr<std::unique_ptr<GeneratedModel>> model =
+      GeneratedModel::Prepare(QwenMoeConfig(shape),
+                              Resolve(absl::GetFlag(FLAGS_gen_dir)), stdout);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    return nullptr;
   }
-  std::filesystem::create_directories(dir);
-  if (ReadText(dir + "/config.json") == QwenMoeConfig(shape).dump(2) &&
-      std::filesystem::exists(dir + "/model.safetensors")) {
-    std::printf("reusing generated model in %s\n", dir.c_str());
-    return dir;
-  }
-  std::printf("writing random-weight qwen2_moe (%lld layers) to %s ...\n",
-              static_cast<long long>(shape.num_layers), dir.c_str());
-  std::fflush(stdout);
-  const auto start = std::chrono::steady_clock::now();
-  absl::Status s = WriteRandomQwenMoe(dir, shape, /*seed=*/1);
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s\n", s.ToString().c_str());
-    return "";
-  }
-  std::printf(
-      "  written in %.1f s\n",
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count());
-  return dir;
+  return *std::move(model);
 }
 
 std::vector<double> ParseDoubles(const std::string& list) {
@@ -175,6 +159,18 @@ int WriteJson(const nlohmann::json& j) {
 int PolicyMain(int threads) {
   PolicyBenchOptions o;
   const std::vector<std::string> dirs = absl::GetFlag(FLAGS_model_dir);
+  const GeneratedModelSpec gen{.kind = absl::GetFlag(FLAGS_gen_model),
+                               .layers = absl::GetFlag(FLAGS_gen_layers)};
+  if (!gen.kind.empty() && !dirs.empty()) {
+    std::fprintf(stderr, "give --model_dir or --gen_model, not both\n");
+    return 2;
+  }
+  absl::StatusOr<nlohmann::json> gen_config = nlohmann::json();
+  if (!gen.kind.empty()) gen_config = GeneratedModelConfig(gen);
+  if (!gen_config.ok()) {
+    std::fprintf(stderr, "%s\n", gen_config.status().ToString().c_str());
+    return 2;
+  }
   o.model_dir = Resolve(dirs.empty() ? "models/demo" : dirs.front());
   o.policies =
       absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
@@ -195,11 +191,27 @@ int PolicyMain(int threads) {
                               .cpu_threads = threads,
                               .cuda_device = absl::GetFlag(FLAGS_cuda_device)});
   if (!backend.ok()) {
-    std::fprintf(stderr, "moeserve_bench: cannot create the %s backend: %s\n",
-                 backend_name.c_str(), backend.status().ToString().c_str());
+    std::fprintf(stderr,
+                 "moeserve_bench: --backend=%s: cannot create the %s "
+                 "backend: %s\n",
+                 backend_name.c_str(),
+                 absl::AsciiStrToUpper(backend_name).c_str(),
+                 backend.status().ToString().c_str());
     return 1;
   }
   o.threads = (*backend)->device() == kernels::Device::kCpu ? threads : 0;
+  std::unique_ptr<GeneratedModel> model;  // removed at return if temporary
+  if (!gen.kind.empty()) {
+    absl::StatusOr<std::unique_ptr<GeneratedModel>> m = GeneratedModel::Prepare(
+        *gen_config, Resolve(absl::GetFlag(FLAGS_gen_dir)), stderr);
+    if (!m.ok()) {
+      std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+      return 1;
+    }
+    model = *std::move(m);
+    o.model_dir = model->dir();
+    o.model_name = GeneratedModelName(gen);
+  }
   std::fprintf(stderr, "policy bench on %s, backend %s ...\n",
                o.model_dir.c_str(), (*backend)->name().c_str());
   absl::StatusOr<PolicyReport> report = RunPolicyBench(o, backend->get());
@@ -254,11 +266,12 @@ int Main() {
   report.bandwidth_gbps = MeasureReadBandwidthGbps(
       report.bandwidth_bytes, threads, absl::GetFlag(FLAGS_bandwidth_repeats));
 
-  bool temporary = false;
+  std::unique_ptr<GeneratedModel> model;
   std::string generated;
   if (absl::GetFlag(FLAGS_gen_qwen_layers) > 0) {
-    generated = Generate(&temporary);
-    if (generated.empty()) return 1;
+    model = GenerateRooflineModel();
+    if (model == nullptr) return 1;
+    generated = model->dir();
     dirs.push_back(generated);
   }
 
@@ -280,7 +293,7 @@ int Main() {
     }
     report.models.push_back(*std::move(m));
   }
-  if (temporary) std::filesystem::remove_all(generated);
+  model.reset();  // a temporary directory is removed here
 
   PrintReport(report, stdout);
   const std::string json_out = absl::GetFlag(FLAGS_json_out);

@@ -20,6 +20,8 @@
 #include "policies/registry.h"
 #include "server/offload_stack.h"
 #include "tools/bench/expert_compute.h"
+#include "tools/bench/prompts.h"
+#include "tools/bench/stand_in_tokenizer.h"
 
 namespace moeserve::bench {
 namespace {
@@ -28,24 +30,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
-}
-
-// The fixed prompt set: the mixtral_demo golden prompts (tests/golden), then
-// a few more of the demo model's domain; request i uses prompt i % size.
-const std::vector<std::string>& Prompts() {
-  static const auto* prompts = new std::vector<std::string>{
-      "The LORD is my shepherd",
-      "Genesis 1\n\n1 In the beginning",
-      "Hello, world!\nHow are you?\n",
-      "A computer program does what you tell it to do, not what you want it "
-      "to do. Q: How many programmers does it take to change a light bulb?"
-      "\nA:",
-      "The LORD",
-      "And God said, Let there be light:",
-      "Blessed is the man that walketh not in the counsel of the ungodly,",
-      "In the beginning was the Word, and the Word was with God,",
-  };
-  return *prompts;
 }
 
 struct RequestTrace {
@@ -194,6 +178,16 @@ absl::StatusOr<PolicyResult> RunOne(
   return r;
 }
 
+// "576.0 KiB", "336.0 MiB", "26.25 GiB".
+std::string HumanBytes(uint64_t bytes) {
+  if (bytes < (uint64_t{1} << 20))
+    return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+  if (bytes < (uint64_t{1} << 30)) {
+    return absl::StrFormat("%.1f MiB", bytes / double(1 << 20));
+  }
+  return absl::StrFormat("%.2f GiB", bytes / double(1 << 30));
+}
+
 }  // namespace
 
 absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
@@ -213,8 +207,14 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
       engine::ModelWeights::Load(o.model_dir,
                                  {.pack_experts = o.slow_tier == "host"});
   if (!weights.ok()) return weights.status();
+  // Text prompts need the model's tokenizer; a model without one (the
+  // generated random-weight models) gets synthetic ids and a stand-in
+  // tokenizer that only satisfies the engine.
+  const bool synthetic =
+      !std::filesystem::exists(o.model_dir + "/tokenizer.model");
   absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
-      engine::Tokenizer::LoadFromModelDir(o.model_dir);
+      synthetic ? StandInTokenizer((*weights)->config().vocab_size)
+                : engine::Tokenizer::LoadFromModelDir(o.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
 
   PolicyReport report;
@@ -222,7 +222,10 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
   report.backend = backend->name();
   report.threads = o.threads;
   report.options = o;
-  report.model_name = std::filesystem::path(o.model_dir).filename().string();
+  report.model_name =
+      !o.model_name.empty()
+          ? o.model_name
+          : std::filesystem::path(o.model_dir).filename().string();
   if (report.model_name.empty()) {
     report.model_name =
         std::filesystem::path(o.model_dir).parent_path().filename().string();
@@ -246,11 +249,17 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
   }
 
   std::vector<std::vector<int32_t>> prompts;
-  for (const std::string& text : Prompts()) {
-    absl::StatusOr<std::vector<int32_t>> ids =
-        (*tokenizer)->Encode(text, /*add_bos=*/true);
-    if (!ids.ok()) return ids.status();
-    prompts.push_back(*std::move(ids));
+  report.synthetic_prompts = synthetic;
+  if (synthetic) {
+    report.prompt_seed = kSyntheticPromptSeed;
+    prompts = SyntheticPrompts(c.vocab_size, kSyntheticPromptSeed);
+  } else {
+    for (const std::string& text : TextPrompts()) {
+      absl::StatusOr<std::vector<int32_t>> ids =
+          (*tokenizer)->Encode(text, /*add_bos=*/true);
+      if (!ids.ok()) return ids.status();
+      prompts.push_back(*std::move(ids));
+    }
   }
   for (int i = 0; i < o.num_requests; ++i) {
     report.prompt_lengths.push_back(prompts[i % prompts.size()].size());
@@ -318,10 +327,10 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                rep.machine.simd.c_str(), rep.backend.c_str(), rep.threads);
   std::fprintf(out,
                "model: %s (%d layers x %d experts, top-%d); expert blob "
-               "%.1f KiB, all experts %.2f MiB\n",
+               "%s, all experts %s\n",
                rep.model_name.c_str(), rep.layers, rep.experts, rep.top_k,
-               rep.expert_blob_bytes / 1024.0,
-               rep.all_expert_bytes / double(1 << 20));
+               HumanBytes(rep.expert_blob_bytes).c_str(),
+               HumanBytes(rep.all_expert_bytes).c_str());
   if (o.link_gbps > 0) {
     std::fprintf(out,
                  "link emulation: ON, %.3g GB/s, %.3g us latency -> one miss "
@@ -343,6 +352,15 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                          "%.1fx", rep.miss_transfer_us / rep.expert_compute_us)
                          .c_str()
                    : "n/a");
+  std::fprintf(
+      out, "prompts: %s\n",
+      rep.synthetic_prompts
+          ? absl::StrFormat("synthetic (the model has no tokenizer.model): "
+                            "token ids uniform in [0, vocab) from seed %d, "
+                            "lengths of the 8 text prompts",
+                            rep.prompt_seed)
+                .c_str()
+          : "text (8 fixed prompts, the model's tokenizer.model, BOS added)");
   std::fprintf(out,
                "workload: %d requests (prompt tokens %s), %d new tokens each, "
                "greedy, ignore_eos; slow tier %s; policy_config '%s'; median "
@@ -400,13 +418,17 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
                {"miss_transfer_us", rep.miss_transfer_us}};
   j["expert_compute_us"] = rep.expert_compute_us;
   j["expert_compute_samples"] = rep.expert_compute_samples;
-  j["workload"] = {{"num_requests", o.num_requests},
-                   {"max_new_tokens", o.max_new_tokens},
-                   {"prompt_lengths", rep.prompt_lengths},
-                   {"slow_tier", o.slow_tier},
-                   {"policy_config", o.policy_config},
-                   {"repeats", o.repeats},
-                   {"greedy", true}};
+  j["workload"] = {
+      {"num_requests", o.num_requests},
+      {"max_new_tokens", o.max_new_tokens},
+      {"prompt_lengths", rep.prompt_lengths},
+      {"prompts", rep.synthetic_prompts ? "synthetic" : "text"},
+      {"prompt_seed", rep.synthetic_prompts ? nlohmann::json(rep.prompt_seed)
+                                            : nlohmann::json(nullptr)},
+      {"slow_tier", o.slow_tier},
+      {"policy_config", o.policy_config},
+      {"repeats", o.repeats},
+      {"greedy", true}};
   j["outputs_identical"] = rep.outputs_identical;
   j["results"] = nlohmann::json::array();
   for (const PolicyResult& r : rep.results) {

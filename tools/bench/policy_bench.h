@@ -25,7 +25,10 @@
 namespace moeserve::bench {
 
 struct PolicyBenchOptions {
-  std::string model_dir;  // Needs tokenizer.model (the prompts are text).
+  // With a tokenizer.model the prompts are text; without one (generated
+  // random-weight models) synthetic token ids of the same lengths.
+  std::string model_dir;
+  std::string model_name;  // For the report; default: the directory's name.
   std::vector<std::string> policies = {"on_demand", "lru", "lfu_static",
                                        "overlap"};
   std::vector<double> ratios = {0.25, 0.5};  // Fast tier / all expert bytes.
@@ -86,6 +89,8 @@ struct PolicyReport {
   double expert_compute_us = 0;     // ExpertFfn, one token, measured here.
   int expert_compute_samples = 0;   // Distinct experts it cycled over.
   std::vector<int> prompt_lengths;  // Tokens per request (BOS included).
+  bool synthetic_prompts = false;   // No tokenizer: random ids (prompts.h).
+  uint64_t prompt_seed = 0;         // Their seed, when synthetic.
   bool outputs_identical = false;   // Across every run.
   std::vector<PolicyResult> results;
 };

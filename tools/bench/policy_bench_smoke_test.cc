@@ -1,8 +1,11 @@
-// Runs moeserve_bench's policy mode on models/demo with tiny settings (2
-// requests x 4 tokens, 2 policies, one ratio, link emulation on) and checks
-// that the JSON report has every field and that both policies generated the
-// same tokens. Not a performance test: no figure is compared with a
-// threshold.
+// Runs moeserve_bench's policy mode with tiny settings and checks the JSON
+// report: on models/demo (text prompts; 2 requests x 4 tokens, 2 policies,
+// one ratio, link emulation on), on a generated random-weight model without
+// tokenizer (synthetic prompts), and --backend=cuda (a clear error without a
+// GPU; a report from the CUDA backend with one). Not a performance test: no
+// figure is compared with a threshold.
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -17,9 +20,19 @@ std::string Runfile(const std::string& path) {
   return std::string(getenv("TEST_SRCDIR")) + "/moeserve/" + path;
 }
 
+std::string TmpFile(const std::string& name) {
+  return std::string(getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
-  const std::string json_path =
-      std::string(getenv("TEST_TMPDIR")) + "/policy_bench.json";
+  const std::string json_path = TmpFile("policy_bench.json");
   const std::string cmd = Runfile("tools/bench/moeserve_bench") +
                           " --model_dir=" + Runfile("models/demo") +
                           " --policies=on_demand,overlap"
@@ -31,10 +44,7 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
                           json_path;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 
-  std::ifstream in(json_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str());
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
   EXPECT_EQ(j.at("mode"), "policies");
   EXPECT_TRUE(j.at("outputs_identical").get<bool>());
   EXPECT_EQ(j.at("threads").get<int>(), 2);
@@ -66,6 +76,65 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
   }
   // on_demand never prefetches; its precision is null (n/a).
   EXPECT_TRUE(j["results"][0]["prefetch_precision"].is_null());
+  EXPECT_EQ(j["workload"].at("prompts"), "text");
+  EXPECT_TRUE(j["workload"].at("prompt_seed").is_null());
+}
+
+TEST(PolicyBenchSmokeTest, GeneratedModelWithoutTokenizerUsesSyntheticIds) {
+  const std::string json_path = TmpFile("policy_bench_generated.json");
+  const std::string cmd = Runfile("tools/bench/moeserve_bench") +
+                          " --gen_model=mixtral_tiny"
+                          " --policies=on_demand,lru"
+                          " --expert_cache_ratio=0.5 --num_requests=3"
+                          " --max_new_tokens=4 --concurrency=1,2 --threads=2"
+                          " --json_out=" +
+                          json_path;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
+  EXPECT_EQ(j.at("workload").at("prompts"), "synthetic");
+  EXPECT_GT(j["workload"].at("prompt_seed").get<uint64_t>(), 0u);
+  EXPECT_EQ(j["workload"].at("prompt_lengths").size(), 3u);
+  EXPECT_EQ(j.at("model").at("name"), "mixtral_tiny-random");
+  EXPECT_EQ(j["model"].at("layers"), 2);
+  EXPECT_TRUE(j.at("outputs_identical").get<bool>());
+  ASSERT_EQ(j.at("results").size(), 4u);  // 2 concurrencies x 2 policies
+  for (const nlohmann::json& r : j["results"]) {
+    EXPECT_EQ(r.at("tokens").get<int>(), 3 * 4) << r.dump();
+    EXPECT_GT(r.at("tokens_per_s").get<double>(), 0);
+  }
+}
+
+// Exit status of `cmd` run by the shell, or -1 when it did not exit normally
+// (killed by a signal: a crash).
+int ExitCode(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(PolicyBenchSmokeTest, CudaBackendRunsOrFailsClearly) {
+  const std::string json_path = TmpFile("policy_bench_cuda.json");
+  const std::string err_path = TmpFile("policy_bench_cuda.stderr");
+  const std::string cmd = Runfile("tools/bench/moeserve_bench") +
+                          " --backend=cuda --gen_model=qwen_tiny"
+                          " --policies=on_demand,lru"
+                          " --expert_cache_ratio=0.5 --num_requests=2"
+                          " --max_new_tokens=4 --json_out=" +
+                          json_path + " 2>" + err_path;
+  const int code = ExitCode(cmd);
+  const std::string err = ReadFile(err_path);
+  ASSERT_NE(code, -1) << "crashed: " << err;
+  if (code == 0) {  // A GPU is here: the report is the CUDA backend's.
+    const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
+    EXPECT_NE(j.at("backend").get<std::string>().find("cuda"),
+              std::string::npos);
+    EXPECT_TRUE(j.at("outputs_identical").get<bool>());
+    return;
+  }
+  EXPECT_EQ(code, 1) << err;
+  EXPECT_NE(err.find("CUDA"), std::string::npos) << err;
+  // It fails before generating or loading any model.
+  EXPECT_EQ(err.find("writing random-weight"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -167,33 +167,80 @@ json QwenMoeConfig(const QwenMoeShape& s) {
   };
 }
 
+MixtralShape TinyMixtralShape() {
+  return {.hidden = 64,
+          .num_layers = 2,
+          .num_heads = 4,
+          .num_kv_heads = 2,
+          .head_dim = 16,
+          .vocab = 256,
+          .num_experts = 8,
+          .top_k = 2,
+          .expert_ffn = 32,
+          .max_positions = 2048,
+          .rope_theta = 1e6};
+}
+
+json MixtralConfig(const MixtralShape& s) {
+  return json{
+      {"architectures", {"MixtralForCausalLM"}},
+      {"model_type", "mixtral"},
+      {"hidden_size", s.hidden},
+      {"num_hidden_layers", s.num_layers},
+      {"num_attention_heads", s.num_heads},
+      {"num_key_value_heads", s.num_kv_heads},
+      {"head_dim", s.head_dim},
+      {"vocab_size", s.vocab},
+      {"intermediate_size", s.expert_ffn},
+      {"num_local_experts", s.num_experts},
+      {"num_experts_per_tok", s.top_k},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", 1e-5},
+      {"rope_theta", s.rope_theta},
+      {"max_position_embeddings", s.max_positions},
+      {"sliding_window", nullptr},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      {"bos_token_id", 1},
+      {"eos_token_id", 2},
+  };
+}
+
 absl::Status WriteRandomQwenMoe(const std::string& dir,
                                 const QwenMoeShape& shape, uint64_t seed) {
-  const json config = QwenMoeConfig(shape);
+  return WriteRandomModel(dir, QwenMoeConfig(shape), seed);
+}
+
+absl::Status WriteRandomModel(const std::string& dir, const json& config,
+                              uint64_t seed) {
   absl::StatusOr<std::vector<TensorSpec>> tensors = AllTensors(config);
   if (!tensors.ok()) return tensors.status();
-  absl::Status s = WriteText(dir + "/config.json", config.dump(2));
-  if (!s.ok()) return s;
+  // The weights go to a temporary name and config.json is written last, so
+  // a directory interrupted mid-write is never taken for a complete model.
   const std::string path = dir + "/model.safetensors";
-  File f(std::fopen(path.c_str(), "wb"));
-  if (!f) return absl::InternalError(absl::StrCat("cannot create ", path));
+  const std::string partial = path + ".partial";
+  File f(std::fopen(partial.c_str(), "wb"));
+  if (!f) return absl::InternalError(absl::StrCat("cannot create ", partial));
   const std::string header = Header(*tensors);
   uint8_t len[8];
   for (int i = 0; i < 8; ++i)
     len[i] = static_cast<uint8_t>(header.size() >> (8 * i));
   if (std::fwrite(len, 1, 8, f.get()) != 8 ||
       std::fwrite(header.data(), 1, header.size(), f.get()) != header.size()) {
-    return absl::InternalError(absl::StrCat("cannot write ", path));
+    return absl::InternalError(absl::StrCat("cannot write ", partial));
   }
   for (const TensorSpec& t : *tensors) {
-    s = WriteTensor(f.get(), t, seed);
+    absl::Status s = WriteTensor(f.get(), t, seed);
     if (!s.ok())
-      return absl::InternalError(absl::StrCat(path, ": ", s.message()));
+      return absl::InternalError(absl::StrCat(partial, ": ", s.message()));
   }
   if (std::fclose(f.release()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot close ", path));
+    return absl::InternalError(absl::StrCat("cannot close ", partial));
   }
-  return absl::OkStatus();
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", partial));
+  }
+  return WriteText(dir + "/config.json", config.dump(2));
 }
 
 }  // namespace moeserve::bench

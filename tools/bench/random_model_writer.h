@@ -1,9 +1,10 @@
-// Writes a random-weight Hugging Face qwen2_moe model directory (config.json
-// + one model.safetensors, all BF16) for benchmarking at a real model's shape
-// without downloading it. Tensor names and shapes come from the registered
-// engine Architecture (NonExpertTensors, ExpertNames), so they match what
-// ModelWeights::Load expects by construction. No tokenizer is written: the
-// benchmark feeds token ids directly.
+// Writes a random-weight Hugging Face MoE model directory (config.json + one
+// model.safetensors, all BF16) for benchmarking at a real model's shape
+// without downloading it: qwen2_moe (Qwen1.5-MoE-A2.7B) or mixtral
+// (Mixtral-8x7B), or any config.json of a registered architecture. Tensor names
+// and shapes come from the registered engine Architecture (NonExpertTensors,
+// ExpertNames), so they match what ModelWeights::Load expects by construction.
+// No tokenizer is written: the benchmark feeds token ids directly.
 //
 // Weights are uniform in [-a, a] with a = sqrt(3 / fan_in) (unit-variance
 // outputs), norm weights are 1 and biases 0, so the forward pass stays finite
@@ -43,8 +44,36 @@ QwenMoeShape TinyQwenMoeShape();
 // config.json contents for `shape`.
 nlohmann::json QwenMoeConfig(const QwenMoeShape& shape);
 
-// Writes config.json and model.safetensors into the existing directory
-// `dir`. Deterministic for a given (shape, seed).
+// The shape of a mixtral model. Defaults: Mixtral-8x7B (8 experts, top-2,
+// no shared expert) except num_layers (the real model has 32).
+struct MixtralShape {
+  int64_t hidden = 4096;
+  int64_t num_layers = 2;
+  int64_t num_heads = 32;
+  int64_t num_kv_heads = 8;
+  int64_t head_dim = 128;
+  int64_t vocab = 32000;
+  int64_t num_experts = 8;
+  int64_t top_k = 2;
+  int64_t expert_ffn = 14336;
+  int64_t max_positions = 32768;
+  double rope_theta = 1e6;
+};
+
+// A tiny shape with the same structure (for the smoke test).
+MixtralShape TinyMixtralShape();
+
+// config.json contents for `shape`.
+nlohmann::json MixtralConfig(const MixtralShape& shape);
+
+// Writes config.json (`config`, which must parse as a registered
+// architecture) and model.safetensors with every tensor that config implies
+// into the existing directory `dir`. Deterministic for a given (config,
+// seed).
+absl::Status WriteRandomModel(const std::string& dir,
+                              const nlohmann::json& config, uint64_t seed);
+
+// WriteRandomModel(dir, QwenMoeConfig(shape), seed).
 absl::Status WriteRandomQwenMoe(const std::string& dir,
                                 const QwenMoeShape& shape, uint64_t seed);
 
