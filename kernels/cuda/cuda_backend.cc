@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("CUDA device ", device, " not in [0, ", count, ")"));
   }
-  MOESERVE_RETURN_IF_ERROR(FromCuda(RtSetDevice(device), "cudaSetDevice"));
+  MOESERVE_RETURN_IF_ERROR(FromCuda(RtEnsureDevice(device), "cudaSetDevice"));
   char name[256];
   MOESERVE_RETURN_IF_ERROR(FromCuda(RtDeviceName(device, name, sizeof(name)),
                                     "cudaGetDeviceProperties"));
@@ -89,7 +89,8 @@ CudaBackend::CudaBackend(int device, std::string name,
 CudaBackend::~CudaBackend() = default;
 
 absl::StatusOr<std::unique_ptr<Stream>> CudaBackend::CreateStream() {
-  MOESERVE_RETURN_IF_ERROR(FromCuda(RtSetDevice(device_id_), "cudaSetDevice"));
+  MOESERVE_RETURN_IF_ERROR(
+      FromCuda(RtEnsureDevice(device_id_), "cudaSetDevice"));
   // The cuBLASLt scratch first, so a failure leaves nothing behind.
   LtScratch scratch;
   if (lt_ != nullptr) {
@@ -116,7 +117,7 @@ absl::StatusOr<std::unique_ptr<Stream>> CudaBackend::CreateStream() {
     if (scratch.split != nullptr) RtFree(scratch.split);
     return st;
   }
-  return std::make_unique<CudaStream>(this, stream, scratch);
+  return std::make_unique<CudaStream>(this, device_id_, stream, scratch);
 }
 
 absl::Status CudaBackend::Gemm(const CudaStream& cs, const float* x, int64_t m,

@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::Allocate(int64_t bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("cudaMalloc of ", bytes, " bytes"));
   }
-  RtSetDevice(device_id_);
+  RtEnsureDevice(device_id_);
   void* p = nullptr;
   const int err = RtMalloc(&p, bytes);
   if (err != 0) {
@@ -151,7 +151,7 @@ absl::Status CudaBackend::Zero(Stream& s, void* dst, int64_t bytes) {
 }
 
 absl::StatusOr<std::unique_ptr<Event>> CudaBackend::CreateEvent() {
-  RtSetDevice(device_id_);
+  RtEnsureDevice(device_id_);
   Evt e = nullptr;
   if (absl::Status st = FromCuda(RtEventCreate(&e), "cudaEventCreate");
       !st.ok()) {

@@ -28,8 +28,8 @@ class CudaStream final : public Stream {
  public:
   // Takes ownership of `stream` and of the device memory in `scratch`
   // (cudaMalloc'd, may be null).
-  CudaStream(const void* owner, Strm stream, LtScratch scratch)
-      : owner_(owner), stream_(stream), scratch_(scratch) {}
+  CudaStream(const void* owner, int device, Strm stream, LtScratch scratch)
+      : owner_(owner), device_(device), stream_(stream), scratch_(scratch) {}
   ~CudaStream() override {
     // The scratch may still be in use by enqueued work.
     RtStreamSynchronize(stream_);
@@ -45,20 +45,30 @@ class CudaStream final : public Stream {
     return FromCuda(RtStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   const void* owner() const { return owner_; }
+  int device_id() const { return device_; }
   Strm get() const { return stream_; }
   const LtScratch& scratch() const { return scratch_; }
 
  private:
   const void* const owner_;  // The CudaBackend that created it.
+  const int device_;         // Its device ordinal.
   const Strm stream_;
   const LtScratch scratch_;
 };
 
-// `s` as a CudaStream of `owner`, or InvalidArgument.
+// `s` as a CudaStream of `owner`, or InvalidArgument. Also makes the
+// stream's device current on the calling thread: ops, copies and events are
+// enqueued from several threads (the engine's scheduler, the link workers),
+// and a launch into a stream of a device that is not current fails.
 inline absl::StatusOr<CudaStream*> OwnStream(const void* owner, Stream& s) {
   auto* cs = dynamic_cast<CudaStream*>(&s);
   if (cs == nullptr || cs->owner() != owner) {
     return absl::InvalidArgumentError("stream does not belong to this backend");
+  }
+  if (absl::Status st =
+          FromCuda(RtEnsureDevice(cs->device_id()), "cudaSetDevice");
+      !st.ok()) {
+    return st;
   }
   return cs;
 }

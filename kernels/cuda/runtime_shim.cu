@@ -9,6 +9,13 @@ namespace moeserve::kernels::cuda {
 
 int RtDeviceCount(int* count) { return cudaGetDeviceCount(count); }
 int RtSetDevice(int device) { return cudaSetDevice(device); }
+int RtEnsureDevice(int device) {
+  thread_local int current = -1;
+  if (device == current) return cudaSuccess;
+  const cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) current = device;
+  return err;
+}
 int RtDeviceName(int device, char* buf, int len) {
   cudaDeviceProp prop;
   const cudaError_t err = cudaGetDeviceProperties(&prop, device);

@@ -20,6 +20,9 @@ using Evt = CUevent_st*;    // == cudaEvent_t
 
 int RtDeviceCount(int* count);
 int RtSetDevice(int device);
+// cudaSetDevice only when `device` is not already this thread's current one
+// (remembered per thread), so it is cheap to call before every launch.
+int RtEnsureDevice(int device);
 // Writes "name-smXY" into buf (NUL-terminated, truncated to len).
 int RtDeviceName(int device, char* buf, int len);
 int RtMemGetInfo(size_t* free_bytes, size_t* total_bytes);
