@@ -108,6 +108,12 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
   virtual absl::StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+  // A stream for copies and events only (a link's copy queue): no op
+  // scratch is reserved for it (CUDA: no cuBLASLt workspace). Ops enqueued
+  // on it still work, without the scratch-backed fast paths.
+  virtual absl::StatusOr<std::unique_ptr<Stream>> CreateCopyStream() {
+    return CreateStream();
+  }
 
   // ---- Memory, copies and events.
   // `bytes` (> 0) of device memory, 256-byte aligned, contents undefined.

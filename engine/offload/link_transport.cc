@@ -92,7 +92,7 @@ class DeviceTransport final : public LinkTransport {
     for (int i = 0; i < num_workers; ++i) {
       Worker w;
       absl::StatusOr<std::unique_ptr<kernels::Stream>> copy =
-          backend_->CreateStream();
+          backend_->CreateCopyStream();
       if (!copy.ok()) return copy.status();
       w.copy = *std::move(copy);
       absl::StatusOr<std::unique_ptr<kernels::Buffer>> staging =

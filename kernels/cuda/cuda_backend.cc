@@ -120,11 +120,22 @@ absl::StatusOr<std::unique_ptr<Stream>> CudaBackend::CreateStream() {
   return std::make_unique<CudaStream>(this, device_id_, stream, scratch);
 }
 
+absl::StatusOr<std::unique_ptr<Stream>> CudaBackend::CreateCopyStream() {
+  MOESERVE_RETURN_IF_ERROR(
+      FromCuda(RtEnsureDevice(device_id_), "cudaSetDevice"));
+  Strm stream = nullptr;
+  MOESERVE_RETURN_IF_ERROR(
+      FromCuda(RtStreamCreate(&stream), "cudaStreamCreate"));
+  return std::make_unique<CudaStream>(this, device_id_, stream, LtScratch{});
+}
+
 absl::Status CudaBackend::Gemm(const CudaStream& cs, const float* x, int64_t m,
                                int64_t k, const uint16_t* w, int64_t n,
                                const uint16_t* bias, float* out,
                                const char* what) {
-  if (lt_ != nullptr && m >= options_.lt_min_m && m > 0 && n > 0 && k > 0) {
+  // A copy stream has no scratch: the GEMV serves it.
+  if (lt_ != nullptr && cs.scratch().split != nullptr &&
+      m >= options_.lt_min_m && m > 0 && n > 0 && k > 0) {
     const int e = lt_->Run(x, m, k, w, n, bias, out, cs.scratch(), cs.get());
     if (e == 0) {
       lt_gemms_.fetch_add(1, std::memory_order_relaxed);

@@ -58,6 +58,8 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return name_; }
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override;
+  // Without the per-stream cuBLASLt scratch (link copy streams).
+  absl::StatusOr<std::unique_ptr<Stream>> CreateCopyStream() override;
   int device_id() const { return device_id_; }
   const CudaBackendOptions& options() const { return options_; }
 
