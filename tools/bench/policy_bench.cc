@@ -167,6 +167,8 @@ absl::StatusOr<PolicyResult> RunOne(
   r.link_transfers = after.link_transfers - before.link_transfers;
   r.link_bytes_per_token = r.tokens ? double(r.link_bytes) / r.tokens : 0;
   r.link_busy_seconds = after.link_busy_seconds - before.link_busy_seconds;
+  r.expert_copy_gbps =
+      r.link_busy_seconds > 0 ? r.link_bytes / r.link_busy_seconds / 1e9 : 0;
   r.stall_seconds = after.stall_seconds - before.stall_seconds;
   r.stall_share = r.stall_seconds / r.wall_seconds;
   r.link_busy_share = r.link_busy_seconds / r.wall_seconds;
@@ -220,6 +222,7 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
   PolicyReport report;
   report.machine = DescribeMachine();
   report.backend = backend->name();
+  report.fast_tier_on_device = backend->device() != kernels::Device::kCpu;
   report.threads = o.threads;
   report.options = o;
   report.model_name =
@@ -246,6 +249,14 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
     if (!t.ok()) return t.status();
     report.expert_compute_us = t->micros_per_expert;
     report.expert_compute_samples = t->distinct_experts;
+  }
+  {
+    // Before the policy runs: what the same backend achieves copying one
+    // blob at a time with nothing else running.
+    absl::StatusOr<CopyProbe> probe =
+        MeasurePinnedCopy(backend, report.expert_blob_bytes);
+    if (!probe.ok()) return probe.status();
+    report.copy_probe = *probe;
   }
 
   std::vector<std::vector<int32_t>> prompts;
@@ -309,6 +320,12 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
     }
   }
   report.outputs_identical = identical;
+  for (PolicyResult& r : report.results) {
+    if (report.copy_probe.event_gbps > 0) {
+      r.expert_copy_vs_plain =
+          r.expert_copy_gbps / report.copy_probe.event_gbps;
+    }
+  }
   for (const PolicyResult& r : report.results) {
     if (r.outputs != report.results.front().outputs) {
       report.outputs_identical = false;
@@ -342,6 +359,23 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                  "memory speed)\n",
                  o.slow_tier.c_str());
   }
+  const CopyProbe& p = rep.copy_probe;
+  std::fprintf(out,
+               "plain pinned copy: %d copies of one blob (%s) from "
+               "AllocateHost memory into backend memory, one stream, %d "
+               "distinct buffers: %.2f GB/s (events), %.2f GB/s (wall)\n",
+               p.copies, HumanBytes(p.bytes_per_copy).c_str(), p.buffers,
+               p.event_gbps, p.wall_gbps);
+  std::fprintf(
+      out, "expert copy GB/s (table) = link bytes / link busy seconds, %s\n",
+      o.link_gbps > 0
+          ? "here the EMULATED link's rate (busy time includes the "
+            "emulation's sleep), not the hardware's"
+          : (rep.fast_tier_on_device
+                 ? "busy = event time of each copy on the link's copy "
+                   "stream (plus any host read into staging)"
+                 : "busy = wall time of each slow-tier read into the slot "
+                   "(host RAM)"));
   std::fprintf(out,
                "expert compute (ExpertFfn, 1 token, measured over %d "
                "experts in backend memory): %.1f us; miss transfer / "
@@ -373,8 +407,9 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
   std::fprintf(out,
                "| ratio | conc | policy | slots | tok/s | vs on_demand | TPOT "
                "mean/p50/p99 ms | hit rate | link KiB/tok | stall share | "
-               "link busy | prefetch precision (used/loads) |\n");
-  std::fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "link busy | expert copy GB/s (x plain) | prefetch precision "
+               "(used/loads) |\n");
+  std::fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const PolicyResult& r : rep.results) {
     const std::string vs =
         r.speedup_vs_on_demand > 0
@@ -385,13 +420,19 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
             ? "n/a"
             : absl::StrFormat("%.2f (%d/%d)", r.prefetch_precision,
                               r.prefetch_used, r.prefetch_loads);
+    const std::string copy =
+        r.expert_copy_gbps > 0
+            ? absl::StrFormat("%.2f (%.2fx)", r.expert_copy_gbps,
+                              r.expert_copy_vs_plain)
+            : "n/a";
     std::fprintf(out,
                  "| %.2f | %d | %s | %d | %.1f | %s | %.2f / %.2f / %.2f | "
-                 "%.3f | %.1f | %.1f%% | %.1f%% | %s |\n",
+                 "%.3f | %.1f | %.1f%% | %.1f%% | %s | %s |\n",
                  r.ratio, r.concurrency, r.policy.c_str(), r.slots,
                  r.tokens_per_s, vs.c_str(), r.tpot_mean_ms, r.tpot_p50_ms,
                  r.tpot_p99_ms, r.hit_rate, r.link_bytes_per_token / 1024.0,
-                 100 * r.stall_share, 100 * r.link_busy_share, prec.c_str());
+                 100 * r.stall_share, 100 * r.link_busy_share, copy.c_str(),
+                 prec.c_str());
   }
 }
 
@@ -404,6 +445,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
                   {"memory_bytes", rep.machine.memory_bytes},
                   {"simd", rep.machine.simd}};
   j["backend"] = rep.backend;
+  j["fast_tier_on_device"] = rep.fast_tier_on_device;
   j["threads"] = rep.threads;
   j["model"] = {{"name", rep.model_name},
                 {"dir", o.model_dir},
@@ -415,7 +457,15 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
   j["link"] = {{"emulated", o.link_gbps > 0},
                {"gbps", o.link_gbps},
                {"latency_us", o.link_latency_us},
-               {"miss_transfer_us", rep.miss_transfer_us}};
+               {"miss_transfer_us", rep.miss_transfer_us},
+               {"expert_copy_rate_emulated", o.link_gbps > 0}};
+  j["copy_probe"] = {{"bytes_per_copy", rep.copy_probe.bytes_per_copy},
+                     {"copies", rep.copy_probe.copies},
+                     {"buffers", rep.copy_probe.buffers},
+                     {"event_seconds", rep.copy_probe.event_seconds},
+                     {"wall_seconds", rep.copy_probe.wall_seconds},
+                     {"event_gbps", rep.copy_probe.event_gbps},
+                     {"wall_gbps", rep.copy_probe.wall_gbps}};
   j["expert_compute_us"] = rep.expert_compute_us;
   j["expert_compute_samples"] = rep.expert_compute_samples;
   j["workload"] = {
@@ -461,6 +511,12 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
     };
     x["speedup_vs_on_demand"] = r.speedup_vs_on_demand > 0
                                     ? nlohmann::json(r.speedup_vs_on_demand)
+                                    : nlohmann::json(nullptr);
+    x["expert_copy_gbps"] = r.expert_copy_gbps > 0
+                                ? nlohmann::json(r.expert_copy_gbps)
+                                : nlohmann::json(nullptr);
+    x["expert_copy_vs_plain"] = r.expert_copy_vs_plain > 0
+                                    ? nlohmann::json(r.expert_copy_vs_plain)
                                     : nlohmann::json(nullptr);
     x["prefetch_precision"] = r.prefetch_precision >= 0
                                   ? nlohmann::json(r.prefetch_precision)

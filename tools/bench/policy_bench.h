@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/copy_probe.h"
 #include "tools/bench/machine.h"
 
 namespace moeserve::bench {
@@ -67,6 +68,10 @@ struct PolicyResult {
   uint64_t link_transfers = 0;
   double link_bytes_per_token = 0;
   double link_busy_seconds = 0;
+  // link_bytes / link_busy_seconds / 1e9: the rate the link moved experts
+  // while busy (the emulated rate when emulation is on); 0: no busy time.
+  double expert_copy_gbps = 0;
+  double expert_copy_vs_plain = 0;  // Over PolicyReport::copy_probe's rate.
   double stall_seconds = 0;
   double stall_share = 0;                   // stall_seconds / wall_seconds.
   double link_busy_share = 0;               // link_busy_seconds / wall_seconds.
@@ -79,6 +84,9 @@ struct PolicyResult {
 struct PolicyReport {
   MachineInfo machine;
   std::string backend;  // Backend::name().
+  // Expert slots in device memory filled by device copies (a GPU backend);
+  // false: host RAM filled by slow-tier reads (the CPU backend).
+  bool fast_tier_on_device = false;
   int threads = 0;
   PolicyBenchOptions options;
   std::string model_name;
@@ -88,6 +96,7 @@ struct PolicyReport {
   double miss_transfer_us = 0;      // latency + blob / link; 0: no emulation.
   double expert_compute_us = 0;     // ExpertFfn, one token, measured here.
   int expert_compute_samples = 0;   // Distinct experts it cycled over.
+  CopyProbe copy_probe;             // Plain pinned copies of one blob.
   std::vector<int> prompt_lengths;  // Tokens per request (BOS included).
   bool synthetic_prompts = false;   // No tokenizer: random ids (prompts.h).
   uint64_t prompt_seed = 0;         // Their seed, when synthetic.

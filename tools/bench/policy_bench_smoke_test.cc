@@ -51,6 +51,14 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
   // The default backend, named as Backend::name() ("cpu-avx2-2t", ...).
   EXPECT_EQ(j.at("backend").get<std::string>().rfind("cpu", 0), 0u);
   EXPECT_GT(j.at("expert_compute_samples").get<int>(), 0);
+  EXPECT_FALSE(j.at("fast_tier_on_device").get<bool>());
+  EXPECT_TRUE(j["link"].at("expert_copy_rate_emulated").get<bool>());
+  // The plain copy probe ran, on one blob's size.
+  const nlohmann::json& probe = j.at("copy_probe");
+  EXPECT_EQ(probe.at("bytes_per_copy"), j["model"]["expert_blob_bytes"]);
+  EXPECT_EQ(probe.at("copies").get<int>(), 64);
+  EXPECT_GT(probe.at("event_gbps").get<double>(), 0);
+  EXPECT_GT(probe.at("wall_gbps").get<double>(), 0);
   EXPECT_TRUE(j.at("link").at("emulated").get<bool>());
   EXPECT_GT(j["link"].at("miss_transfer_us").get<double>(), 0);
   EXPECT_GT(j.at("expert_compute_us").get<double>(), 0);
@@ -73,6 +81,9 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
       EXPECT_LE(r.at(key).get<double>(), 1) << key;
     }
     EXPECT_TRUE(r.contains("prefetch_precision"));
+    // Both policies miss at R = 0.25, so the link was busy.
+    EXPECT_GT(r.at("expert_copy_gbps").get<double>(), 0) << r.dump();
+    EXPECT_GT(r.at("expert_copy_vs_plain").get<double>(), 0) << r.dump();
   }
   // on_demand never prefetches; its precision is null (n/a).
   EXPECT_TRUE(j["results"][0]["prefetch_precision"].is_null());
