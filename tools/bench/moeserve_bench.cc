@@ -88,6 +88,9 @@ ABSL_FLAG(int, policy_repeats, 1,
           "round-robin this many times; report each policy's median run.");
 ABSL_FLAG(int, max_new_tokens, 48,
           "Policy mode: tokens generated per request (EOS ignored).");
+ABSL_FLAG(int, warmup_tokens, 4,
+          "Policy mode: tokens of the untimed warm-up request each engine "
+          "runs before the timed workload.");
 ABSL_FLAG(std::string, backend, "cpu",
           "Policy mode: compute backend, cpu or cuda (expert slots in VRAM, "
           "link copies on CUDA streams). Roofline mode is CPU-only.");
@@ -183,6 +186,7 @@ int PolicyMain(int threads) {
   o.num_requests = absl::GetFlag(FLAGS_num_requests);
   o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   o.repeats = absl::GetFlag(FLAGS_policy_repeats);
+  o.warmup_tokens = absl::GetFlag(FLAGS_warmup_tokens);
   // The backend first: a missing GPU is reported before any model is
   // loaded.
   const std::string backend_name = absl::GetFlag(FLAGS_backend);

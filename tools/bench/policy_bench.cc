@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -320,6 +321,15 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
     }
   }
   report.outputs_identical = identical;
+  {
+    // How varied the generated text is: a model that repeats one token
+    // routes every decode step alike, which flatters the caching policies.
+    std::set<int32_t> distinct;
+    for (const std::vector<int32_t>& out : report.results.front().outputs) {
+      distinct.insert(out.begin(), out.end());
+    }
+    report.distinct_generated_tokens = static_cast<int>(distinct.size());
+  }
   for (PolicyResult& r : report.results) {
     if (report.copy_probe.event_gbps > 0) {
       r.expert_copy_vs_plain =
@@ -397,13 +407,18 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
           : "text (8 fixed prompts, the model's tokenizer.model, BOS added)");
   std::fprintf(out,
                "workload: %d requests (prompt tokens %s), %d new tokens each, "
-               "greedy, ignore_eos; slow tier %s; policy_config '%s'; median "
-               "of %d interleaved repeats\n",
+               "greedy, ignore_eos; %d-token untimed warm-up request per "
+               "engine; slow tier %s; policy_config '%s'; median of %d "
+               "interleaved repeats\n",
                o.num_requests, absl::StrJoin(rep.prompt_lengths, ",").c_str(),
-               o.max_new_tokens, o.slow_tier.c_str(), o.policy_config.c_str(),
-               o.repeats);
-  std::fprintf(out, "outputs identical across policies: %s\n\n",
-               rep.outputs_identical ? "yes" : "no");
+               o.max_new_tokens, o.warmup_tokens, o.slow_tier.c_str(),
+               o.policy_config.c_str(), o.repeats);
+  std::fprintf(out,
+               "outputs identical across policies: %s; %d distinct token ids "
+               "among the %lld generated\n\n",
+               rep.outputs_identical ? "yes" : "no",
+               rep.distinct_generated_tokens,
+               static_cast<long long>(rep.results.front().tokens));
   std::fprintf(out,
                "| ratio | conc | policy | slots | tok/s | vs on_demand | TPOT "
                "mean/p50/p99 ms | hit rate | link KiB/tok | stall share | "
@@ -471,6 +486,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
   j["workload"] = {
       {"num_requests", o.num_requests},
       {"max_new_tokens", o.max_new_tokens},
+      {"warmup_tokens", o.warmup_tokens},
       {"prompt_lengths", rep.prompt_lengths},
       {"prompts", rep.synthetic_prompts ? "synthetic" : "text"},
       {"prompt_seed", rep.synthetic_prompts ? nlohmann::json(rep.prompt_seed)
@@ -480,6 +496,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
       {"repeats", o.repeats},
       {"greedy", true}};
   j["outputs_identical"] = rep.outputs_identical;
+  j["distinct_generated_tokens"] = rep.distinct_generated_tokens;
   j["results"] = nlohmann::json::array();
   for (const PolicyResult& r : rep.results) {
     nlohmann::json x = {

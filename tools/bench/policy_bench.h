@@ -91,16 +91,17 @@ struct PolicyReport {
   PolicyBenchOptions options;
   std::string model_name;
   int layers = 0, experts = 0, top_k = 0;
-  uint64_t expert_blob_bytes = 0;   // One padded expert (one transfer).
-  uint64_t all_expert_bytes = 0;    // Unpadded, all layers.
-  double miss_transfer_us = 0;      // latency + blob / link; 0: no emulation.
-  double expert_compute_us = 0;     // ExpertFfn, one token, measured here.
-  int expert_compute_samples = 0;   // Distinct experts it cycled over.
-  CopyProbe copy_probe;             // Plain pinned copies of one blob.
-  std::vector<int> prompt_lengths;  // Tokens per request (BOS included).
-  bool synthetic_prompts = false;   // No tokenizer: random ids (prompts.h).
-  uint64_t prompt_seed = 0;         // Their seed, when synthetic.
-  bool outputs_identical = false;   // Across every run.
+  uint64_t expert_blob_bytes = 0;     // One padded expert (one transfer).
+  uint64_t all_expert_bytes = 0;      // Unpadded, all layers.
+  double miss_transfer_us = 0;        // latency + blob / link; 0: no emulation.
+  double expert_compute_us = 0;       // ExpertFfn, one token, measured here.
+  int expert_compute_samples = 0;     // Distinct experts it cycled over.
+  CopyProbe copy_probe;               // Plain pinned copies of one blob.
+  std::vector<int> prompt_lengths;    // Tokens per request (BOS included).
+  bool synthetic_prompts = false;     // No tokenizer: random ids (prompts.h).
+  uint64_t prompt_seed = 0;           // Their seed, when synthetic.
+  bool outputs_identical = false;     // Across every run.
+  int distinct_generated_tokens = 0;  // Token ids in one run's outputs.
   std::vector<PolicyResult> results;
 };
 

@@ -88,6 +88,8 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
   // on_demand never prefetches; its precision is null (n/a).
   EXPECT_TRUE(j["results"][0]["prefetch_precision"].is_null());
   EXPECT_EQ(j["workload"].at("prompts"), "text");
+  EXPECT_EQ(j["workload"].at("warmup_tokens"), 4);
+  EXPECT_GT(j.at("distinct_generated_tokens").get<int>(), 0);
   EXPECT_TRUE(j["workload"].at("prompt_seed").is_null());
 }
 
