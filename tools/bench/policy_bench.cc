@@ -183,8 +183,9 @@ absl::StatusOr<PolicyResult> RunOne(
 
 // "576.0 KiB", "336.0 MiB", "26.25 GiB".
 std::string HumanBytes(uint64_t bytes) {
-  if (bytes < (uint64_t{1} << 20))
+  if (bytes < (uint64_t{1} << 20)) {
     return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+  }
   if (bytes < (uint64_t{1} << 30)) {
     return absl::StrFormat("%.1f MiB", bytes / double(1 << 20));
   }
