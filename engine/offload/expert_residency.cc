@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -77,6 +78,10 @@ absl::Status ExpertResidency::Init(const LinkOptions& link,
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate a fast tier of ", size, " bytes"));
     }
+    // Touch every page now: otherwise the first copy into each slot pays
+    // the page faults (measured: the first lru pass at R=0.5 copied at 0.12x
+    // the plain memcpy rate, 0.78x once warm).
+    std::memset(arena_.get(), 0, size);
     slot_base_ = arena_.get();
     transport = NewHostTransport(slow_);
   } else {
