@@ -4,8 +4,6 @@
 // greedy tokens identical. Also: a batch of all prompts gives the same
 // logits as each prompt alone, and chunked prefill equals one-shot prefill.
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,44 +11,18 @@
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
 #include "engine/moe_model.h"
+#include "engine/testing/golden.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "nlohmann/json.hpp"
 
 namespace moeserve::engine {
 namespace {
 
-std::string Runfile(const std::string& path) {
-  return std::string(getenv("TEST_SRCDIR")) + "/moeserve/" + path;
-}
-
-struct Case {
-  std::string name;
-  std::vector<int32_t> prompt;
-  std::vector<float> logits;
-  std::vector<int32_t> greedy;
-};
-
-struct Golden {
-  std::string model_dir;
-  std::vector<Case> cases;
-};
-
-Golden ReadGolden(const std::string& fixture) {
-  std::ifstream in(Runfile("tests/golden/" + fixture + "/golden.json"));
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str());
-  Golden g;
-  g.model_dir = j.at("model_dir").get<std::string>();
-  for (const auto& c : j.at("cases")) {
-    g.cases.push_back({c.at("name").get<std::string>(),
-                       c.at("prompt_ids").get<std::vector<int32_t>>(),
-                       c.at("last_logits").get<std::vector<float>>(),
-                       c.at("greedy_ids").get<std::vector<int32_t>>()});
-  }
-  return g;
-}
+using testing::Golden;
+using testing::GoldenCase;
+using testing::ReadGolden;
+using testing::Runfile;
+using Case = GoldenCase;
 
 int32_t Argmax(const float* row, int64_t n) {
   int32_t best = 0;

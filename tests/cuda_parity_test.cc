@@ -9,8 +9,6 @@
 // rows >= 16 take the cuBLASLt path). Skips without a GPU.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,10 +16,10 @@
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
 #include "engine/moe_model.h"
+#include "engine/testing/golden.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "nlohmann/json.hpp"
 #include "server/offload_stack.h"
 
 namespace moeserve {
@@ -35,35 +33,10 @@ using engine::SequenceChunk;
 constexpr int kDecodeSteps = 32;
 constexpr int kBlockSize = 16;
 
-std::string Runfile(const std::string& path) {
-  return std::string(getenv("TEST_SRCDIR")) + "/moeserve/" + path;
-}
-
-struct Case {
-  std::string name;
-  std::vector<int32_t> prompt;
-  std::vector<float> torch_logits;
-};
-
-struct Golden {
-  std::string model_dir;
-  std::vector<Case> cases;
-};
-
-Golden ReadGolden(const std::string& fixture) {
-  std::ifstream in(Runfile("tests/golden/" + fixture + "/golden.json"));
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str());
-  Golden g;
-  g.model_dir = j.at("model_dir").get<std::string>();
-  for (const auto& c : j.at("cases")) {
-    g.cases.push_back({c.at("name").get<std::string>(),
-                       c.at("prompt_ids").get<std::vector<int32_t>>(),
-                       c.at("last_logits").get<std::vector<float>>()});
-  }
-  return g;
-}
+using engine::testing::Golden;
+using engine::testing::GoldenCase;
+using engine::testing::ReadGolden;
+using engine::testing::Runfile;
 
 kernels::Backend* Cuda(std::string* why) {
   static auto* backend = new absl::StatusOr<std::unique_ptr<kernels::Backend>>(
@@ -163,7 +136,7 @@ class CudaParityTest
 
 TEST_P(CudaParityTest, GreedyDecodeMatchesCpu) {
   const int64_t vocab = weights_->config().vocab_size;
-  for (const Case& c : golden_.cases) {
+  for (const GoldenCase& c : golden_.cases) {
     SCOPED_TRACE(c.name);
     Runner cpu = MakeCpu();
     Runner gpu = MakeCuda();
@@ -171,8 +144,8 @@ TEST_P(CudaParityTest, GreedyDecodeMatchesCpu) {
     std::vector<float> got = gpu.Step({c.prompt}, {0});
     ASSERT_EQ(got.size(), want.size());
     const float scale = MaxAbs(want.data(), vocab);
-    EXPECT_LE(MaxAbsDiff(got.data(), c.torch_logits.data(), vocab),
-              1e-2f * MaxAbs(c.torch_logits.data(), vocab))
+    EXPECT_LE(MaxAbsDiff(got.data(), c.logits.data(), vocab),
+              1e-2f * MaxAbs(c.logits.data(), vocab))
         << "prompt logits vs PyTorch";
     int64_t pos = c.prompt.size();
     for (int step = 0; step < kDecodeSteps; ++step) {
@@ -191,7 +164,7 @@ TEST_P(CudaParityTest, BatchedPrefillMatchesCpu) {
   const int64_t vocab = weights_->config().vocab_size;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int64_t> starts;
-  for (const Case& c : golden_.cases) {
+  for (const GoldenCase& c : golden_.cases) {
     prompts.push_back(c.prompt);
     starts.push_back(0);
   }

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "engine/internal/status_macros.h"
 #include "engine/offload/slow_tier.h"
 #include "kernels/tensor.h"
-#include "tools/bench/status_macros.h"
 
 namespace moeserve::bench {
 namespace {
@@ -37,49 +37,49 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
 
   // Blobs come from the slow tier the weights support: the packed arena, or
   // pread from the files (weights loaded for the disk tier).
-  BENCH_ASSIGN_OR_RETURN(std::unique_ptr<engine::SlowTier> slow,
-                         weights.expert({0, 0}).data != nullptr
-                             ? engine::NewHostSlowTier(&weights)
-                             : engine::NewDiskSlowTier(&weights));
-  BENCH_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
-                         backend->CreateStream());
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<engine::SlowTier> slow,
+                          weights.expert({0, 0}).data != nullptr
+                              ? engine::NewHostSlowTier(&weights)
+                              : engine::NewDiskSlowTier(&weights));
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
+                          backend->CreateStream());
   kernels::Stream& s = *stream;
-  BENCH_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> staging,
-                         backend->AllocateHost(blob_bytes));
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> staging,
+                          backend->AllocateHost(blob_bytes));
   std::vector<std::unique_ptr<kernels::Buffer>> blobs;
   for (int i = 0; i < n; ++i) {
     // Spread the sample over layers and experts.
     const int flat = static_cast<int>(int64_t{i} * all / n);
     const engine::ExpertId id{flat / weights.num_experts(),
                               flat % weights.num_experts()};
-    BENCH_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> blob,
-                           backend->Allocate(blob_bytes));
-    BENCH_RETURN_IF_ERROR(
+    ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> blob,
+                            backend->Allocate(blob_bytes));
+    ENGINE_RETURN_IF_ERROR(
         slow->Read(id, static_cast<std::byte*>(staging->data())));
-    BENCH_RETURN_IF_ERROR(
+    ENGINE_RETURN_IF_ERROR(
         backend->CopyToDevice(s, blob->data(), staging->data(), blob_bytes));
     // The staging buffer is reused: the copy must be done before the next
     // Read overwrites it.
-    BENCH_RETURN_IF_ERROR(s.Synchronize());
+    ENGINE_RETURN_IF_ERROR(s.Synchronize());
     blobs.push_back(std::move(blob));
   }
 
   // Activations and workspace in device memory too.
   const int64_t ws_elems = kernels::ExpertFfnWorkspaceElems(1, ffn);
-  BENCH_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> x,
-                         backend->Allocate(hidden * 4));
-  BENCH_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> out,
-                         backend->Allocate(hidden * 4));
-  BENCH_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> ws,
-                         backend->Allocate(ws_elems * 4));
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> x,
+                          backend->Allocate(hidden * 4));
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> out,
+                          backend->Allocate(hidden * 4));
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> ws,
+                          backend->Allocate(ws_elems * 4));
   {
     std::vector<float> host(hidden);
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0, 1);
     for (float& v : host) v = normal(rng);
-    BENCH_RETURN_IF_ERROR(
+    ENGINE_RETURN_IF_ERROR(
         backend->CopyToDevice(s, x->data(), host.data(), hidden * 4));
-    BENCH_RETURN_IF_ERROR(s.Synchronize());  // `host` dies here
+    ENGINE_RETURN_IF_ERROR(s.Synchronize());  // `host` dies here
   }
   const kernels::Device dev = backend->device();
   const kernels::Tensor xt(x->data(), kernels::DType::kF32, {1, hidden}, dev);
@@ -89,30 +89,30 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
     for (const std::unique_ptr<kernels::Buffer>& b : blobs) {
       const kernels::Tensor bt(b->data(), kernels::DType::kBF16,
                                {3 * ffn * hidden}, dev);
-      BENCH_RETURN_IF_ERROR(backend->ExpertFfn(s, xt, bt, ffn, wt, ot));
+      ENGINE_RETURN_IF_ERROR(backend->ExpertFfn(s, xt, bt, ffn, wt, ot));
     }
     return s.Synchronize();
   };
-  BENCH_RETURN_IF_ERROR(pass());  // warm-up
+  ENGINE_RETURN_IF_ERROR(pass());  // warm-up
 
   // Device time between two events (wall time on the CPU backend). The host
   // waits after every pass only to know when to stop.
-  BENCH_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> start,
-                         backend->CreateEvent());
-  BENCH_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> stop,
-                         backend->CreateEvent());
-  BENCH_RETURN_IF_ERROR(backend->RecordEvent(s, *start));
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> start,
+                          backend->CreateEvent());
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> stop,
+                          backend->CreateEvent());
+  ENGINE_RETURN_IF_ERROR(backend->RecordEvent(s, *start));
   int passes = 0;
   const Clock::time_point wall_start = Clock::now();
   do {
-    BENCH_RETURN_IF_ERROR(pass());
+    ENGINE_RETURN_IF_ERROR(pass());
     ++passes;
   } while (std::chrono::duration<double>(Clock::now() - wall_start).count() <
                kMinSeconds &&
            passes < kMaxPasses);
-  BENCH_RETURN_IF_ERROR(backend->RecordEvent(s, *stop));
-  BENCH_RETURN_IF_ERROR(stop->Synchronize());
-  BENCH_ASSIGN_OR_RETURN(const double seconds, stop->SecondsSince(*start));
+  ENGINE_RETURN_IF_ERROR(backend->RecordEvent(s, *stop));
+  ENGINE_RETURN_IF_ERROR(stop->Synchronize());
+  ENGINE_ASSIGN_OR_RETURN(const double seconds, stop->SecondsSince(*start));
   return ExpertComputeTiming{
       .micros_per_expert = seconds * 1e6 / (static_cast<double>(passes) * n),
       .distinct_experts = n};
