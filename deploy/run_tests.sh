@@ -40,7 +40,7 @@ run_bazel_tests --config=asan -- "${SANITIZED[@]}"
 
 # Concurrency stress tests under ThreadSanitizer.
 run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
-  //kernels/cpu:thread_pool_test
+  //engine/offload:link_transport_test //kernels/cpu:thread_pool_test
 
 # Parser fuzzers (built with clang outside Bazel), briefly.
 if [ -x engine/fuzz/run_fuzzers.sh ]; then

@@ -1,8 +1,9 @@
 // Concurrency stress for ExpertResidency: 8 threads acquire / check /
 // release random experts (at most one held each) on a 4-slot fast tier
-// while the link fills slots and another thread prefetches. Run it under
-// TSan too: bazel test --config=tsan
-// //engine/offload:expert_residency_stress_test
+// while the link fills slots and another thread prefetches; once with host
+// slots and once on the device path (slots from a backend, copy streams,
+// release events; the CPU backend stands in for a GPU). Run it under TSan
+// too: bazel test --config=tsan //engine/offload:expert_residency_stress_test
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -12,6 +13,7 @@
 #include "engine/offload/expert_residency.h"
 #include "engine/offload/test_util.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace moeserve::engine {
 namespace {
@@ -19,7 +21,13 @@ namespace {
 using testing::LoadFixture;
 using testing::LruTestPolicy;
 
-TEST(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
+class ExpertResidencyStressTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
+  const bool device_path = GetParam();
+  kernels::cpu::CpuBackend backend({.num_threads = 1});
+  auto stream = backend.CreateStream();
+  ASSERT_TRUE(stream.ok());
   auto weights = LoadFixture(true);
   ASSERT_NE(weights, nullptr);
   auto host = NewHostSlowTier(weights.get());
@@ -29,9 +37,11 @@ TEST(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
   // A little emulated latency widens the loading windows.
   auto r = ExpertResidency::Create(weights.get(), host->get(), 4 * blob,
                                    LinkOptions{.gbps = 20, .latency_us = 20},
-                                   &policy, nullptr, nullptr, "stress");
+                                   &policy, nullptr, nullptr, "stress",
+                                   device_path ? &backend : nullptr);
   ASSERT_TRUE(r.ok()) << r.status();
   ExpertResidency* res = r->get();
+  ASSERT_TRUE(res->AttachCompute(&backend, stream->get()).ok());
 
   constexpr int kThreads = 8, kIters = 400;
   std::atomic<uint64_t> ok{0}, exhausted{0}, bad_bytes{0}, other_errors{0};
@@ -87,6 +97,11 @@ TEST(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
   EXPECT_GT(s.misses, 0u);
   EXPECT_GT(s.prefetch_loads, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(HostAndDevicePath, ExpertResidencyStressTest,
+                         ::testing::Bool(), [](const auto& info) {
+                           return info.param ? "device_path" : "host_slots";
+                         });
 
 }  // namespace
 }  // namespace moeserve::engine
