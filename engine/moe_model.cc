@@ -123,23 +123,24 @@ absl::Status MoeModel::UploadWeights() {
       if (t->valid()) all.push_back(t);
     }
   }
+  // Each distinct host tensor once: its offset in the device copy.
   absl::flat_hash_map<const void*, int64_t> offset_of;
+  std::vector<const Tensor*> distinct;
   int64_t total = 0;
   for (const Tensor* t : all) {
     if (offset_of.try_emplace(t->raw(), total).second) {
+      distinct.push_back(t);
       total += Align256(t->nbytes());
     }
   }
   ENGINE_ASSIGN_OR_RETURN(device_weights_, backend_->Allocate(total));
   std::byte* base = static_cast<std::byte*>(device_weights_->data());
-  absl::flat_hash_map<const void*, bool> copied;
+  for (const Tensor* t : distinct) {
+    ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(
+        *stream_, base + offset_of[t->raw()], t->raw(), t->nbytes()));
+  }
   for (Tensor* t : all) {
-    void* host = t->raw();
-    std::byte* dst = base + offset_of[host];
-    if (copied.try_emplace(host, true).second) {
-      ENGINE_RETURN_IF_ERROR(
-          backend_->CopyToDevice(*stream_, dst, host, t->nbytes()));
-    }
+    std::byte* dst = base + offset_of[t->raw()];
     int64_t shape[Tensor::kMaxDims];
     for (int i = 0; i < t->rank(); ++i) shape[i] = t->dim(i);
     ENGINE_ASSIGN_OR_RETURN(*t, Tensor::Make(dst, t->dtype(), shape, t->rank(),
@@ -282,16 +283,18 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
 
   // One upload of the step's metadata.
   s.meta_host.clear();
-  for (const std::vector<int32_t>* part :
-       {&s.ids, &s.positions, &s.slots, &s.query_start, &s.last_rows,
-        &s.block_tables}) {
-    if (part == &s.positions) s.off_positions = s.meta_host.size();
-    if (part == &s.slots) s.off_slots = s.meta_host.size();
-    if (part == &s.query_start) s.off_query_start = s.meta_host.size();
-    if (part == &s.last_rows) s.off_last_rows = s.meta_host.size();
-    if (part == &s.block_tables) s.off_block_tables = s.meta_host.size();
-    s.meta_host.insert(s.meta_host.end(), part->begin(), part->end());
-  }
+  // Appends `part` and returns where it starts.
+  auto append = [&s](const std::vector<int32_t>& part) {
+    const int64_t at = static_cast<int64_t>(s.meta_host.size());
+    s.meta_host.insert(s.meta_host.end(), part.begin(), part.end());
+    return at;
+  };
+  append(s.ids);  // at 0
+  s.off_positions = append(s.positions);
+  s.off_slots = append(s.slots);
+  s.off_query_start = append(s.query_start);
+  s.off_last_rows = append(s.last_rows);
+  s.off_block_tables = append(s.block_tables);
   ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(
       st, s.meta.data(), s.meta_host.data(),
       static_cast<int64_t>(s.meta_host.size() * sizeof(int32_t))));
