@@ -7,62 +7,16 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
 
 namespace moeserve::kernels::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr unsigned kFull = 0xffffffffu;
 
-__device__ __forceinline__ float Bf16(uint16_t h) {
-  return __uint_as_float(static_cast<uint32_t>(h) << 16);
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
-
-// Block-wide reductions for blockDim.x == kBlock; every thread gets the value.
-__device__ float BlockSum(float v) {
-  __shared__ float part[kBlock / 32];
-  __shared__ float total;
-  v = WarpSum(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float t = lane < kBlock / 32 ? part[lane] : 0.f;
-    t = WarpSum(t);
-    if (lane == 0) total = t;
-  }
-  __syncthreads();
-  const float r = total;
-  __syncthreads();
-  return r;
-}
-__device__ float BlockMax(float v) {
-  __shared__ float part[kBlock / 32];
-  __shared__ float total;
-  v = WarpMax(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float t = lane < kBlock / 32 ? part[lane] : -INFINITY;
-    t = WarpMax(t);
-    if (lane == 0) total = t;
-  }
-  __syncthreads();
-  const float r = total;
-  __syncthreads();
-  return r;
-}
+__device__ float BlockSum(float v) { return BlockReduce<kBlock>(v, SumOp{}); }
+__device__ float BlockMax(float v) { return BlockReduce<kBlock>(v, MaxOp{}); }
 
 int Blocks(int64_t count) {
   const int64_t b = (count + kBlock - 1) / kBlock;

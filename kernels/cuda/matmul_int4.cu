@@ -5,25 +5,16 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
 
 namespace moeserve::kernels::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr unsigned kFull = 0xffffffffu;
 // Rows of x per pass over a weight row, as the bf16 GEMV: decode (m <= 8)
 // reads each weight byte once.
 constexpr int kRows = 8;
-
-__device__ __forceinline__ float Bf16(uint16_t h) {
-  return __uint_as_float(static_cast<uint32_t>(h) << 16);
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
 
 // Signed value of nibble `t` (0..7) of a 32-bit word: low nibble first.
 __device__ __forceinline__ float Nibble(uint32_t word, int t) {
