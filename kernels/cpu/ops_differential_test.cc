@@ -40,6 +40,7 @@ namespace {
 using ::moeserve::kernels::testing::Close;
 using ::moeserve::kernels::testing::kTolDot;
 using ::moeserve::kernels::testing::kTolPointwise;
+using ::moeserve::kernels::testing::NewTokenQueries;
 using ::moeserve::kernels::testing::Rng;
 
 Tensor T(std::vector<float>& v, std::initializer_list<int64_t> shape) {
@@ -270,11 +271,7 @@ void RunAttention(Ops& t, int64_t heads, int64_t kv_heads, int64_t hd,
   EXPECT_EQ(k_pool, k_ref);
   EXPECT_EQ(v_pool, v_ref);
 
-  std::vector<int32_t> qstart = {0}, pos;
-  for (int64_t s = 0; s < num_seqs; ++s) {
-    qstart.push_back(qstart.back() + n_new[s]);
-    for (int64_t i = 0; i < n_new[s]; ++i) pos.push_back(ctx[s] - n_new[s] + i);
-  }
+  auto [qstart, pos] = NewTokenQueries(n_new, ctx);
   const int64_t n_q = pos.size();
   auto q = rng.F32(n_q * heads * hd, -2, 2);
   AttentionBatch batch{T(qstart, {num_seqs + 1}), T(pos, {n_q}),

@@ -51,6 +51,7 @@ using ::moeserve::kernels::testing::kTolOnlineSoftmax;
 using ::moeserve::kernels::testing::kTolPointwise;
 using ::moeserve::kernels::testing::kTolSplitBf16Dot;
 using ::moeserve::kernels::testing::kTolUnorderedSum;
+using ::moeserve::kernels::testing::NewTokenQueries;
 using ::moeserve::kernels::testing::Rng;
 
 template <typename T>
@@ -526,11 +527,7 @@ void CheckKvWriteAndAttention(CudaBackend& b, Stream& s, int64_t heads,
   EXPECT_EQ(dk_pool.ToHost(), k_ref);
   EXPECT_EQ(dv_pool.ToHost(), v_ref);
 
-  std::vector<int32_t> qstart = {0}, pos;
-  for (int64_t q = 0; q < num_seqs; ++q) {
-    qstart.push_back(qstart.back() + n_new[q]);
-    for (int64_t i = 0; i < n_new[q]; ++i) pos.push_back(ctx[q] - n_new[q] + i);
-  }
+  auto [qstart, pos] = NewTokenQueries(n_new, ctx);
   const int64_t n_q = pos.size();
   auto qv = rng.F32(n_q * heads * hd, -2, 2);
   std::vector<float> want(n_q * heads * hd);

@@ -104,6 +104,25 @@ inline ::testing::AssertionResult Close(const std::vector<float>& got,
          << scale << ")";
 }
 
+// The query side of an AttentionBatch where sequence s has n_new[s] new
+// tokens ending at position ctx[s] - 1 (ctx[s]: its length after the
+// step's KV writes): query_start (prefix sums) and each query's position.
+struct AttentionQueries {
+  std::vector<int32_t> query_start = {0};
+  std::vector<int32_t> positions;
+};
+inline AttentionQueries NewTokenQueries(const std::vector<int64_t>& n_new,
+                                        const std::vector<int64_t>& ctx) {
+  AttentionQueries q;
+  for (size_t s = 0; s < n_new.size(); ++s) {
+    q.query_start.push_back(q.query_start.back() + n_new[s]);
+    for (int64_t i = 0; i < n_new[s]; ++i) {
+      q.positions.push_back(ctx[s] - n_new[s] + i);
+    }
+  }
+  return q;
+}
+
 }  // namespace moeserve::kernels::testing
 
 #endif  // MOESERVE_KERNELS_TESTING_DIFFERENTIAL_H_
