@@ -10,22 +10,17 @@
 namespace moeserve::policies {
 namespace {
 
+using testing::CreatePolicyOrFail;
 using ::testing::ElementsAre;
 using testing::FakeResidencyControl;
 using testing::Id;
 using ::testing::IsEmpty;
 using testing::ToPairs;
 
-std::unique_ptr<engine::OffloadPolicy> MakePolicy() {
-  auto policy = LruPolicy::Create({});
-  EXPECT_TRUE(policy.ok()) << policy.status();
-  return *std::move(policy);
-}
-
 TEST(LruTest, EvictsLeastRecentlyUsedInOrder) {
   FakeResidencyControl fake(/*layers=*/2, /*experts=*/8, /*k=*/1,
                             /*slots=*/3);
-  auto policy = MakePolicy();
+  auto policy = CreatePolicyOrFail<LruPolicy>();
   fake.set_policy(policy.get());
   fake.RunLayer(0, {0});
   fake.RunLayer(0, {1});
@@ -43,7 +38,7 @@ TEST(LruTest, EvictsLeastRecentlyUsedInOrder) {
 }
 
 TEST(LruTest, ChooseVictimsOrdersByLastAccessThenId) {
-  auto policy = MakePolicy();
+  auto policy = CreatePolicyOrFail<LruPolicy>();
   policy->OnAccess({1, 1});
   policy->OnAccess({0, 2});
   policy->OnAccess({0, 5});

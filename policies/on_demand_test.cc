@@ -10,22 +10,17 @@
 namespace moeserve::policies {
 namespace {
 
+using testing::CreatePolicyOrFail;
 using ::testing::ElementsAre;
 using testing::FakeResidencyControl;
 using testing::Id;
 using ::testing::IsEmpty;
 using testing::ToPairs;
 
-std::unique_ptr<engine::OffloadPolicy> MakePolicy() {
-  auto policy = OnDemandPolicy::Create({});
-  EXPECT_TRUE(policy.ok()) << policy.status();
-  return *std::move(policy);
-}
-
 TEST(OnDemandTest, EvictsEveryResidentExpertOfTheLayerAfterIt) {
   FakeResidencyControl fake(/*layers=*/4, /*experts=*/8, /*k=*/2,
                             /*slots=*/6);
-  auto policy = MakePolicy();
+  auto policy = CreatePolicyOrFail<OnDemandPolicy>();
   fake.set_policy(policy.get());
   // Another layer's expert, resident before: must survive layer 1.
   ASSERT_TRUE(fake.Prefetch({0, 5}));
@@ -40,7 +35,7 @@ TEST(OnDemandTest, EvictsEveryResidentExpertOfTheLayerAfterIt) {
 
 TEST(OnDemandTest, KeepsNothingSoEveryRunMisses) {
   FakeResidencyControl fake(2, 4, 2, 4);
-  auto policy = MakePolicy();
+  auto policy = CreatePolicyOrFail<OnDemandPolicy>();
   fake.set_policy(policy.get());
   for (int step = 0; step < 3; ++step) {
     fake.RunLayer(0, {1, 3});
@@ -51,7 +46,7 @@ TEST(OnDemandTest, KeepsNothingSoEveryRunMisses) {
 }
 
 TEST(OnDemandTest, VictimsLowestIdFirst) {
-  auto policy = MakePolicy();
+  auto policy = CreatePolicyOrFail<OnDemandPolicy>();
   const std::vector<engine::ExpertId> candidates = {
       {2, 1}, {0, 3}, {0, 1}, {1, 0}};
   std::vector<engine::ExpertId> victims;

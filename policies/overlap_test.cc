@@ -10,17 +10,12 @@
 namespace moeserve::policies {
 namespace {
 
+using testing::CreatePolicyOrFail;
 using ::testing::ElementsAre;
 using testing::FakeResidencyControl;
 using testing::Id;
 using ::testing::IsEmpty;
 using testing::ToPairs;
-
-std::unique_ptr<engine::OffloadPolicy> MakePolicy(PolicyConfig config = {}) {
-  auto policy = OverlapPolicy::Create(config);
-  EXPECT_TRUE(policy.ok()) << policy.status();
-  return *std::move(policy);
-}
 
 // Router input of 2 rows; only its address and n matter to the fake.
 const float kHidden[2 * 4] = {};
@@ -28,7 +23,7 @@ const float kHidden[2 * 4] = {};
 TEST(OverlapTest, PrefetchesExactlyThePredictedExpertsOfTheNextLayer) {
   FakeResidencyControl fake(/*layers=*/4, /*experts=*/8, /*k=*/2,
                             /*slots=*/8);
-  auto policy = MakePolicy();
+  auto policy = CreatePolicyOrFail<OverlapPolicy>();
   fake.set_policy(policy.get());
   fake.set_prediction(2, {3, 6});
   fake.set_prediction(3, {1});
@@ -51,7 +46,7 @@ TEST(OverlapTest, PrefetchesExactlyThePredictedExpertsOfTheNextLayer) {
 
 TEST(OverlapTest, NothingForTheLastLayer) {
   FakeResidencyControl fake(4, 8, 2, 8);
-  auto policy = MakePolicy();
+  auto policy = CreatePolicyOrFail<OverlapPolicy>();
   fake.set_policy(policy.get());
   fake.set_prediction(3, {1});
   fake.set_prediction(4, {1});
@@ -62,7 +57,7 @@ TEST(OverlapTest, NothingForTheLastLayer) {
 
 TEST(OverlapTest, LookaheadTwoAlsoPredictsTheLayerAfterWithTheSameHidden) {
   FakeResidencyControl fake(4, 8, 2, 8);
-  auto policy = MakePolicy({{"lookahead", "2"}});
+  auto policy = CreatePolicyOrFail<OverlapPolicy>({{"lookahead", "2"}});
   fake.set_policy(policy.get());
   fake.set_prediction(2, {3, 6});
   fake.set_prediction(3, {1});
@@ -84,7 +79,7 @@ TEST(OverlapTest, LookaheadTwoAlsoPredictsTheLayerAfterWithTheSameHidden) {
 TEST(OverlapTest, LruReplacementNeverEvictsTheLayerAboutToRun) {
   FakeResidencyControl fake(/*layers=*/3, /*experts=*/4, /*k=*/2,
                             /*slots=*/3);
-  auto policy = MakePolicy();
+  auto policy = CreatePolicyOrFail<OverlapPolicy>();
   fake.set_policy(policy.get());
   fake.RunLayer(1, {1});  // (1,1) resident, long ago
   fake.set_prediction(1, {2});
@@ -100,7 +95,7 @@ TEST(OverlapTest, LruReplacementNeverEvictsTheLayerAboutToRun) {
 }
 
 TEST(OverlapTest, ChooseVictimsIsLru) {
-  auto policy = MakePolicy();
+  auto policy = CreatePolicyOrFail<OverlapPolicy>();
   policy->OnAccess({0, 3});
   policy->OnAccess({0, 1});
   std::vector<engine::ExpertId> victims;

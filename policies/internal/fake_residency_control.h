@@ -11,16 +11,28 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "engine/offload/offload_policy.h"
+#include "gtest/gtest.h"
+#include "policies/registry.h"
 
 namespace moeserve::policies::testing {
 
 using Id = std::pair<int, int>;  // (layer, expert), printable by gtest
+
+// P::Create(config); a refusal fails the calling test.
+template <typename P>
+std::unique_ptr<engine::OffloadPolicy> CreatePolicyOrFail(
+    const PolicyConfig& config = {}) {
+  auto policy = P::Create(config);
+  EXPECT_TRUE(policy.ok()) << policy.status();
+  return *std::move(policy);
+}
 
 inline Id ToPair(engine::ExpertId id) { return {id.layer, id.expert}; }
 inline std::vector<Id> ToPairs(const std::vector<engine::ExpertId>& ids) {
