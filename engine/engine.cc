@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 #include "engine/sampling/stop_strings.h"
 
 namespace moeserve::engine {
@@ -55,17 +55,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     engine->experts_ = std::make_unique<ResidentExperts>(weights);
   } else {
     Engine* raw = engine.get();
-    ENGINE_ASSIGN_OR_RETURN(
+    MOESERVE_ASSIGN_OR_RETURN(
         engine->experts_,
         make_experts([raw](int layer, const float* hidden, int64_t n, int k) {
           return raw->model_->PredictExperts(layer, hidden, n, k);
         }));
   }
-  ENGINE_ASSIGN_OR_RETURN(
+  MOESERVE_ASSIGN_OR_RETURN(
       engine->model_,
       MoeModel::Create(weights, backend, engine->experts_.get()));
   const ModelConfig& c = weights->config();
-  ENGINE_ASSIGN_OR_RETURN(
+  MOESERVE_ASSIGN_OR_RETURN(
       engine->kv_,
       KvCache::Create(c,
                       KvCache::BlocksForBytes(c, options.kv_block_size,
@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                       options.kv_block_size, backend));
   if (options.registry != nullptr) {
     Engine* raw = engine.get();
-    ENGINE_ASSIGN_OR_RETURN(
+    MOESERVE_ASSIGN_OR_RETURN(
         engine->metrics_,
         EngineMetrics::Create(options.registry, options.name, [raw] {
           const EngineStats s = raw->stats();
@@ -156,7 +156,7 @@ absl::Status Engine::WarmUp() {
   request.max_new_tokens = 4;
   request.ignore_eos = true;
   request.count_in_metrics = false;
-  ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream,
+  MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream,
                           Submit(std::move(request)));
   GenerationEvent event;
   while (stream->Pop(&event, absl::Seconds(60))) {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/architecture.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 #include "engine/json_util.h"
 
 namespace moeserve::engine {
@@ -19,7 +19,7 @@ using json_util::GetString;
 using nlohmann::json;
 
 absl::StatusOr<const Architecture*> ResolveArchitecture(const json& j) {
-  ENGINE_ASSIGN_OR_RETURN(std::string type, GetString(j, "model_type"));
+  MOESERVE_ASSIGN_OR_RETURN(std::string type, GetString(j, "model_type"));
   const Architecture* arch = FindArchitecture(type);
   if (arch == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -31,13 +31,13 @@ absl::StatusOr<const Architecture*> ResolveArchitecture(const json& j) {
 
 absl::Status ParseTokenIds(const json& j, ModelConfig* c) {
   if (json_util::HasNonNull(j, "bos_token_id")) {
-    ENGINE_ASSIGN_OR_RETURN(c->bos_token_id, GetInt(j, "bos_token_id"));
+    MOESERVE_ASSIGN_OR_RETURN(c->bos_token_id, GetInt(j, "bos_token_id"));
   }
   c->eos_token_ids.clear();
   if (!json_util::HasNonNull(j, "eos_token_id")) return absl::OkStatus();
   const json& eos = j["eos_token_id"];
   if (!eos.is_array()) {
-    ENGINE_ASSIGN_OR_RETURN(int64_t id, GetInt(j, "eos_token_id"));
+    MOESERVE_ASSIGN_OR_RETURN(int64_t id, GetInt(j, "eos_token_id"));
     c->eos_token_ids.push_back(id);
     return absl::OkStatus();
   }
@@ -53,11 +53,11 @@ absl::Status ParseTokenIds(const json& j, ModelConfig* c) {
 }
 
 absl::Status ParseDims(const json& j, ModelConfig* c) {
-  ENGINE_ASSIGN_OR_RETURN(c->hidden_size, GetInt(j, "hidden_size"));
-  ENGINE_ASSIGN_OR_RETURN(c->num_hidden_layers, GetInt(j, "num_hidden_layers"));
-  ENGINE_ASSIGN_OR_RETURN(c->num_attention_heads,
+  MOESERVE_ASSIGN_OR_RETURN(c->hidden_size, GetInt(j, "hidden_size"));
+  MOESERVE_ASSIGN_OR_RETURN(c->num_hidden_layers, GetInt(j, "num_hidden_layers"));
+  MOESERVE_ASSIGN_OR_RETURN(c->num_attention_heads,
                           GetInt(j, "num_attention_heads"));
-  ENGINE_ASSIGN_OR_RETURN(
+  MOESERVE_ASSIGN_OR_RETURN(
       c->num_key_value_heads,
       GetInt(j, "num_key_value_heads", c->num_attention_heads));
   if (c->num_attention_heads <= 0) {
@@ -70,11 +70,11 @@ absl::Status ParseDims(const json& j, ModelConfig* c) {
         "hidden_size must be divisible by num_attention_heads when head_dim "
         "is not given");
   }
-  ENGINE_ASSIGN_OR_RETURN(
+  MOESERVE_ASSIGN_OR_RETURN(
       c->head_dim,
       GetInt(j, "head_dim", c->hidden_size / c->num_attention_heads));
-  ENGINE_ASSIGN_OR_RETURN(c->vocab_size, GetInt(j, "vocab_size"));
-  ENGINE_ASSIGN_OR_RETURN(c->max_position_embeddings,
+  MOESERVE_ASSIGN_OR_RETURN(c->vocab_size, GetInt(j, "vocab_size"));
+  MOESERVE_ASSIGN_OR_RETURN(c->max_position_embeddings,
                           GetInt(j, "max_position_embeddings"));
   return absl::OkStatus();
 }
@@ -85,9 +85,9 @@ absl::Status RefuseUnsupported(const json& j, const ModelConfig& c) {
     return absl::InvalidArgumentError(
         "field \"rope_scaling\" is set; RoPE scaling is not supported yet");
   }
-  ENGINE_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", true));
+  MOESERVE_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", true));
   if (use_sw && json_util::HasNonNull(j, "sliding_window")) {
-    ENGINE_ASSIGN_OR_RETURN(int64_t window, GetInt(j, "sliding_window"));
+    MOESERVE_ASSIGN_OR_RETURN(int64_t window, GetInt(j, "sliding_window"));
     if (window < c.max_position_embeddings) {
       return absl::InvalidArgumentError(absl::StrCat(
           "field \"sliding_window\" = ", window,
@@ -99,13 +99,13 @@ absl::Status RefuseUnsupported(const json& j, const ModelConfig& c) {
 }
 
 absl::Status ParseCommon(const json& j, ModelConfig* c) {
-  ENGINE_RETURN_IF_ERROR(ParseDims(j, c));
-  ENGINE_ASSIGN_OR_RETURN(c->rms_norm_eps, GetDouble(j, "rms_norm_eps"));
-  ENGINE_ASSIGN_OR_RETURN(c->rope_theta, GetDouble(j, "rope_theta"));
-  ENGINE_ASSIGN_OR_RETURN(c->tie_word_embeddings,
+  MOESERVE_RETURN_IF_ERROR(ParseDims(j, c));
+  MOESERVE_ASSIGN_OR_RETURN(c->rms_norm_eps, GetDouble(j, "rms_norm_eps"));
+  MOESERVE_ASSIGN_OR_RETURN(c->rope_theta, GetDouble(j, "rope_theta"));
+  MOESERVE_ASSIGN_OR_RETURN(c->tie_word_embeddings,
                           GetBool(j, "tie_word_embeddings", false));
-  ENGINE_ASSIGN_OR_RETURN(c->torch_dtype, GetString(j, "torch_dtype", ""));
-  ENGINE_RETURN_IF_ERROR(ParseTokenIds(j, c));
+  MOESERVE_ASSIGN_OR_RETURN(c->torch_dtype, GetString(j, "torch_dtype", ""));
+  MOESERVE_RETURN_IF_ERROR(ParseTokenIds(j, c));
   return RefuseUnsupported(j, *c);
 }
 
@@ -116,18 +116,18 @@ absl::Status Positive(int64_t v, absl::string_view field) {
 }
 
 absl::Status Validate(const ModelConfig& c) {
-  ENGINE_RETURN_IF_ERROR(Positive(c.hidden_size, "hidden_size"));
-  ENGINE_RETURN_IF_ERROR(Positive(c.num_hidden_layers, "num_hidden_layers"));
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(Positive(c.hidden_size, "hidden_size"));
+  MOESERVE_RETURN_IF_ERROR(Positive(c.num_hidden_layers, "num_hidden_layers"));
+  MOESERVE_RETURN_IF_ERROR(
       Positive(c.num_key_value_heads, "num_key_value_heads"));
-  ENGINE_RETURN_IF_ERROR(Positive(c.head_dim, "head_dim"));
-  ENGINE_RETURN_IF_ERROR(Positive(c.vocab_size, "vocab_size"));
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(Positive(c.head_dim, "head_dim"));
+  MOESERVE_RETURN_IF_ERROR(Positive(c.vocab_size, "vocab_size"));
+  MOESERVE_RETURN_IF_ERROR(
       Positive(c.max_position_embeddings, "max_position_embeddings"));
-  ENGINE_RETURN_IF_ERROR(Positive(c.num_experts, "num_experts"));
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(Positive(c.num_experts, "num_experts"));
+  MOESERVE_RETURN_IF_ERROR(
       Positive(c.num_experts_per_tok, "num_experts_per_tok"));
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       Positive(c.expert_intermediate_size, "expert intermediate size"));
   if (c.shared_expert_intermediate_size < 0) {
     return absl::InvalidArgumentError(
@@ -165,16 +165,16 @@ absl::Status Validate(const ModelConfig& c) {
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
-  ENGINE_ASSIGN_OR_RETURN(json j, json_util::Parse(json_text, "config.json"));
+  MOESERVE_ASSIGN_OR_RETURN(json j, json_util::Parse(json_text, "config.json"));
   if (!j.is_object()) {
     return absl::InvalidArgumentError("config.json is not a JSON object");
   }
   ModelConfig c;
-  ENGINE_ASSIGN_OR_RETURN(c.architecture, ResolveArchitecture(j));
+  MOESERVE_ASSIGN_OR_RETURN(c.architecture, ResolveArchitecture(j));
   c.model_type = std::string(c.architecture->model_type());
-  ENGINE_RETURN_IF_ERROR(ParseCommon(j, &c));
-  ENGINE_RETURN_IF_ERROR(c.architecture->ParseHparams(j, &c));
-  ENGINE_RETURN_IF_ERROR(Validate(c));
+  MOESERVE_RETURN_IF_ERROR(ParseCommon(j, &c));
+  MOESERVE_RETURN_IF_ERROR(c.architecture->ParseHparams(j, &c));
+  MOESERVE_RETURN_IF_ERROR(Validate(c));
   return c;
 }
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/architecture.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace moeserve::engine {
@@ -73,10 +73,10 @@ void ModelWeights::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
     const std::string& model_dir, const LoadOptions& options) {
   std::unique_ptr<ModelWeights> w(new ModelWeights());
-  ENGINE_ASSIGN_OR_RETURN(w->config_, LoadModelConfig(model_dir));
-  ENGINE_ASSIGN_OR_RETURN(w->files_, ShardedSafetensors::Open(model_dir));
-  ENGINE_RETURN_IF_ERROR(w->LoadNonExperts());
-  ENGINE_RETURN_IF_ERROR(w->LoadExperts(options.pack_experts));
+  MOESERVE_ASSIGN_OR_RETURN(w->config_, LoadModelConfig(model_dir));
+  MOESERVE_ASSIGN_OR_RETURN(w->files_, ShardedSafetensors::Open(model_dir));
+  MOESERVE_RETURN_IF_ERROR(w->LoadNonExperts());
+  MOESERVE_RETURN_IF_ERROR(w->LoadExperts(options.pack_experts));
   w->FindUnexpected();
   return w;
 }
@@ -84,7 +84,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
 absl::Status ModelWeights::LoadNonExperts() {
   const Architecture& arch = *config_.architecture;
   for (const TensorSpec& spec : arch.NonExpertTensors(config_)) {
-    ENGINE_ASSIGN_OR_RETURN(WeightView v,
+    MOESERVE_ASSIGN_OR_RETURN(WeightView v,
                             CheckTensor(*files_, spec, config_.model_type));
     non_expert_bytes_ += v.bytes;
     weights_.emplace(spec.name, std::move(v));
@@ -109,13 +109,13 @@ absl::Status ModelWeights::LoadExperts(bool pack) {
   for (int layer = 0; layer < num_layers(); ++layer) {
     for (int e = 0; e < num_experts(); ++e) {
       const ExpertTensorNames n = c.architecture->ExpertNames(layer, e);
-      ENGINE_ASSIGN_OR_RETURN(
+      MOESERVE_ASSIGN_OR_RETURN(
           WeightView gate,
           CheckTensor(*files_, {n.gate, {ffn, hidden}}, c.model_type));
-      ENGINE_ASSIGN_OR_RETURN(
+      MOESERVE_ASSIGN_OR_RETURN(
           WeightView up,
           CheckTensor(*files_, {n.up, {ffn, hidden}}, c.model_type));
-      ENGINE_ASSIGN_OR_RETURN(
+      MOESERVE_ASSIGN_OR_RETURN(
           WeightView down,
           CheckTensor(*files_, {n.down, {hidden, ffn}}, c.model_type));
       ExpertBlob b = layout;

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/architecture.h"
 #include "engine/internal/scratch_buffer.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 
 namespace moeserve::engine {
 
@@ -100,15 +100,15 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
                      kernels::DeviceName(experts->device()),
                      " memory (use an offload stack on the backend's device)"));
   }
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
                           backend->CreateStream());
   auto model = std::unique_ptr<MoeModel>(
       new MoeModel(weights, backend, experts, std::move(stream)));
-  ENGINE_RETURN_IF_ERROR(model->ResolveWeights());
+  MOESERVE_RETURN_IF_ERROR(model->ResolveWeights());
   if (backend->device() != kernels::Device::kCpu) {
-    ENGINE_RETURN_IF_ERROR(model->UploadWeights());
+    MOESERVE_RETURN_IF_ERROR(model->UploadWeights());
   }
-  ENGINE_RETURN_IF_ERROR(experts->AttachCompute(backend, model->stream_.get()));
+  MOESERVE_RETURN_IF_ERROR(experts->AttachCompute(backend, model->stream_.get()));
   return model;
 }
 
@@ -133,17 +133,17 @@ absl::Status MoeModel::UploadWeights() {
       total += Align256(t->nbytes());
     }
   }
-  ENGINE_ASSIGN_OR_RETURN(device_weights_, backend_->Allocate(total));
+  MOESERVE_ASSIGN_OR_RETURN(device_weights_, backend_->Allocate(total));
   std::byte* base = static_cast<std::byte*>(device_weights_->data());
   for (const Tensor* t : distinct) {
-    ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(
+    MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
         *stream_, base + offset_of[t->raw()], t->raw(), t->nbytes()));
   }
   for (Tensor* t : all) {
     std::byte* dst = base + offset_of[t->raw()];
     int64_t shape[Tensor::kMaxDims];
     for (int i = 0; i < t->rank(); ++i) shape[i] = t->dim(i);
-    ENGINE_ASSIGN_OR_RETURN(*t, Tensor::Make(dst, t->dtype(), shape, t->rank(),
+    MOESERVE_ASSIGN_OR_RETURN(*t, Tensor::Make(dst, t->dtype(), shape, t->rank(),
                                              backend_->device()));
   }
   return stream_->Synchronize();
@@ -153,42 +153,42 @@ absl::Status MoeModel::ResolveWeights() {
   const ModelWeights& w = *weights_;
   const ModelConfig& c = w.config();
   const Architecture& arch = *c.architecture;
-  ENGINE_ASSIGN_OR_RETURN(embedding_, WeightTensor(w, arch.EmbeddingName()));
-  ENGINE_ASSIGN_OR_RETURN(final_norm_, WeightTensor(w, arch.FinalNormName()));
+  MOESERVE_ASSIGN_OR_RETURN(embedding_, WeightTensor(w, arch.EmbeddingName()));
+  MOESERVE_ASSIGN_OR_RETURN(final_norm_, WeightTensor(w, arch.FinalNormName()));
   if (c.tie_word_embeddings) {
     lm_head_ = embedding_;
   } else {
-    ENGINE_ASSIGN_OR_RETURN(lm_head_, WeightTensor(w, arch.LmHeadName()));
+    MOESERVE_ASSIGN_OR_RETURN(lm_head_, WeightTensor(w, arch.LmHeadName()));
   }
   layers_.resize(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     LayerWeights& lw = layers_[l];
     const AttentionTensorNames a = arch.AttentionNames(l);
-    ENGINE_ASSIGN_OR_RETURN(lw.input_norm,
+    MOESERVE_ASSIGN_OR_RETURN(lw.input_norm,
                             WeightTensor(w, arch.InputNormName(l)));
-    ENGINE_ASSIGN_OR_RETURN(lw.post_norm,
+    MOESERVE_ASSIGN_OR_RETURN(lw.post_norm,
                             WeightTensor(w, arch.PostAttentionNormName(l)));
-    ENGINE_ASSIGN_OR_RETURN(lw.q, WeightTensor(w, a.q));
-    ENGINE_ASSIGN_OR_RETURN(lw.k, WeightTensor(w, a.k));
-    ENGINE_ASSIGN_OR_RETURN(lw.v, WeightTensor(w, a.v));
-    ENGINE_ASSIGN_OR_RETURN(lw.o, WeightTensor(w, a.o));
+    MOESERVE_ASSIGN_OR_RETURN(lw.q, WeightTensor(w, a.q));
+    MOESERVE_ASSIGN_OR_RETURN(lw.k, WeightTensor(w, a.k));
+    MOESERVE_ASSIGN_OR_RETURN(lw.v, WeightTensor(w, a.v));
+    MOESERVE_ASSIGN_OR_RETURN(lw.o, WeightTensor(w, a.o));
     if (c.attention_bias) {
-      ENGINE_ASSIGN_OR_RETURN(lw.q_bias, WeightTensor(w, a.q_bias));
-      ENGINE_ASSIGN_OR_RETURN(lw.k_bias, WeightTensor(w, a.k_bias));
-      ENGINE_ASSIGN_OR_RETURN(lw.v_bias, WeightTensor(w, a.v_bias));
+      MOESERVE_ASSIGN_OR_RETURN(lw.q_bias, WeightTensor(w, a.q_bias));
+      MOESERVE_ASSIGN_OR_RETURN(lw.k_bias, WeightTensor(w, a.k_bias));
+      MOESERVE_ASSIGN_OR_RETURN(lw.v_bias, WeightTensor(w, a.v_bias));
     }
     if (c.qk_norm != QkNorm::kNone) {
-      ENGINE_ASSIGN_OR_RETURN(lw.q_norm, WeightTensor(w, a.q_norm));
-      ENGINE_ASSIGN_OR_RETURN(lw.k_norm, WeightTensor(w, a.k_norm));
+      MOESERVE_ASSIGN_OR_RETURN(lw.q_norm, WeightTensor(w, a.q_norm));
+      MOESERVE_ASSIGN_OR_RETURN(lw.k_norm, WeightTensor(w, a.k_norm));
     }
-    ENGINE_ASSIGN_OR_RETURN(lw.router, WeightTensor(w, arch.RouterName(l)));
+    MOESERVE_ASSIGN_OR_RETURN(lw.router, WeightTensor(w, arch.RouterName(l)));
     if (std::optional<SharedExpertTensorNames> s = arch.SharedExpertNames(l);
         s.has_value() && c.shared_expert_intermediate_size > 0) {
-      ENGINE_ASSIGN_OR_RETURN(lw.shared_gate_proj,
+      MOESERVE_ASSIGN_OR_RETURN(lw.shared_gate_proj,
                               WeightTensor(w, s->mlp.gate));
-      ENGINE_ASSIGN_OR_RETURN(lw.shared_up, WeightTensor(w, s->mlp.up));
-      ENGINE_ASSIGN_OR_RETURN(lw.shared_down, WeightTensor(w, s->mlp.down));
-      ENGINE_ASSIGN_OR_RETURN(lw.shared_gate, WeightTensor(w, s->gate));
+      MOESERVE_ASSIGN_OR_RETURN(lw.shared_up, WeightTensor(w, s->mlp.up));
+      MOESERVE_ASSIGN_OR_RETURN(lw.shared_down, WeightTensor(w, s->mlp.down));
+      MOESERVE_ASSIGN_OR_RETURN(lw.shared_gate, WeightTensor(w, s->gate));
     }
   }
   return absl::OkStatus();
@@ -206,27 +206,27 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs,
   const int64_t f = 4;  // sizeof(float) == sizeof(int32_t)
   for (ScratchBuffer* buf : {&s.x, &s.h, &s.proj, &s.moe_out, &s.expert_in,
                              &s.expert_out, &s.shared_out}) {
-    ENGINE_RETURN_IF_ERROR(buf->Reserve(b, n * d * f));
+    MOESERVE_RETURN_IF_ERROR(buf->Reserve(b, n * d * f));
   }
-  ENGINE_RETURN_IF_ERROR(s.q.Reserve(b, n * qd * f));
-  ENGINE_RETURN_IF_ERROR(s.attn.Reserve(b, n * qd * f));
-  ENGINE_RETURN_IF_ERROR(s.k.Reserve(b, n * kvd * f));
-  ENGINE_RETURN_IF_ERROR(s.v.Reserve(b, n * kvd * f));
-  ENGINE_RETURN_IF_ERROR(s.expert_ws.Reserve(
+  MOESERVE_RETURN_IF_ERROR(s.q.Reserve(b, n * qd * f));
+  MOESERVE_RETURN_IF_ERROR(s.attn.Reserve(b, n * qd * f));
+  MOESERVE_RETURN_IF_ERROR(s.k.Reserve(b, n * kvd * f));
+  MOESERVE_RETURN_IF_ERROR(s.v.Reserve(b, n * kvd * f));
+  MOESERVE_RETURN_IF_ERROR(s.expert_ws.Reserve(
       b, kernels::ExpertFfnWorkspaceElems(n, c.expert_intermediate_size) * f));
   const int64_t sf = std::max<int64_t>(1, c.shared_expert_intermediate_size);
-  ENGINE_RETURN_IF_ERROR(s.shared_a.Reserve(b, n * sf * f));
-  ENGINE_RETURN_IF_ERROR(s.shared_b.Reserve(b, n * sf * f));
-  ENGINE_RETURN_IF_ERROR(s.shared_gate.Reserve(b, n * f));
-  ENGINE_RETURN_IF_ERROR(s.last.Reserve(b, num_seqs * d * f));
-  ENGINE_RETURN_IF_ERROR(s.logits.Reserve(b, num_seqs * c.vocab_size * f));
-  ENGINE_RETURN_IF_ERROR(s.perm.Reserve(b, n * k * f));
-  ENGINE_RETURN_IF_ERROR(s.perm_weights.Reserve(b, n * k * f));
+  MOESERVE_RETURN_IF_ERROR(s.shared_a.Reserve(b, n * sf * f));
+  MOESERVE_RETURN_IF_ERROR(s.shared_b.Reserve(b, n * sf * f));
+  MOESERVE_RETURN_IF_ERROR(s.shared_gate.Reserve(b, n * f));
+  MOESERVE_RETURN_IF_ERROR(s.last.Reserve(b, num_seqs * d * f));
+  MOESERVE_RETURN_IF_ERROR(s.logits.Reserve(b, num_seqs * c.vocab_size * f));
+  MOESERVE_RETURN_IF_ERROR(s.perm.Reserve(b, n * k * f));
+  MOESERVE_RETURN_IF_ERROR(s.perm_weights.Reserve(b, n * k * f));
   // The prediction probe may ask for up to E experts a row.
   for (RouteBuffers* r : {&s.route, &s.predict}) {
-    ENGINE_RETURN_IF_ERROR(r->logits.Reserve(b, n * E * f));
-    ENGINE_RETURN_IF_ERROR(r->weights.Reserve(b, n * E * f));
-    ENGINE_RETURN_IF_ERROR(r->ids.Reserve(b, n * E * f));
+    MOESERVE_RETURN_IF_ERROR(r->logits.Reserve(b, n * E * f));
+    MOESERVE_RETURN_IF_ERROR(r->weights.Reserve(b, n * E * f));
+    MOESERVE_RETURN_IF_ERROR(r->ids.Reserve(b, n * E * f));
   }
   return s.meta.Reserve(b,
                         (3 * n + 2 * num_seqs + 1 + num_seqs * max_blocks) * f);
@@ -279,7 +279,7 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   const int64_t n = static_cast<int64_t>(s.ids.size());
   const int64_t d = c.hidden_size;
   kernels::Stream& st = *stream_;
-  ENGINE_RETURN_IF_ERROR(ReserveScratch(n, s.num_seqs, s.max_blocks));
+  MOESERVE_RETURN_IF_ERROR(ReserveScratch(n, s.num_seqs, s.max_blocks));
 
   // One upload of the step's metadata.
   s.meta_host.clear();
@@ -295,7 +295,7 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   s.off_query_start = append(s.query_start);
   s.off_last_rows = append(s.last_rows);
   s.off_block_tables = append(s.block_tables);
-  ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(
+  MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
       st, s.meta.data(), s.meta_host.data(),
       static_cast<int64_t>(s.meta_host.size() * sizeof(int32_t))));
 
@@ -310,18 +310,18 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   experts_->BeginStep(info);
   absl::Status status = RunLayers(n);
   experts_->EndStep();
-  ENGINE_RETURN_IF_ERROR(status);
+  MOESERVE_RETURN_IF_ERROR(status);
   Tensor x = F32(s.x, {n, d});
   // Final norm and lm_head on each sequence's last token only.
   Tensor last = F32(s.last, {s.num_seqs, d});
-  ENGINE_RETURN_IF_ERROR(backend_->GatherRows(
+  MOESERVE_RETURN_IF_ERROR(backend_->GatherRows(
       st, x, I32(s.meta, s.off_last_rows, {s.num_seqs}), last));
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       backend_->RmsNorm(st, last, final_norm_, c.rms_norm_eps, last));
   Tensor out = F32(s.logits, {s.num_seqs, c.vocab_size});
-  ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, last, lm_head_, {}, out));
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, last, lm_head_, {}, out));
   logits->resize(s.num_seqs * c.vocab_size);
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       backend_->CopyToHost(st, logits->data(), out.raw(), out.nbytes()));
   return st.Synchronize();
 }
@@ -348,41 +348,41 @@ absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   Tensor x = F32(s.x, {n, d});
   Tensor h = F32(s.h, {n, d});
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       backend_->RmsNorm(st, x, lw.input_norm, c.rms_norm_eps, h));
   Tensor q = F32(s.q, {n, heads * hd});
   Tensor k = F32(s.k, {n, kv * hd});
   Tensor v = F32(s.v, {n, kv * hd});
-  ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.q, lw.q_bias, q));
-  ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.k, lw.k_bias, k));
-  ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.v, lw.v_bias, v));
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.q, lw.q_bias, q));
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.k, lw.k_bias, k));
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.v, lw.v_bias, v));
   const float eps = static_cast<float>(c.rms_norm_eps);
   if (c.qk_norm == QkNorm::kWholeProjection) {
-    ENGINE_RETURN_IF_ERROR(backend_->RmsNorm(st, q, lw.q_norm, eps, q));
-    ENGINE_RETURN_IF_ERROR(backend_->RmsNorm(st, k, lw.k_norm, eps, k));
+    MOESERVE_RETURN_IF_ERROR(backend_->RmsNorm(st, q, lw.q_norm, eps, q));
+    MOESERVE_RETURN_IF_ERROR(backend_->RmsNorm(st, k, lw.k_norm, eps, k));
   } else if (c.qk_norm == QkNorm::kPerHead) {
     Tensor qh = F32(s.q, {n * heads, hd});
     Tensor kh = F32(s.k, {n * kv, hd});
-    ENGINE_RETURN_IF_ERROR(backend_->RmsNorm(st, qh, lw.q_norm, eps, qh));
-    ENGINE_RETURN_IF_ERROR(backend_->RmsNorm(st, kh, lw.k_norm, eps, kh));
+    MOESERVE_RETURN_IF_ERROR(backend_->RmsNorm(st, qh, lw.q_norm, eps, qh));
+    MOESERVE_RETURN_IF_ERROR(backend_->RmsNorm(st, kh, lw.k_norm, eps, kh));
   }
   Tensor q3 = F32(s.q, {n, heads, hd});
   Tensor k3 = F32(s.k, {n, kv, hd});
   Tensor v3 = F32(s.v, {n, kv, hd});
   Tensor positions = I32(s.meta, s.off_positions, {n});
   const float theta = static_cast<float>(c.rope_theta);
-  ENGINE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, q3, positions, theta));
-  ENGINE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, k3, positions, theta));
+  MOESERVE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, q3, positions, theta));
+  MOESERVE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, k3, positions, theta));
   const kernels::PagedKvCache pages = cache->layer(layer);
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       backend_->KvWrite(st, k3, v3, I32(s.meta, s.off_slots, {n}), pages));
   const kernels::AttentionBatch batch{
       I32(s.meta, s.off_query_start, {s.num_seqs + 1}), positions,
       I32(s.meta, s.off_block_tables, {s.num_seqs, s.max_blocks})};
   Tensor attn = F32(s.attn, {n, heads * hd});
-  ENGINE_RETURN_IF_ERROR(backend_->Attention(st, q3, pages, batch, attn));
+  MOESERVE_RETURN_IF_ERROR(backend_->Attention(st, q3, pages, batch, attn));
   Tensor proj = F32(s.proj, {n, d});
-  ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, attn, lw.o, {}, proj));
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, attn, lw.o, {}, proj));
   return backend_->Add(st, x, proj, x);
 }
 
@@ -393,13 +393,13 @@ absl::Status MoeModel::MoeBlock(int layer, int64_t n) {
   const int64_t d = c.hidden_size;
   Tensor x = F32(s.x, {n, d});
   Tensor h = F32(s.h, {n, d});
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       backend_->RmsNorm(st, x, layers_[layer].post_norm, c.rms_norm_eps, h));
   Tensor moe_out = F32(s.moe_out, {n, d});
-  ENGINE_RETURN_IF_ERROR(backend_->Zero(st, moe_out.raw(), moe_out.nbytes()));
-  ENGINE_RETURN_IF_ERROR(RoutedExperts(layer, n));
+  MOESERVE_RETURN_IF_ERROR(backend_->Zero(st, moe_out.raw(), moe_out.nbytes()));
+  MOESERVE_RETURN_IF_ERROR(RoutedExperts(layer, n));
   if (layers_[layer].shared_up.valid()) {
-    ENGINE_RETURN_IF_ERROR(SharedExpert(layer, n));
+    MOESERVE_RETURN_IF_ERROR(SharedExpert(layer, n));
   }
   return backend_->Add(st, x, moe_out, x);
 }
@@ -408,11 +408,11 @@ absl::Status MoeModel::RunLayers(int64_t n) {
   const ModelConfig& c = config();
   Scratch& s = *scratch_;
   Tensor x = F32(s.x, {n, c.hidden_size});
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       backend_->Embedding(*stream_, I32(s.meta, 0, {n}), embedding_, x));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    ENGINE_RETURN_IF_ERROR(Attention(l, n, cache_));
-    ENGINE_RETURN_IF_ERROR(MoeBlock(l, n));
+    MOESERVE_RETURN_IF_ERROR(Attention(l, n, cache_));
+    MOESERVE_RETURN_IF_ERROR(MoeBlock(l, n));
   }
   return absl::OkStatus();
 }
@@ -453,16 +453,16 @@ absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
   Tensor weights = F32(r.weights, {n, k});
   Tensor ids = I32(r.ids, 0, {n, k});
   kernels::Stream& st = *stream_;
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       backend_->MatMul(st, h, layers_[layer].router, {}, logits));
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       backend_->RouterTopK(st, logits, k, normalize, weights, ids));
   // Routing is read on the host: it decides which experts to fetch.
   r.host_weights.resize(n * k);
   r.host_ids.resize(n * k);
-  ENGINE_RETURN_IF_ERROR(backend_->CopyToHost(st, r.host_weights.data(),
+  MOESERVE_RETURN_IF_ERROR(backend_->CopyToHost(st, r.host_weights.data(),
                                               weights.raw(), weights.nbytes()));
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       backend_->CopyToHost(st, r.host_ids.data(), ids.raw(), ids.nbytes()));
   return st.Synchronize();
 }
@@ -475,7 +475,7 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   const int64_t d = c.hidden_size, E = c.num_experts;
   const int64_t k = c.num_experts_per_tok, ffn = c.expert_intermediate_size;
   Tensor h = F32(s.h, {n, d});
-  ENGINE_RETURN_IF_ERROR(
+  MOESERVE_RETURN_IF_ERROR(
       Route(layer, h, static_cast<int>(k), c.norm_topk_prob, s.route));
   const std::vector<int32_t>& ids = s.route.host_ids;
   const std::vector<float>& weights = s.route.host_weights;
@@ -502,9 +502,9 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
       s.perm_weights_host[at] = weights[t * k + j];
     }
   }
-  ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(
+  MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
       st, s.perm.data(), s.perm_host.data(), n * k * sizeof(int32_t)));
-  ENGINE_RETURN_IF_ERROR(backend_->CopyToDevice(st, s.perm_weights.data(),
+  MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(st, s.perm_weights.data(),
                                                 s.perm_weights_host.data(),
                                                 n * k * sizeof(float)));
   std::vector<int> selected, counts;
@@ -518,7 +518,7 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
                        n);
   Tensor moe_out = F32(s.moe_out, {n, d});
   for (int e : selected) {
-    ENGINE_ASSIGN_OR_RETURN(const std::byte* blob_data,
+    MOESERVE_ASSIGN_OR_RETURN(const std::byte* blob_data,
                             experts_->Acquire({layer, e}));
     const int64_t begin = s.expert_begin[e];
     const int64_t m = s.expert_begin[e + 1] - begin;
@@ -535,7 +535,7 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
     // No wait here: the provider keeps the blob until the stream has passed
     // these ops (ExpertProvider, "Asynchronous devices").
     experts_->Release({layer, e});
-    ENGINE_RETURN_IF_ERROR(status);
+    MOESERVE_RETURN_IF_ERROR(status);
   }
   experts_->EndLayer(layer);
   return absl::OkStatus();
@@ -553,11 +553,11 @@ absl::Status MoeModel::SharedExpert(int layer, int64_t n) {
   Tensor b = F32(s.shared_b, {n, f});
   Tensor out = F32(s.shared_out, {n, d});
   Tensor gate = F32(s.shared_gate, {n, 1});
-  ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.shared_gate_proj, {}, a));
-  ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.shared_up, {}, b));
-  ENGINE_RETURN_IF_ERROR(backend_->SiluMul(st, a, b, a));
-  ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, a, lw.shared_down, {}, out));
-  ENGINE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.shared_gate, {}, gate));
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.shared_gate_proj, {}, a));
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.shared_up, {}, b));
+  MOESERVE_RETURN_IF_ERROR(backend_->SiluMul(st, a, b, a));
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, a, lw.shared_down, {}, out));
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.shared_gate, {}, gate));
   return backend_->SigmoidGatedAdd(st, out, gate, F32(s.moe_out, {n, d}));
 }
 

@@ -5,7 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/internal/spm_wrapper.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 
 namespace moeserve::engine {
 namespace {
@@ -109,7 +109,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text,
 
 absl::StatusOr<std::string> Tokenizer::Decode(
     const std::vector<int32_t>& ids) const {
-  ENGINE_RETURN_IF_ERROR(CheckIds(ids));
+  MOESERVE_RETURN_IF_ERROR(CheckIds(ids));
   std::string text, error;
   if (!spm_->Decode(std::vector<int>(ids.begin(), ids.end()), &text, &error)) {
     return absl::InternalError(absl::StrCat("decode failed: ", error));
@@ -118,7 +118,7 @@ absl::StatusOr<std::string> Tokenizer::Decode(
 }
 
 absl::StatusOr<std::string> Tokenizer::IdToPiece(int32_t id) const {
-  ENGINE_RETURN_IF_ERROR(CheckIds({id}));
+  MOESERVE_RETURN_IF_ERROR(CheckIds({id}));
   return spm_->IdToPiece(id);
 }
 
@@ -133,16 +133,16 @@ absl::StatusOr<std::string> IncrementalDetokenizer::DecodeRange(
   }
   std::vector<int32_t> window = {tokenizer_->anchor_id_};
   window.insert(window.end(), ids_.begin() + begin, ids_.begin() + end);
-  ENGINE_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(window));
+  MOESERVE_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(window));
   return text.substr(std::min(text.size(), tokenizer_->anchor_text_.size()));
 }
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Next(int32_t id) {
-  ENGINE_RETURN_IF_ERROR(tokenizer_->CheckIds({id}));
+  MOESERVE_RETURN_IF_ERROR(tokenizer_->CheckIds({id}));
   ids_.push_back(id);
-  ENGINE_ASSIGN_OR_RETURN(std::string prefix,
+  MOESERVE_ASSIGN_OR_RETURN(std::string prefix,
                           DecodeRange(prefix_offset_, read_offset_));
-  ENGINE_ASSIGN_OR_RETURN(std::string text,
+  MOESERVE_ASSIGN_OR_RETURN(std::string text,
                           DecodeRange(prefix_offset_, ids_.size()));
   if (text.size() <= prefix.size() || IsUnstable(text) ||
       !absl::StartsWith(text, prefix)) {
@@ -154,9 +154,9 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Next(int32_t id) {
 }
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Flush() {
-  ENGINE_ASSIGN_OR_RETURN(std::string prefix,
+  MOESERVE_ASSIGN_OR_RETURN(std::string prefix,
                           DecodeRange(prefix_offset_, read_offset_));
-  ENGINE_ASSIGN_OR_RETURN(std::string text,
+  MOESERVE_ASSIGN_OR_RETURN(std::string text,
                           DecodeRange(prefix_offset_, ids_.size()));
   prefix_offset_ = read_offset_ = ids_.size();
   if (text.size() <= prefix.size()) return std::string();

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 #include "engine/json_util.h"
 
 namespace moeserve::engine::arch {
@@ -13,16 +13,16 @@ std::string LayerPrefix(int layer) {
 
 absl::Status ParseExpertCounts(const nlohmann::json& j, const char* experts_key,
                                const char* ffn_key, ModelConfig* c) {
-  ENGINE_ASSIGN_OR_RETURN(c->num_experts, json_util::GetInt(j, experts_key));
-  ENGINE_ASSIGN_OR_RETURN(c->num_experts_per_tok,
+  MOESERVE_ASSIGN_OR_RETURN(c->num_experts, json_util::GetInt(j, experts_key));
+  MOESERVE_ASSIGN_OR_RETURN(c->num_experts_per_tok,
                           json_util::GetInt(j, "num_experts_per_tok"));
-  ENGINE_ASSIGN_OR_RETURN(c->expert_intermediate_size,
+  MOESERVE_ASSIGN_OR_RETURN(c->expert_intermediate_size,
                           json_util::GetInt(j, ffn_key));
   return absl::OkStatus();
 }
 
 absl::Status ParseQwenSparsity(const nlohmann::json& j, ModelConfig* c) {
-  ENGINE_ASSIGN_OR_RETURN(c->decoder_sparse_step,
+  MOESERVE_ASSIGN_OR_RETURN(c->decoder_sparse_step,
                           json_util::GetInt(j, "decoder_sparse_step", 1));
   if (c->decoder_sparse_step < 1) {
     return absl::InvalidArgumentError(
@@ -64,7 +64,7 @@ absl::Status ParseQwenSparsity(const nlohmann::json& j, ModelConfig* c) {
 
 absl::Status RefuseAttentionBias(const nlohmann::json& j,
                                  absl::string_view model_type) {
-  ENGINE_ASSIGN_OR_RETURN(bool bias,
+  MOESERVE_ASSIGN_OR_RETURN(bool bias,
                           json_util::GetBool(j, "attention_bias", false));
   if (bias) {
     return absl::InvalidArgumentError(absl::StrCat(

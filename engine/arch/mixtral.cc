@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/arch/arch_util.h"
 #include "engine/architecture.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 
 namespace moeserve::engine::arch {
 namespace {
@@ -16,7 +16,7 @@ class Mixtral : public Architecture {
 
   absl::Status ParseHparams(const nlohmann::json& j,
                             ModelConfig* c) const override {
-    ENGINE_RETURN_IF_ERROR(
+    MOESERVE_RETURN_IF_ERROR(
         ParseExpertCounts(j, "num_local_experts", "intermediate_size", c));
     c->norm_topk_prob = true;
     c->shared_expert_intermediate_size = 0;

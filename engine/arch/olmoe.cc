@@ -2,7 +2,7 @@
 // projections (weights [heads*head_dim] and [kv_heads*head_dim]).
 
 #include "engine/arch/qwen_style.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 #include "engine/json_util.h"
 
 namespace moeserve::engine::arch {
@@ -14,11 +14,11 @@ class Olmoe : public QwenStyleMoe {
 
   absl::Status ParseHparams(const nlohmann::json& j,
                             ModelConfig* c) const override {
-    ENGINE_RETURN_IF_ERROR(
+    MOESERVE_RETURN_IF_ERROR(
         ParseExpertCounts(j, "num_experts", "intermediate_size", c));
-    ENGINE_ASSIGN_OR_RETURN(c->norm_topk_prob,
+    MOESERVE_ASSIGN_OR_RETURN(c->norm_topk_prob,
                             json_util::GetBool(j, "norm_topk_prob", false));
-    ENGINE_RETURN_IF_ERROR(RefuseAttentionBias(j, model_type()));
+    MOESERVE_RETURN_IF_ERROR(RefuseAttentionBias(j, model_type()));
     if (json_util::HasNonNull(j, "clip_qkv")) {
       return absl::InvalidArgumentError(
           "field \"clip_qkv\" is set; clipping q/k/v is not supported yet");

@@ -2,7 +2,7 @@
 // a sigmoid gate; q/k/v projections carry biases.
 
 #include "engine/arch/qwen_style.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 #include "engine/json_util.h"
 
 namespace moeserve::engine::arch {
@@ -14,11 +14,11 @@ class Qwen2Moe : public QwenStyleMoe {
 
   absl::Status ParseHparams(const nlohmann::json& j,
                             ModelConfig* c) const override {
-    ENGINE_RETURN_IF_ERROR(
+    MOESERVE_RETURN_IF_ERROR(
         ParseExpertCounts(j, "num_experts", "moe_intermediate_size", c));
-    ENGINE_ASSIGN_OR_RETURN(c->norm_topk_prob,
+    MOESERVE_ASSIGN_OR_RETURN(c->norm_topk_prob,
                             json_util::GetBool(j, "norm_topk_prob", false));
-    ENGINE_ASSIGN_OR_RETURN(
+    MOESERVE_ASSIGN_OR_RETURN(
         c->shared_expert_intermediate_size,
         json_util::GetInt(j, "shared_expert_intermediate_size"));
     c->qk_norm = QkNorm::kNone;

@@ -2,7 +2,7 @@
 // per head (weights [head_dim]).
 
 #include "engine/arch/qwen_style.h"
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 #include "engine/json_util.h"
 
 namespace moeserve::engine::arch {
@@ -14,11 +14,11 @@ class Qwen3Moe : public QwenStyleMoe {
 
   absl::Status ParseHparams(const nlohmann::json& j,
                             ModelConfig* c) const override {
-    ENGINE_RETURN_IF_ERROR(
+    MOESERVE_RETURN_IF_ERROR(
         ParseExpertCounts(j, "num_experts", "moe_intermediate_size", c));
-    ENGINE_ASSIGN_OR_RETURN(c->norm_topk_prob,
+    MOESERVE_ASSIGN_OR_RETURN(c->norm_topk_prob,
                             json_util::GetBool(j, "norm_topk_prob", false));
-    ENGINE_RETURN_IF_ERROR(RefuseAttentionBias(j, model_type()));
+    MOESERVE_RETURN_IF_ERROR(RefuseAttentionBias(j, model_type()));
     c->shared_expert_intermediate_size = 0;
     c->qk_norm = QkNorm::kPerHead;
     c->attention_bias = false;

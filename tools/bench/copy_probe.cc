@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 
 namespace moeserve::bench {
 namespace {
@@ -28,42 +28,42 @@ absl::StatusOr<CopyProbe> MeasurePinnedCopy(kernels::Backend* backend,
   const int buffers = static_cast<int>(
       std::clamp<int64_t>(kRingBudgetBytes / bytes_per_copy, 1, copies));
   // A copy stream, as the link's transport uses.
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
                           backend->CreateCopyStream());
   std::vector<std::unique_ptr<kernels::Buffer>> host, device;
   for (int i = 0; i < buffers; ++i) {
-    ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> h,
+    MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> h,
                             backend->AllocateHost(bytes_per_copy));
     std::memset(h->data(), i + 1, bytes_per_copy);  // pages touched
     host.push_back(std::move(h));
-    ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> d,
+    MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> d,
                             backend->Allocate(bytes_per_copy));
     device.push_back(std::move(d));
   }
   // Warm-up: every destination written once.
   for (int i = 0; i < buffers; ++i) {
-    ENGINE_RETURN_IF_ERROR(backend->CopyToDevice(
+    MOESERVE_RETURN_IF_ERROR(backend->CopyToDevice(
         *stream, device[i]->data(), host[i]->data(), bytes_per_copy));
   }
-  ENGINE_RETURN_IF_ERROR(stream->Synchronize());
+  MOESERVE_RETURN_IF_ERROR(stream->Synchronize());
 
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> start,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> start,
                           backend->CreateEvent());
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> stop,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> stop,
                           backend->CreateEvent());
   const Clock::time_point wall_start = Clock::now();
-  ENGINE_RETURN_IF_ERROR(backend->RecordEvent(*stream, *start));
+  MOESERVE_RETURN_IF_ERROR(backend->RecordEvent(*stream, *start));
   for (int i = 0; i < copies; ++i) {
     // Shift the source by one so no pair repeats the warm-up's exactly.
-    ENGINE_RETURN_IF_ERROR(
+    MOESERVE_RETURN_IF_ERROR(
         backend->CopyToDevice(*stream, device[i % buffers]->data(),
                               host[(i + 1) % buffers]->data(), bytes_per_copy));
   }
-  ENGINE_RETURN_IF_ERROR(backend->RecordEvent(*stream, *stop));
-  ENGINE_RETURN_IF_ERROR(stop->Synchronize());
+  MOESERVE_RETURN_IF_ERROR(backend->RecordEvent(*stream, *stop));
+  MOESERVE_RETURN_IF_ERROR(stop->Synchronize());
   const double wall =
       std::chrono::duration<double>(Clock::now() - wall_start).count();
-  ENGINE_ASSIGN_OR_RETURN(const double event_seconds,
+  MOESERVE_ASSIGN_OR_RETURN(const double event_seconds,
                           stop->SecondsSince(*start));
 
   CopyProbe p;

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/internal/status_macros.h"
+#include "base/status_macros.h"
 #include "engine/offload/slow_tier.h"
 #include "kernels/tensor.h"
 
@@ -37,14 +37,14 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
 
   // Blobs come from the slow tier the weights support: the packed arena, or
   // pread from the files (weights loaded for the disk tier).
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<engine::SlowTier> slow,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<engine::SlowTier> slow,
                           weights.expert({0, 0}).data != nullptr
                               ? engine::NewHostSlowTier(&weights)
                               : engine::NewDiskSlowTier(&weights));
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
                           backend->CreateStream());
   kernels::Stream& s = *stream;
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> staging,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> staging,
                           backend->AllocateHost(blob_bytes));
   std::vector<std::unique_ptr<kernels::Buffer>> blobs;
   for (int i = 0; i < n; ++i) {
@@ -52,34 +52,34 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
     const int flat = static_cast<int>(int64_t{i} * all / n);
     const engine::ExpertId id{flat / weights.num_experts(),
                               flat % weights.num_experts()};
-    ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> blob,
+    MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> blob,
                             backend->Allocate(blob_bytes));
-    ENGINE_RETURN_IF_ERROR(
+    MOESERVE_RETURN_IF_ERROR(
         slow->Read(id, static_cast<std::byte*>(staging->data())));
-    ENGINE_RETURN_IF_ERROR(
+    MOESERVE_RETURN_IF_ERROR(
         backend->CopyToDevice(s, blob->data(), staging->data(), blob_bytes));
     // The staging buffer is reused: the copy must be done before the next
     // Read overwrites it.
-    ENGINE_RETURN_IF_ERROR(s.Synchronize());
+    MOESERVE_RETURN_IF_ERROR(s.Synchronize());
     blobs.push_back(std::move(blob));
   }
 
   // Activations and workspace in device memory too.
   const int64_t ws_elems = kernels::ExpertFfnWorkspaceElems(1, ffn);
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> x,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> x,
                           backend->Allocate(hidden * 4));
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> out,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> out,
                           backend->Allocate(hidden * 4));
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> ws,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> ws,
                           backend->Allocate(ws_elems * 4));
   {
     std::vector<float> host(hidden);
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0, 1);
     for (float& v : host) v = normal(rng);
-    ENGINE_RETURN_IF_ERROR(
+    MOESERVE_RETURN_IF_ERROR(
         backend->CopyToDevice(s, x->data(), host.data(), hidden * 4));
-    ENGINE_RETURN_IF_ERROR(s.Synchronize());  // `host` dies here
+    MOESERVE_RETURN_IF_ERROR(s.Synchronize());  // `host` dies here
   }
   const kernels::Device dev = backend->device();
   const kernels::Tensor xt(x->data(), kernels::DType::kF32, {1, hidden}, dev);
@@ -89,30 +89,30 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
     for (const std::unique_ptr<kernels::Buffer>& b : blobs) {
       const kernels::Tensor bt(b->data(), kernels::DType::kBF16,
                                {3 * ffn * hidden}, dev);
-      ENGINE_RETURN_IF_ERROR(backend->ExpertFfn(s, xt, bt, ffn, wt, ot));
+      MOESERVE_RETURN_IF_ERROR(backend->ExpertFfn(s, xt, bt, ffn, wt, ot));
     }
     return s.Synchronize();
   };
-  ENGINE_RETURN_IF_ERROR(pass());  // warm-up
+  MOESERVE_RETURN_IF_ERROR(pass());  // warm-up
 
   // Device time between two events (wall time on the CPU backend). The host
   // waits after every pass only to know when to stop.
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> start,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> start,
                           backend->CreateEvent());
-  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> stop,
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> stop,
                           backend->CreateEvent());
-  ENGINE_RETURN_IF_ERROR(backend->RecordEvent(s, *start));
+  MOESERVE_RETURN_IF_ERROR(backend->RecordEvent(s, *start));
   int passes = 0;
   const Clock::time_point wall_start = Clock::now();
   do {
-    ENGINE_RETURN_IF_ERROR(pass());
+    MOESERVE_RETURN_IF_ERROR(pass());
     ++passes;
   } while (std::chrono::duration<double>(Clock::now() - wall_start).count() <
                kMinSeconds &&
            passes < kMaxPasses);
-  ENGINE_RETURN_IF_ERROR(backend->RecordEvent(s, *stop));
-  ENGINE_RETURN_IF_ERROR(stop->Synchronize());
-  ENGINE_ASSIGN_OR_RETURN(const double seconds, stop->SecondsSince(*start));
+  MOESERVE_RETURN_IF_ERROR(backend->RecordEvent(s, *stop));
+  MOESERVE_RETURN_IF_ERROR(stop->Synchronize());
+  MOESERVE_ASSIGN_OR_RETURN(const double seconds, stop->SecondsSince(*start));
   return ExpertComputeTiming{
       .micros_per_expert = seconds * 1e6 / (static_cast<double>(passes) * n),
       .distinct_experts = n};
