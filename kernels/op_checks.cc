@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 
 namespace moeserve::kernels {
 namespace {
@@ -12,13 +13,6 @@ namespace {
 absl::Status Invalid(const char* op, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
 }
-
-// Returns from the enclosing function with `op` prefixed to the error.
-#define MOESERVE_RETURN_IF_BAD(op, expr)                           \
-  do {                                                             \
-    absl::Status _st = (expr);                                     \
-    if (!_st.ok()) return Invalid(op, std::string(_st.message())); \
-  } while (0)
 
 }  // namespace
 
@@ -55,6 +49,14 @@ absl::Status CheckTensor(const Tensor& t, const char* name, Device device,
   return absl::OkStatus();
 }
 
+absl::Status CheckOperand(const char* op, const Tensor& t, const char* name,
+                          Device device, DType dtype,
+                          std::initializer_list<int64_t> dims) {
+  absl::Status st = CheckTensor(t, name, device, dtype, dims);
+  if (st.ok()) return st;
+  return Invalid(op, std::string(st.message()));
+}
+
 bool Overlaps(const Tensor& a, const Tensor& b) {
   if (!a.valid() || !b.valid() || a.nbytes() == 0 || b.nbytes() == 0) {
     return false;
@@ -67,23 +69,24 @@ bool Overlaps(const Tensor& a, const Tensor& b) {
 absl::Status CheckEmbedding(Device d, const Tensor& ids, const Tensor& table,
                             const Tensor& out) {
   constexpr char kOp[] = "Embedding";
-  MOESERVE_RETURN_IF_BAD(kOp,
-                         CheckTensor(ids, "ids", d, DType::kI32, {kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(table, "table", d, DType::kBF16, {kAnyDim, kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(out, "out", d, DType::kF32, {ids.dim(0), table.dim(1)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, ids, "ids", d, DType::kI32, {kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, table, "table", d, DType::kBF16, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, out, "out", d, DType::kF32,
+                                        {ids.dim(0), table.dim(1)}));
   return absl::OkStatus();
 }
 
 absl::Status CheckRmsNorm(Device d, const Tensor& x, const Tensor& w, float eps,
                           const Tensor& out) {
   constexpr char kOp[] = "RmsNorm";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(kOp, CheckTensor(w, "w", d, DType::kBF16, {x.dim(1)}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(out, "out", d, DType::kF32, {x.dim(0), x.dim(1)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, w, "w", d, DType::kBF16, {x.dim(1)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {x.dim(0), x.dim(1)}));
   if (!(eps >= 0.0f) || !std::isfinite(eps)) {
     return Invalid(kOp, absl::StrCat("eps must be finite and >= 0, got ", eps));
   }
@@ -97,16 +100,16 @@ absl::Status CheckRmsNorm(Device d, const Tensor& x, const Tensor& w, float eps,
 absl::Status CheckMatMul(Device d, const Tensor& x, const Tensor& w,
                          const Tensor& bias, const Tensor& out) {
   constexpr char kOp[] = "MatMul";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(w, "w", d, DType::kBF16, {kAnyDim, x.dim(1)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, w, "w", d, DType::kBF16, {kAnyDim, x.dim(1)}));
   if (bias.valid()) {
-    MOESERVE_RETURN_IF_BAD(
-        kOp, CheckTensor(bias, "bias", d, DType::kBF16, {w.dim(0)}));
+    MOESERVE_RETURN_IF_ERROR(
+        CheckOperand(kOp, bias, "bias", d, DType::kBF16, {w.dim(0)}));
   }
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(out, "out", d, DType::kF32, {x.dim(0), w.dim(0)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {x.dim(0), w.dim(0)}));
   if (Overlaps(out, x) || Overlaps(out, w) || Overlaps(out, bias)) {
     return Invalid(kOp, "out overlaps an input");
   }
@@ -116,10 +119,10 @@ absl::Status CheckMatMul(Device d, const Tensor& x, const Tensor& w,
 absl::Status CheckRope(Device d, const Tensor& x, const Tensor& positions,
                        float theta) {
   constexpr char kOp[] = "RopeRotateHalf";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim, kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(positions, "positions", d, DType::kI32, {x.dim(0)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, positions, "positions", d, DType::kI32, {x.dim(0)}));
   if (x.dim(2) % 2 != 0) return Invalid(kOp, "head_dim must be even");
   if (!(theta > 0.0f) || !std::isfinite(theta)) {
     return Invalid(kOp, "theta must be finite and > 0");
@@ -131,19 +134,19 @@ absl::Status CheckKvWrite(Device d, const Tensor& k, const Tensor& v,
                           const Tensor& slot_mapping,
                           const PagedKvCache& cache) {
   constexpr char kOp[] = "KvWrite";
-  MOESERVE_RETURN_IF_BAD(kOp,
-                         CheckTensor(cache.k_pool, "k_pool", d, DType::kF32,
-                                     {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, cache.k_pool, "k_pool", d,
+                                        DType::kF32,
+                                        {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
   const Tensor& p = cache.k_pool;
-  MOESERVE_RETURN_IF_BAD(kOp,
-                         CheckTensor(cache.v_pool, "v_pool", d, DType::kF32,
-                                     {p.dim(0), p.dim(1), p.dim(2), p.dim(3)}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(k, "k", d, DType::kF32, {kAnyDim, p.dim(2), p.dim(3)}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(v, "v", d, DType::kF32, {k.dim(0), p.dim(2), p.dim(3)}));
-  MOESERVE_RETURN_IF_BAD(kOp, CheckTensor(slot_mapping, "slot_mapping", d,
-                                          DType::kI32, {k.dim(0)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, cache.v_pool, "v_pool", d, DType::kF32,
+                   {p.dim(0), p.dim(1), p.dim(2), p.dim(3)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, k, "k", d, DType::kF32, {kAnyDim, p.dim(2), p.dim(3)}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, v, "v", d, DType::kF32,
+                                        {k.dim(0), p.dim(2), p.dim(3)}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, slot_mapping, "slot_mapping", d,
+                                        DType::kI32, {k.dim(0)}));
   if (Overlaps(cache.k_pool, cache.v_pool)) {
     return Invalid(kOp, "k_pool and v_pool overlap");
   }
@@ -154,15 +157,15 @@ absl::Status CheckAttention(Device d, const Tensor& q,
                             const PagedKvCache& cache,
                             const AttentionBatch& batch, const Tensor& out) {
   constexpr char kOp[] = "Attention";
-  MOESERVE_RETURN_IF_BAD(kOp,
-                         CheckTensor(cache.k_pool, "k_pool", d, DType::kF32,
-                                     {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, cache.k_pool, "k_pool", d,
+                                        DType::kF32,
+                                        {kAnyDim, kAnyDim, kAnyDim, kAnyDim}));
   const Tensor& p = cache.k_pool;
-  MOESERVE_RETURN_IF_BAD(kOp,
-                         CheckTensor(cache.v_pool, "v_pool", d, DType::kF32,
-                                     {p.dim(0), p.dim(1), p.dim(2), p.dim(3)}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(q, "q", d, DType::kF32, {kAnyDim, kAnyDim, p.dim(3)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, cache.v_pool, "v_pool", d, DType::kF32,
+                   {p.dim(0), p.dim(1), p.dim(2), p.dim(3)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, q, "q", d, DType::kF32, {kAnyDim, kAnyDim, p.dim(3)}));
   const int64_t heads = q.dim(1), kv_heads = p.dim(2);
   if (kv_heads == 0 || heads == 0 || heads % kv_heads != 0) {
     return Invalid(kOp, absl::StrCat("heads ", heads,
@@ -170,16 +173,16 @@ absl::Status CheckAttention(Device d, const Tensor& q,
                                      kv_heads));
   }
   if (p.dim(1) == 0) return Invalid(kOp, "block_size must be > 0");
-  MOESERVE_RETURN_IF_BAD(kOp, CheckTensor(out, "out", d, DType::kF32,
-                                          {q.dim(0), heads * p.dim(3)}));
-  MOESERVE_RETURN_IF_BAD(kOp, CheckTensor(batch.query_start, "query_start", d,
-                                          DType::kI32, {kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, out, "out", d, DType::kF32,
+                                        {q.dim(0), heads * p.dim(3)}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, batch.query_start, "query_start",
+                                        d, DType::kI32, {kAnyDim}));
   if (batch.query_start.dim(0) < 1) return Invalid(kOp, "query_start is empty");
-  MOESERVE_RETURN_IF_BAD(kOp, CheckTensor(batch.positions, "positions", d,
-                                          DType::kI32, {q.dim(0)}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(batch.block_tables, "block_tables", d, DType::kI32,
-                       {batch.query_start.dim(0) - 1, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, batch.positions, "positions", d,
+                                        DType::kI32, {q.dim(0)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, batch.block_tables, "block_tables", d, DType::kI32,
+                   {batch.query_start.dim(0) - 1, kAnyDim}));
   if (Overlaps(out, q) || Overlaps(out, cache.k_pool) ||
       Overlaps(out, cache.v_pool)) {
     return Invalid(kOp, "out overlaps an input");
@@ -190,16 +193,16 @@ absl::Status CheckAttention(Device d, const Tensor& q,
 absl::Status CheckRouterTopK(Device d, const Tensor& logits, int k,
                              const Tensor& weights, const Tensor& ids) {
   constexpr char kOp[] = "RouterTopK";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(logits, "logits", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, logits, "logits", d, DType::kF32, {kAnyDim, kAnyDim}));
   if (k < 1 || k > logits.dim(1)) {
     return Invalid(kOp,
                    absl::StrCat("k=", k, " not in [1, ", logits.dim(1), "]"));
   }
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(weights, "weights", d, DType::kF32, {logits.dim(0), k}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(ids, "ids", d, DType::kI32, {logits.dim(0), k}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, weights, "weights", d, DType::kF32,
+                                        {logits.dim(0), k}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, ids, "ids", d, DType::kI32, {logits.dim(0), k}));
   if (Overlaps(weights, logits) || Overlaps(ids, logits) ||
       Overlaps(weights, ids)) {
     return Invalid(kOp, "outputs overlap");
@@ -210,12 +213,12 @@ absl::Status CheckRouterTopK(Device d, const Tensor& logits, int k,
 absl::Status CheckSameShapeF32(Device d, const Tensor& a, const Tensor& b,
                                const Tensor& out) {
   constexpr char kOp[] = "elementwise";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(a, "a", d, DType::kF32, {kAnyDim, kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(b, "b", d, DType::kF32, {a.dim(0), a.dim(1)}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(out, "out", d, DType::kF32, {a.dim(0), a.dim(1)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, a, "a", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, b, "b", d, DType::kF32, {a.dim(0), a.dim(1)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {a.dim(0), a.dim(1)}));
   // Exact aliasing is fine (elementwise); partial overlap is not.
   for (const Tensor* in : {&a, &b}) {
     if (Overlaps(*in, out) && in->raw() != out.raw()) {
@@ -228,12 +231,12 @@ absl::Status CheckSameShapeF32(Device d, const Tensor& a, const Tensor& b,
 absl::Status CheckGatherRows(Device d, const Tensor& x, const Tensor& rows,
                              const Tensor& out) {
   constexpr char kOp[] = "GatherRows";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(kOp,
-                         CheckTensor(rows, "rows", d, DType::kI32, {kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(out, "out", d, DType::kF32, {rows.dim(0), x.dim(1)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, rows, "rows", d, DType::kI32, {kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {rows.dim(0), x.dim(1)}));
   if (Overlaps(out, x)) return Invalid(kOp, "out overlaps x");
   return absl::OkStatus();
 }
@@ -241,16 +244,16 @@ absl::Status CheckGatherRows(Device d, const Tensor& x, const Tensor& rows,
 absl::Status CheckScaleAddRows(Device d, const Tensor& x, const Tensor& rows,
                                const Tensor& weights, const Tensor& y) {
   constexpr char kOp[] = "ScaleAddRows";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
   if (rows.valid()) {
-    MOESERVE_RETURN_IF_BAD(
-        kOp, CheckTensor(rows, "rows", d, DType::kI32, {x.dim(0)}));
+    MOESERVE_RETURN_IF_ERROR(
+        CheckOperand(kOp, rows, "rows", d, DType::kI32, {x.dim(0)}));
   }
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(weights, "weights", d, DType::kF32, {x.dim(0)}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(y, "y", d, DType::kF32, {kAnyDim, x.dim(1)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, weights, "weights", d, DType::kF32, {x.dim(0)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, y, "y", d, DType::kF32, {kAnyDim, x.dim(1)}));
   if (!rows.valid() && y.dim(0) != x.dim(0)) {
     return Invalid(kOp, "without rows, y must have as many rows as x");
   }
@@ -263,15 +266,17 @@ absl::Status CheckScaleAddRows(Device d, const Tensor& x, const Tensor& rows,
 absl::Status CheckSigmoidGatedAdd(Device d, const Tensor& x, const Tensor& gate,
                                   const Tensor& y) {
   constexpr char kOp[] = "SigmoidGatedAdd";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(y, "y", d, DType::kF32, {x.dim(0), x.dim(1)}));
-  absl::Status g =
-      gate.valid() && gate.rank() == 2
-          ? CheckTensor(gate, "gate", d, DType::kF32, {x.dim(0), 1})
-          : CheckTensor(gate, "gate", d, DType::kF32, {x.dim(0)});
-  MOESERVE_RETURN_IF_BAD(kOp, g);
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, y, "y", d, DType::kF32, {x.dim(0), x.dim(1)}));
+  if (gate.valid() && gate.rank() == 2) {
+    MOESERVE_RETURN_IF_ERROR(
+        CheckOperand(kOp, gate, "gate", d, DType::kF32, {x.dim(0), 1}));
+  } else {
+    MOESERVE_RETURN_IF_ERROR(
+        CheckOperand(kOp, gate, "gate", d, DType::kF32, {x.dim(0)}));
+  }
   if (Overlaps(y, x) || Overlaps(y, gate)) {
     return Invalid(kOp, "y overlaps an input");
   }
@@ -282,16 +287,16 @@ absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
                             int64_t ffn, const Tensor& workspace,
                             const Tensor& out) {
   constexpr char kOp[] = "ExpertFfn";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
   const int64_t m = x.dim(0), hidden = x.dim(1);
   if (ffn <= 0 || hidden <= 0) {
     return Invalid(kOp, "ffn and hidden must be > 0");
   }
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(blob, "blob", d, DType::kBF16, {3 * ffn * hidden}));
-  MOESERVE_RETURN_IF_BAD(kOp,
-                         CheckTensor(out, "out", d, DType::kF32, {m, hidden}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, blob, "blob", d, DType::kBF16, {3 * ffn * hidden}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {m, hidden}));
   if (!workspace.valid() || workspace.dtype() != DType::kF32 ||
       workspace.device() != d ||
       workspace.numel() < ExpertFfnWorkspaceElems(m, ffn) ||
@@ -310,10 +315,10 @@ absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
 
 absl::Status CheckSoftmax(Device d, const Tensor& x, const Tensor& out) {
   constexpr char kOp[] = "Softmax";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(out, "out", d, DType::kF32, {x.dim(0), x.dim(1)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {x.dim(0), x.dim(1)}));
   if (Overlaps(x, out) && x.raw() != out.raw()) {
     return Invalid(kOp, "out partially overlaps x");
   }
@@ -322,11 +327,11 @@ absl::Status CheckSoftmax(Device d, const Tensor& x, const Tensor& out) {
 
 absl::Status CheckArgmax(Device d, const Tensor& x, const Tensor& out) {
   constexpr char kOp[] = "Argmax";
-  MOESERVE_RETURN_IF_BAD(
-      kOp, CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
   if (x.dim(1) < 1) return Invalid(kOp, "rows must have >= 1 element");
-  MOESERVE_RETURN_IF_BAD(kOp,
-                         CheckTensor(out, "out", d, DType::kI32, {x.dim(0)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kI32, {x.dim(0)}));
   return absl::OkStatus();
 }
 

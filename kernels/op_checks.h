@@ -26,6 +26,12 @@ inline constexpr int64_t kAnyDim = -1;
 absl::Status CheckTensor(const Tensor& t, const char* name, Device device,
                          DType dtype, std::initializer_list<int64_t> dims);
 
+// CheckTensor for an operand of `op`: the error names the op first
+// ("MatMul: x is ...").
+absl::Status CheckOperand(const char* op, const Tensor& t, const char* name,
+                          Device device, DType dtype,
+                          std::initializer_list<int64_t> dims);
+
 // True if the byte ranges of a and b intersect.
 bool Overlaps(const Tensor& a, const Tensor& b);
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 
 namespace moeserve::kernels {
 
@@ -88,12 +89,12 @@ absl::StatusOr<Tensor> Tensor::Reshape(
   if (shape.size() > kMaxDims) {
     return absl::InvalidArgumentError("reshape: too many dimensions");
   }
-  auto t = Make(data_, dtype_, shape.begin(), static_cast<int>(shape.size()),
-                device_);
-  if (!t.ok()) return t.status();
-  if (t->numel() != numel()) {
+  MOESERVE_ASSIGN_OR_RETURN(Tensor t,
+                            Make(data_, dtype_, shape.begin(),
+                                 static_cast<int>(shape.size()), device_));
+  if (t.numel() != numel()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("reshape of ", DebugString(), " to ", t->DebugString(),
+        absl::StrCat("reshape of ", DebugString(), " to ", t.DebugString(),
                      " changes the element count"));
   }
   return t;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/host_memory.h"
@@ -23,12 +24,6 @@ class CpuStream final : public Stream {
  private:
   const CpuBackend* owner_;
 };
-
-#define MOESERVE_RETURN_IF_ERROR(expr) \
-  do {                                 \
-    absl::Status _st = (expr);         \
-    if (!_st.ok()) return _st;         \
-  } while (0)
 
 // OK iff every ids[i] is in [lo, hi).
 absl::Status CheckIndices(const char* op, const char* name, const Tensor& ids,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/op_checks.h"
 
@@ -251,27 +252,20 @@ void Argmax(const Tensor& x, const Tensor& out) {
 
 absl::Status QuantizeInt4(const Tensor& w, int64_t group, const Tensor& wq,
                           const Tensor& scales) {
-  constexpr char kOp[] = "QuantizeInt4: ";
+  constexpr char kOp[] = "QuantizeInt4";
   const DType wt =
       w.valid() && w.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32;
-  if (absl::Status st =
-          CheckTensor(w, "w", Device::kCpu, wt, {kAnyDim, kAnyDim});
-      !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, st.message()));
-  }
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, w, "w", Device::kCpu, wt, {kAnyDim, kAnyDim}));
   const int64_t n = w.dim(0), k = w.dim(1);
   if (group <= 0 || group % 2 != 0 || k % group != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kOp, "group ", group, " must be even, > 0 and divide k ", k));
+        kOp, ": group ", group, " must be even, > 0 and divide k ", k));
   }
-  for (absl::Status st :
-       {CheckTensor(wq, "wq", Device::kCpu, DType::kI4, {n, k}),
-        CheckTensor(scales, "scales", Device::kCpu, DType::kBF16,
-                    {n, k / group})}) {
-    if (!st.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, st.message()));
-    }
-  }
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, wq, "wq", Device::kCpu, DType::kI4, {n, k}));
+  MOESERVE_RETURN_IF_ERROR(CheckOperand(kOp, scales, "scales", Device::kCpu,
+                                        DType::kBF16, {n, k / group}));
   auto value = [&](int64_t i) -> double {
     return wt == DType::kBF16 ? Bf16ToFloat(w.data<bf16>()[i])
                               : w.data<float>()[i];

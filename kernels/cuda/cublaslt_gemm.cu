@@ -91,16 +91,12 @@ struct Plan {
   }
 };
 
-#define LT_RETURN_IF_ERROR(expr)     \
-  do {                               \
-    const int _e = FromCublas(expr); \
-    if (_e != 0) return _e;          \
-  } while (0)
-
 }  // namespace
 
 struct LtGemm::Impl {
   cublasLtHandle_t handle = nullptr;
+  // std::mutex, not base::Mutex: nvcc builds this file (no Abseil, no clang
+  // analysis), so an annotation here would be a comment either way.
   mutable std::mutex mu;
   std::map<PlanKey, std::shared_ptr<const Plan>> plans;  // Guarded by mu.
 
@@ -109,51 +105,62 @@ struct LtGemm::Impl {
     if (handle != nullptr) cublasLtDestroy(handle);
   }
 
-  // Fills `p` for `key`: kLtNotSupported if no algorithm fits.
+  // Fills `p` for `key`: kLtNotSupported if no algorithm fits. Each step
+  // runs only while every earlier one succeeded (plain code: this file is
+  // built by nvcc without Abseil, so base/status_macros.h is not available).
   int MakePlan(const PlanKey& key, Plan* p) const {
-    LT_RETURN_IF_ERROR(
-        cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasStatus_t st =
+        cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    auto ok = [&st] { return st == CUBLAS_STATUS_SUCCESS; };
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
-    LT_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    if (ok()) {
+      st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                          &trans_a, sizeof(trans_a));
+    }
+    if (ok()) {
+      st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                          &trans_b, sizeof(trans_b));
+    }
     // Column-major views of the row-major operands (see the header).
-    LT_RETURN_IF_ERROR(
-        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, key.k, key.n, key.k));
-    LT_RETURN_IF_ERROR(
-        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, key.k, key.m, key.k));
-    LT_RETURN_IF_ERROR(
-        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, key.n, key.m, key.n));
+    if (ok()) {
+      st = cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, key.k, key.n, key.k);
+    }
+    if (ok()) {
+      st = cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, key.k, key.m, key.k);
+    }
+    if (ok()) {
+      st = cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, key.n, key.m, key.n);
+    }
 
     cublasLtMatmulPreference_t pref = nullptr;
-    LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+    if (ok()) st = cublasLtMatmulPreferenceCreate(&pref);
     const uint64_t ws = static_cast<uint64_t>(key.workspace_bytes);
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    if (ok()) {
+      st = cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    }
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
     for (const auto& [attr, value] : aligns) {
-      if (st == CUBLAS_STATUS_SUCCESS) {
+      if (ok()) {
         st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &value,
                                                   sizeof(value));
       }
     }
     cublasLtMatmulHeuristicResult_t result{};
     int returned = 0;
-    if (st == CUBLAS_STATUS_SUCCESS) {
+    if (ok()) {
       st = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->c,
                                           p->c, pref, 1, &result, &returned);
     }
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
-        (st == CUBLAS_STATUS_SUCCESS && returned == 0)) {
+    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (ok() && returned == 0)) {
       return kLtNotSupported;
     }
-    LT_RETURN_IF_ERROR(st);
+    if (!ok()) return FromCublas(st);
     p->algo = result.algo;
     p->supported = true;
     return 0;
@@ -187,7 +194,9 @@ LtGemm::~LtGemm() = default;
 
 int LtGemm::Create(std::unique_ptr<LtGemm>* out) {
   auto impl = std::make_unique<Impl>();
-  LT_RETURN_IF_ERROR(cublasLtCreate(&impl->handle));
+  if (const int e = FromCublas(cublasLtCreate(&impl->handle)); e != 0) {
+    return e;
+  }
   out->reset(new LtGemm(std::move(impl)));
   return 0;
 }
@@ -243,14 +252,15 @@ int LtGemm::Run(const float* x, int64_t m, int64_t k, const uint16_t* w,
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     // D = W^T hi (+ bias), then D += W^T lo. C and D are the same matrix
     // with the same layout (in place, allowed by cublasLtMatmul).
-    LT_RETURN_IF_ERROR(
+    const size_t ws = static_cast<size_t>(scratch.workspace_bytes);
+    cublasStatus_t st =
         cublasLtMatmul(impl_->handle, p.desc, &one, w, p.a, hi, p.b, &beta_hi,
-                       d, p.c, d, p.c, &p.algo, scratch.workspace,
-                       static_cast<size_t>(scratch.workspace_bytes), stream));
-    LT_RETURN_IF_ERROR(
-        cublasLtMatmul(impl_->handle, p.desc, &one, w, p.a, lo, p.b, &one, d,
-                       p.c, d, p.c, &p.algo, scratch.workspace,
-                       static_cast<size_t>(scratch.workspace_bytes), stream));
+                       d, p.c, d, p.c, &p.algo, scratch.workspace, ws, stream);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmul(impl_->handle, p.desc, &one, w, p.a, lo, p.b, &one, d,
+                          p.c, d, p.c, &p.algo, scratch.workspace, ws, stream);
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) return FromCublas(st);
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/int4_checks.h"
 #include "kernels/cuda/launchers.h"
@@ -10,22 +11,6 @@
 
 namespace moeserve::kernels::cuda {
 namespace {
-
-#define MOESERVE_RETURN_IF_ERROR(expr) \
-  do {                                 \
-    absl::Status _st = (expr);         \
-    if (!_st.ok()) return _st;         \
-  } while (0)
-
-#define MOESERVE_ASSIGN_OWN_STREAM(var, s)      \
-  auto var##_or = OwnStream(this, s);           \
-  if (!var##_or.ok()) return var##_or.status(); \
-  CudaStream* var = *var##_or
-
-#define MOESERVE_ASSIGN_STREAM(var, s)          \
-  auto var##_or = RawStream(this, s);           \
-  if (!var##_or.ok()) return var##_or.status(); \
-  Strm var = *var##_or
 
 absl::Status TooLarge(const char* op, const char* what, int64_t value,
                       int64_t limit) {
@@ -153,7 +138,7 @@ absl::Status CudaBackend::Gemm(const CudaStream& cs, const float* x, int64_t m,
 
 absl::Status CudaBackend::Embedding(Stream& s, const Tensor& ids,
                                     const Tensor& table, const Tensor& out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckEmbedding(Device::kCuda, ids, table, out));
   return FromCuda(
       LaunchEmbedding(ids.data<int32_t>(), ids.dim(0), Bf16Ptr(table),
@@ -163,7 +148,7 @@ absl::Status CudaBackend::Embedding(Stream& s, const Tensor& ids,
 
 absl::Status CudaBackend::RmsNorm(Stream& s, const Tensor& x, const Tensor& w,
                                   float eps, const Tensor& out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckRmsNorm(Device::kCuda, x, w, eps, out));
   return FromCuda(LaunchRmsNorm(x.data<float>(), x.dim(0), x.dim(1), Bf16Ptr(w),
                                 eps, out.data<float>(), st),
@@ -172,7 +157,7 @@ absl::Status CudaBackend::RmsNorm(Stream& s, const Tensor& x, const Tensor& w,
 
 absl::Status CudaBackend::MatMul(Stream& s, const Tensor& x, const Tensor& w,
                                  const Tensor& bias, const Tensor& out) {
-  MOESERVE_ASSIGN_OWN_STREAM(cs, s);
+  MOESERVE_ASSIGN_OR_RETURN(CudaStream * cs, OwnStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckMatMul(Device::kCuda, x, w, bias, out));
   return Gemm(*cs, x.data<float>(), x.dim(0), x.dim(1), Bf16Ptr(w), w.dim(0),
               bias.valid() ? Bf16Ptr(bias) : nullptr, out.data<float>(),
@@ -182,7 +167,7 @@ absl::Status CudaBackend::MatMul(Stream& s, const Tensor& x, const Tensor& w,
 absl::Status CudaBackend::MatMulInt4(Stream& s, const Tensor& x,
                                      const Tensor& wq, const Tensor& scales,
                                      int64_t group, const Tensor& out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckMatMulInt4(Device::kCuda, x, wq, scales, group, out));
   return FromCuda(
@@ -194,7 +179,7 @@ absl::Status CudaBackend::MatMulInt4(Stream& s, const Tensor& x,
 
 absl::Status CudaBackend::RopeRotateHalf(Stream& s, const Tensor& x,
                                          const Tensor& positions, float theta) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckRope(Device::kCuda, x, positions, theta));
   return FromCuda(
       LaunchRopeRotateHalf(x.data<float>(), x.dim(0), x.dim(1), x.dim(2),
@@ -205,7 +190,7 @@ absl::Status CudaBackend::RopeRotateHalf(Stream& s, const Tensor& x,
 absl::Status CudaBackend::KvWrite(Stream& s, const Tensor& k, const Tensor& v,
                                   const Tensor& slot_mapping,
                                   const PagedKvCache& cache) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckKvWrite(Device::kCuda, k, v, slot_mapping, cache));
   const int64_t row = k.dim(1) * k.dim(2);
@@ -221,7 +206,7 @@ absl::Status CudaBackend::Attention(Stream& s, const Tensor& q,
                                     const PagedKvCache& cache,
                                     const AttentionBatch& batch,
                                     const Tensor& out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckAttention(Device::kCuda, q, cache, batch, out));
   if (q.dim(2) > kMaxHeadDim) {
     return TooLarge("Attention", "head_dim", q.dim(2), kMaxHeadDim);
@@ -240,7 +225,7 @@ absl::Status CudaBackend::Attention(Stream& s, const Tensor& q,
 absl::Status CudaBackend::RouterTopK(Stream& s, const Tensor& logits, int k,
                                      bool normalize, const Tensor& weights,
                                      const Tensor& ids) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckRouterTopK(Device::kCuda, logits, k, weights, ids));
   if (k > kMaxTopK) return TooLarge("RouterTopK", "k", k, kMaxTopK);
@@ -253,7 +238,7 @@ absl::Status CudaBackend::RouterTopK(Stream& s, const Tensor& logits, int k,
 
 absl::Status CudaBackend::SiluMul(Stream& s, const Tensor& gate,
                                   const Tensor& up, const Tensor& out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCuda, gate, up, out));
   const int64_t f = gate.dim(gate.rank() - 1);
   const int64_t m = f == 0 ? 0 : gate.numel() / f;
@@ -264,7 +249,7 @@ absl::Status CudaBackend::SiluMul(Stream& s, const Tensor& gate,
 
 absl::Status CudaBackend::Add(Stream& s, const Tensor& a, const Tensor& b,
                               const Tensor& out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckSameShapeF32(Device::kCuda, a, b, out));
   return FromCuda(LaunchAdd(a.data<float>(), b.data<float>(), a.numel(),
                             out.data<float>(), st),
@@ -273,7 +258,7 @@ absl::Status CudaBackend::Add(Stream& s, const Tensor& a, const Tensor& b,
 
 absl::Status CudaBackend::GatherRows(Stream& s, const Tensor& x,
                                      const Tensor& rows, const Tensor& out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckGatherRows(Device::kCuda, x, rows, out));
   return FromCuda(LaunchGatherRows(x.data<float>(), x.dim(0), x.dim(1),
                                    rows.data<int32_t>(), rows.dim(0),
@@ -284,7 +269,7 @@ absl::Status CudaBackend::GatherRows(Stream& s, const Tensor& x,
 absl::Status CudaBackend::ScaleAddRows(Stream& s, const Tensor& x,
                                        const Tensor& rows,
                                        const Tensor& weights, const Tensor& y) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckScaleAddRows(Device::kCuda, x, rows, weights, y));
   return FromCuda(
@@ -296,7 +281,7 @@ absl::Status CudaBackend::ScaleAddRows(Stream& s, const Tensor& x,
 
 absl::Status CudaBackend::SigmoidGatedAdd(Stream& s, const Tensor& x,
                                           const Tensor& gate, const Tensor& y) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckSigmoidGatedAdd(Device::kCuda, x, gate, y));
   return FromCuda(
       LaunchSigmoidGatedAdd(x.data<float>(), x.dim(0), x.dim(1),
@@ -308,7 +293,7 @@ absl::Status CudaBackend::ExpertFfn(Stream& s, const Tensor& x,
                                     const Tensor& blob, int64_t ffn,
                                     const Tensor& workspace,
                                     const Tensor& out) {
-  MOESERVE_ASSIGN_OWN_STREAM(cs, s);
+  MOESERVE_ASSIGN_OR_RETURN(CudaStream * cs, OwnStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfn(Device::kCuda, x, blob, ffn, workspace, out));
   const int64_t m = x.dim(0), hidden = x.dim(1);
@@ -329,7 +314,7 @@ absl::Status CudaBackend::ExpertFfn(Stream& s, const Tensor& x,
 
 absl::Status CudaBackend::Softmax(Stream& s, const Tensor& x,
                                   const Tensor& out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckSoftmax(Device::kCuda, x, out));
   return FromCuda(
       LaunchSoftmax(x.data<float>(), x.dim(0), x.dim(1), out.data<float>(), st),
@@ -338,7 +323,7 @@ absl::Status CudaBackend::Softmax(Stream& s, const Tensor& x,
 
 absl::Status CudaBackend::Argmax(Stream& s, const Tensor& x,
                                  const Tensor& out) {
-  MOESERVE_ASSIGN_STREAM(st, s);
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(CheckArgmax(Device::kCuda, x, out));
   return FromCuda(LaunchArgmax(x.data<float>(), x.dim(0), x.dim(1),
                                out.data<int32_t>(), st),

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/runtime_shim.h"
@@ -39,9 +40,8 @@ class CudaEvent final : public Event {
       return absl::InvalidArgumentError("event of another backend");
     }
     float ms = 0;
-    absl::Status st = FromCuda(RtEventElapsedMs(&ms, s->event_, event_),
-                               "cudaEventElapsedTime");
-    if (!st.ok()) return st;
+    MOESERVE_RETURN_IF_ERROR(FromCuda(RtEventElapsedMs(&ms, s->event_, event_),
+                                      "cudaEventElapsedTime"));
     return ms * 1e-3;
   }
   const void* owner() const { return owner_; }
@@ -135,52 +135,40 @@ absl::Status CudaBackend::CopyToHost(Stream& s, void* dst, const void* src,
 // the pointers (unified virtual addressing, every supported GPU).
 absl::Status CudaBackend::CopyOnDevice(Stream& s, void* dst, const void* src,
                                        int64_t bytes) {
-  absl::StatusOr<Strm> st = RawStream(this, s);
-  if (!st.ok()) return st.status();
-  if (absl::Status c = CheckSize(bytes, "copy"); !c.ok()) return c;
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
+  MOESERVE_RETURN_IF_ERROR(CheckSize(bytes, "copy"));
   if (bytes == 0) return absl::OkStatus();
-  return FromCuda(RtCopyAsync(dst, src, bytes, *st), "cudaMemcpyAsync");
+  return FromCuda(RtCopyAsync(dst, src, bytes, st), "cudaMemcpyAsync");
 }
 
 absl::Status CudaBackend::Zero(Stream& s, void* dst, int64_t bytes) {
-  absl::StatusOr<Strm> st = RawStream(this, s);
-  if (!st.ok()) return st.status();
-  if (absl::Status c = CheckSize(bytes, "memset"); !c.ok()) return c;
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
+  MOESERVE_RETURN_IF_ERROR(CheckSize(bytes, "memset"));
   if (bytes == 0) return absl::OkStatus();
-  return FromCuda(RtMemsetAsync(dst, 0, bytes, *st), "cudaMemsetAsync");
+  return FromCuda(RtMemsetAsync(dst, 0, bytes, st), "cudaMemsetAsync");
 }
 
 absl::StatusOr<std::unique_ptr<Event>> CudaBackend::CreateEvent() {
   RtEnsureDevice(device_id_);
   Evt e = nullptr;
-  if (absl::Status st = FromCuda(RtEventCreate(&e), "cudaEventCreate");
-      !st.ok()) {
-    return st;
-  }
+  MOESERVE_RETURN_IF_ERROR(FromCuda(RtEventCreate(&e), "cudaEventCreate"));
   return std::unique_ptr<Event>(new CudaEvent(this, e));
 }
 
 absl::Status CudaBackend::RecordEvent(Stream& s, Event& e) {
-  absl::StatusOr<Strm> st = RawStream(this, s);
-  if (!st.ok()) return st.status();
-  absl::StatusOr<CudaEvent*> ce = OwnEvent(this, e);
-  if (!ce.ok()) return ce.status();
-  if (absl::Status r =
-          FromCuda(RtEventRecord((*ce)->get(), *st), "cudaEventRecord");
-      !r.ok()) {
-    return r;
-  }
-  (*ce)->set_recorded();
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
+  MOESERVE_ASSIGN_OR_RETURN(CudaEvent * ce, OwnEvent(this, e));
+  MOESERVE_RETURN_IF_ERROR(
+      FromCuda(RtEventRecord(ce->get(), st), "cudaEventRecord"));
+  ce->set_recorded();
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::WaitEvent(Stream& s, Event& e) {
-  absl::StatusOr<Strm> st = RawStream(this, s);
-  if (!st.ok()) return st.status();
-  absl::StatusOr<CudaEvent*> ce = OwnEvent(this, e);
-  if (!ce.ok()) return ce.status();
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
+  MOESERVE_ASSIGN_OR_RETURN(CudaEvent * ce, OwnEvent(this, e));
   // A never-recorded event is complete (cudaStreamWaitEvent agrees).
-  return FromCuda(RtStreamWaitEvent(*st, (*ce)->get()), "cudaStreamWaitEvent");
+  return FromCuda(RtStreamWaitEvent(st, ce->get()), "cudaStreamWaitEvent");
 }
 
 }  // namespace moeserve::kernels::cuda

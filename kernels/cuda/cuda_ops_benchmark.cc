@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "benchmark/benchmark.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -52,12 +53,9 @@ Env* g_env = nullptr;
 absl::Status MakeEnv(Env* env) {
   const CudaBackendOptions options[3] = {{}, {.lt_min_m = 0}, {.lt_min_m = 1}};
   for (int p = 0; p < 3; ++p) {
-    auto b = CudaBackend::Create(0, options[p]);
-    if (!b.ok()) return b.status();
-    auto s = (*b)->CreateStream();
-    if (!s.ok()) return s.status();
-    env->backend[p] = std::move(*b);
-    env->stream[p] = std::move(*s);
+    MOESERVE_ASSIGN_OR_RETURN(env->backend[p],
+                              CudaBackend::Create(0, options[p]));
+    MOESERVE_ASSIGN_OR_RETURN(env->stream[p], env->backend[p]->CreateStream());
   }
   return absl::OkStatus();
 }
@@ -71,23 +69,22 @@ class Rotation {
     // 256-byte strides keep every copy aligned like a fresh allocation.
     const int64_t stride = (bytes + 255) / 256 * 256;
     const int64_t copies = std::max<int64_t>(2, kRotateBytes / stride);
-    auto buf = b.Allocate(stride * copies);
-    if (!buf.ok()) return buf.status();
+    MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<Buffer> buf,
+                              b.Allocate(stride * copies));
     std::vector<uint16_t> host((bytes + 1) / 2);
     uint32_t x = 12345;
     for (auto& h : host) {  // Small bf16 values; any bits do for int4.
       x = x * 1664525u + 1013904223u;
       h = FloatToBf16(static_cast<float>(static_cast<int32_t>(x)) * 1e-11f);
     }
-    char* base = static_cast<char*>((*buf)->data());
+    char* base = static_cast<char*>(buf->data());
     for (int64_t c = 0; c < copies; ++c) {
-      absl::Status st =
-          b.CopyToDevice(s, base + c * stride, host.data(), bytes);
-      if (!st.ok()) return st;
+      MOESERVE_RETURN_IF_ERROR(
+          b.CopyToDevice(s, base + c * stride, host.data(), bytes));
     }
-    if (absl::Status st = s.Synchronize(); !st.ok()) return st;
+    MOESERVE_RETURN_IF_ERROR(s.Synchronize());
     return std::unique_ptr<Rotation>(
-        new Rotation(std::move(*buf), stride, copies));
+        new Rotation(std::move(buf), stride, copies));
   }
   void* Next() {
     return static_cast<char*>(buf_->data()) + (i_++ % copies_) * stride_;

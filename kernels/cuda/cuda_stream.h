@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/runtime_shim.h"
@@ -65,20 +66,16 @@ inline absl::StatusOr<CudaStream*> OwnStream(const void* owner, Stream& s) {
   if (cs == nullptr || cs->owner() != owner) {
     return absl::InvalidArgumentError("stream does not belong to this backend");
   }
-  if (absl::Status st =
-          FromCuda(RtEnsureDevice(cs->device_id()), "cudaSetDevice");
-      !st.ok()) {
-    return st;
-  }
+  MOESERVE_RETURN_IF_ERROR(
+      FromCuda(RtEnsureDevice(cs->device_id()), "cudaSetDevice"));
   return cs;
 }
 
 // The cudaStream_t of `s`, or InvalidArgument if `s` is not a stream of
 // `owner`.
 inline absl::StatusOr<Strm> RawStream(const void* owner, Stream& s) {
-  absl::StatusOr<CudaStream*> cs = OwnStream(owner, s);
-  if (!cs.ok()) return cs.status();
-  return (*cs)->get();
+  MOESERVE_ASSIGN_OR_RETURN(CudaStream * cs, OwnStream(owner, s));
+  return cs->get();
 }
 
 }  // namespace moeserve::kernels::cuda

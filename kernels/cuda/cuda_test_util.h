@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/runtime_shim.h"
@@ -75,11 +76,10 @@ struct BackendAndStream {
 // status so the caller can GTEST_SKIP() << it.
 inline absl::StatusOr<BackendAndStream> MakeBackend(
     const CudaBackendOptions& options = {}) {
-  auto b = CudaBackend::Create(0, options);
-  if (!b.ok()) return b.status();
-  auto s = (*b)->CreateStream();
-  if (!s.ok()) return s.status();
-  return BackendAndStream{std::move(*b), std::move(*s)};
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b,
+                            CudaBackend::Create(0, options));
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> s, b->CreateStream());
+  return BackendAndStream{std::move(b), std::move(s)};
 }
 
 #define MOESERVE_SKIP_WITHOUT_CUDA(status)                                \

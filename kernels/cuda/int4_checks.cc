@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/op_checks.h"
 
 namespace moeserve::kernels::cuda {
@@ -10,21 +11,13 @@ namespace {
 
 constexpr char kOp[] = "MatMulInt4";
 
-absl::Status Prefixed(const absl::Status& st) {
-  if (st.ok()) return st;
-  return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", st.message()));
-}
-
 }  // namespace
 
 absl::Status CheckMatMulInt4(Device d, const Tensor& x, const Tensor& wq,
                              const Tensor& scales, int64_t group,
                              const Tensor& out) {
-  if (absl::Status st =
-          Prefixed(CheckTensor(x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
-      !st.ok()) {
-    return st;
-  }
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
   bool known_group = false;
   for (int64_t g : kInt4Groups) known_group |= g == group;
   if (!known_group) {
@@ -36,22 +29,13 @@ absl::Status CheckMatMulInt4(Device d, const Tensor& x, const Tensor& wq,
     return absl::InvalidArgumentError(absl::StrCat(
         kOp, ": k (x.dim(1) = ", k, ") is not a multiple of group ", group));
   }
-  if (absl::Status st =
-          Prefixed(CheckTensor(wq, "wq", d, DType::kI4, {kAnyDim, k}));
-      !st.ok()) {
-    return st;
-  }
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, wq, "wq", d, DType::kI4, {kAnyDim, k}));
   const int64_t n = wq.dim(0);
-  if (absl::Status st = Prefixed(
-          CheckTensor(scales, "scales", d, DType::kBF16, {n, k / group}));
-      !st.ok()) {
-    return st;
-  }
-  if (absl::Status st =
-          Prefixed(CheckTensor(out, "out", d, DType::kF32, {x.dim(0), n}));
-      !st.ok()) {
-    return st;
-  }
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, scales, "scales", d, DType::kBF16, {n, k / group}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {x.dim(0), n}));
   if (Overlaps(out, x) || Overlaps(out, wq) || Overlaps(out, scales)) {
     return absl::InvalidArgumentError(
         absl::StrCat(kOp, ": out overlaps an input"));
