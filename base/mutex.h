@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 
@@ -56,33 +57,44 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
   Mutex* const mu_;
 };
 
-// A condition variable bound to one Mutex. Every wait requires that mutex
-// held and returns with it held. Waits may wake spuriously: loop on the
-// condition (or use the predicate forms).
+// A condition variable used with one Mutex. The mutex is passed to every
+// wait (as absl::CondVar takes it) so that clang can check the caller holds
+// it: an annotation naming a mutex stored inside the CondVar could not be
+// matched to the caller's. Every wait requires the mutex held and returns
+// with it held; all waits on one CondVar must pass the same mutex. Waits may
+// wake spuriously: loop on the condition, or use a predicate form. A
+// predicate runs with the mutex held; one that reads guarded fields says so:
+//
+//   base::MutexLock lock(&mu_);
+//   cv_.Wait(&mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
 class CondVar {
  public:
-  explicit CondVar(Mutex* mu) : mu_(mu) {}
+  CondVar() = default;
   CondVar(const CondVar&) = delete;
   CondVar& operator=(const CondVar&) = delete;
 
-  void Wait() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  void Wait(Mutex* mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     cv_.wait(lock);
     lock.release();
   }
 
-  // Waits until `ready()` is true. `ready` runs with the mutex held.
+  // Waits until `ready()` is true. (The analysis is off inside the predicate
+  // forms only: it cannot tell that `ready`'s mutex is `mu`. Callers are
+  // still checked against the REQUIRES.)
   template <typename Predicate>
-  void Wait(Predicate ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    while (!ready()) Wait();
+  void Wait(Mutex* mu, Predicate ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    while (!ready()) Wait(mu);
   }
 
   // Waits until `ready()` is true or `deadline` (steady clock) passes;
   // returns ready().
   template <typename Predicate>
-  bool WaitUntil(std::chrono::steady_clock::time_point deadline,
-                 Predicate ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  bool WaitUntil(Mutex* mu, std::chrono::steady_clock::time_point deadline,
+                 Predicate ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     while (!ready()) {
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
     }
@@ -91,9 +103,9 @@ class CondVar {
   }
 
   template <typename Predicate>
-  bool WaitFor(std::chrono::nanoseconds timeout, Predicate ready)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return WaitUntil(std::chrono::steady_clock::now() + timeout,
+  bool WaitFor(Mutex* mu, std::chrono::nanoseconds timeout, Predicate ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return WaitUntil(mu, std::chrono::steady_clock::now() + timeout,
                      std::move(ready));
   }
 
@@ -101,7 +113,6 @@ class CondVar {
   void SignalAll() { cv_.notify_all(); }
 
  private:
-  Mutex* const mu_;
   std::condition_variable cv_;
 };
 
