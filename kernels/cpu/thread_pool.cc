@@ -37,11 +37,11 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     stop_.store(true, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
-  wake_cv_.notify_all();
+  wake_cv_.SignalAll();
   for (std::thread& t : workers_) t.join();
 }
 
@@ -64,16 +64,14 @@ void ThreadPool::ParallelFor(int64_t n,
     fn(0, n);
     return;
   }
-  std::lock_guard<std::mutex> run_lock(run_mu_);
-  job_fn_ = &fn;
-  job_n_ = n;
-  job_parts_ = parts;
+  base::MutexLock run_lock(&run_mu_);
+  job_ = Job{&fn, n, parts};
   pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lock(mu_);  // No wake-up lost to a sleeper.
+    base::MutexLock lock(&mu_);  // No wake-up lost to a sleeper.
     generation_.fetch_add(1, std::memory_order_release);
   }
-  wake_cv_.notify_all();
+  wake_cv_.SignalAll();
   current_pool = this;
   int64_t begin, end;
   Range(n, parts, 0, &begin, &end);
@@ -85,9 +83,9 @@ void ThreadPool::ParallelFor(int64_t n,
     if (pending_.load(std::memory_order_acquire) == 0) return;
     CpuRelax(i);
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(
-      lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  base::MutexLock lock(&mu_);
+  done_cv_.Wait(
+      &mu_, [this] { return pending_.load(std::memory_order_acquire) == 0; });
 }
 
 void ThreadPool::WorkerLoop(int index) {
@@ -101,8 +99,8 @@ void ThreadPool::WorkerLoop(int index) {
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_cv_.wait(lock, [&] {
+      base::MutexLock lock(&mu_);
+      wake_cv_.Wait(&mu_, [&] {
         return generation_.load(std::memory_order_acquire) != seen;
       });
       gen = generation_.load(std::memory_order_acquire);
@@ -110,16 +108,18 @@ void ThreadPool::WorkerLoop(int index) {
     seen = gen;
     if (stop_.load(std::memory_order_relaxed)) return;
     const int part = index + 1;  // Part 0 is the caller's.
-    if (part < job_parts_) {
+    // The caller holds run_mu_ until we decrement pending_ (see job_).
+    const Job& job = ABSL_TS_UNCHECKED_READ(job_);
+    if (part < job.parts) {
       int64_t begin, end;
-      Range(job_n_, job_parts_, part, &begin, &end);
-      (*job_fn_)(begin, end);
+      Range(job.n, job.parts, part, &begin, &end);
+      (*job.fn)(begin, end);
     }
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       // Last one: wake the caller if it went to sleep. Locking first means
       // the caller is either before its predicate check or already waiting.
-      { std::lock_guard<std::mutex> lock(mu_); }
-      done_cv_.notify_one();
+      { base::MutexLock lock(&mu_); }
+      done_cv_.Signal();
     }
   }
 }

@@ -16,13 +16,13 @@
 #define MOESERVE_KERNELS_CPU_THREAD_POOL_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
+#include "base/mutex.h"
 
 namespace moeserve::kernels::cpu {
 
@@ -42,7 +42,7 @@ class ThreadPool {
   // per participant, ranges of at least `min_chunk` items (except when n is
   // smaller). Blocks until all calls returned. fn must not throw.
   void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn,
-                   int64_t min_chunk = 1);
+                   int64_t min_chunk = 1) ABSL_LOCKS_EXCLUDED(run_mu_);
 
  private:
   void WorkerLoop(int index);
@@ -50,24 +50,38 @@ class ThreadPool {
   static void Range(int64_t n, int parts, int part, int64_t* begin,
                     int64_t* end);
 
-  std::vector<std::thread> workers_;
-  // std::mutex rather than absl::Mutex: Debian's absl is not built with
-  // TSan, so its synchronisation (and Await conditions evaluated by the
-  // unlocking thread) would be invisible to it and show up as races.
-  std::mutex run_mu_;  // Serialises ParallelFor callers.
+  // One ParallelFor call: fn over [0, n) in `parts` ranges.
+  struct Job {
+    const absl::FunctionRef<void(int64_t, int64_t)>* fn = nullptr;
+    int64_t n = 0;
+    int parts = 0;
+  };
 
-  std::mutex mu_;                    // Guards sleeping; pairs with the cvs.
-  std::condition_variable wake_cv_;  // Workers sleep here between jobs.
-  std::condition_variable done_cv_;  // The caller sleeps here for the rest.
+  std::vector<std::thread> workers_;
+  // base::Mutex (a std::mutex) rather than absl::Mutex: Debian's absl is not
+  // built with TSan, so its synchronisation (and Await conditions evaluated
+  // by the unlocking thread) would be invisible to it and show up as races.
+  //
+  // Serialises ParallelFor callers; a caller holds it for its whole job,
+  // until every worker is done with job_.
+  base::Mutex run_mu_;
+  // Written by the caller holding run_mu_, before it bumps generation_.
+  // Workers read it without the lock (ABSL_TS_UNCHECKED_READ) after seeing
+  // the bump (release/acquire on generation_) and before they decrement
+  // pending_; the caller keeps run_mu_ until pending_ is 0, so no write
+  // overlaps a read.
+  Job job_ ABSL_GUARDED_BY(run_mu_);
+
+  // Only for sleeping: taken around the generation_ bump and the last
+  // pending_ decrement so that a sleeper cannot miss its wake-up. Guards no
+  // field (the predicates read atomics).
+  base::Mutex mu_;
+  base::CondVar wake_cv_;  // Workers sleep here between jobs.
+  base::CondVar done_cv_;  // The caller sleeps here for the rest.
   // Bumped for each job; workers compare with the last one they ran.
   std::atomic<uint64_t> generation_{0};
   // Set (before a generation bump) when the pool shuts down.
   std::atomic<bool> stop_{false};
-  // The current job. Written by the caller before bumping generation_, read by
-  // workers after seeing the bump (release/acquire on generation_).
-  const absl::FunctionRef<void(int64_t, int64_t)>* job_fn_ = nullptr;
-  int64_t job_n_ = 0;
-  int job_parts_ = 0;
   std::atomic<int> pending_{0};  // Workers still running the current job.
 };
 
