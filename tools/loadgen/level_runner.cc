@@ -2,16 +2,37 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "base/mutex.h"
 #include "grpcpp/client_context.h"
 
 namespace moeserve::loadgen {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Collects the samples of one level from its worker threads.
+class SampleSink {
+ public:
+  void Add(RequestSample sample) ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
+    samples_.push_back(std::move(sample));
+  }
+  // The samples added so far; the sink is left empty.
+  std::vector<RequestSample> Take() ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
+    return std::exchange(samples_, {});
+  }
+
+ private:
+  base::Mutex mu_;
+  std::vector<RequestSample> samples_ ABSL_GUARDED_BY(mu_);
+};
 
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -125,8 +146,7 @@ absl::StatusOr<LevelSummary> RunLevel(moeserve::v1::Inference::Stub& stub,
   }
   std::atomic<int> next{0};
   std::atomic<bool> time_capped{false};
-  std::mutex mu;
-  std::vector<RequestSample> samples;
+  SampleSink sink;
   const Clock::time_point start = Clock::now();
   const Clock::time_point stop_issuing =
       start + std::chrono::microseconds(
@@ -141,8 +161,7 @@ absl::StatusOr<LevelSummary> RunLevel(moeserve::v1::Inference::Stub& stub,
       if (i >= options.requests) return;
       RequestSample sample = RunOneRequest(stub, requests[i % requests.size()],
                                            options.request_deadline_s);
-      std::lock_guard<std::mutex> lock(mu);
-      samples.push_back(std::move(sample));
+      sink.Add(std::move(sample));
     }
   };
   std::vector<std::thread> threads;
@@ -151,7 +170,7 @@ absl::StatusOr<LevelSummary> RunLevel(moeserve::v1::Inference::Stub& stub,
   const double wall_s = Seconds(Clock::now() - start);
   return Summarize(options.concurrency, options.requests,
                    time_capped.load() && next.load() < options.requests, wall_s,
-                   samples);
+                   sink.Take());
 }
 
 }  // namespace moeserve::loadgen
