@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace moeserve::metrics {
 namespace {
@@ -127,7 +128,7 @@ CallbackGaugeFamily::CallbackGaugeFamily(std::string name, std::string help,
 
 absl::Status CallbackGaugeFamily::SetCallback(
     const std::vector<std::string>& label_values, std::function<double()> fn) {
-  if (absl::Status s = CheckArity(label_values); !s.ok()) return s;
+  MOESERVE_RETURN_IF_ERROR(CheckArity(label_values));
   if (!fn) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": empty callback"));
   }

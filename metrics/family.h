@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
 #include "metrics/exposition.h"
 #include "metrics/metric.h"
 
@@ -71,7 +72,7 @@ class LabeledFamily : public Family {
   // order), creating it on first use. InvalidArgument on wrong arity.
   absl::StatusOr<T*> WithLabels(const std::vector<std::string>& label_values)
       ABSL_LOCKS_EXCLUDED(mu_) {
-    if (absl::Status s = CheckArity(label_values); !s.ok()) return s;
+    MOESERVE_RETURN_IF_ERROR(CheckArity(label_values));
     absl::MutexLock lock(&mu_);
     auto [it, inserted] = children_.try_emplace(label_values);
     if (inserted) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "metrics/exposition.h"
 
 namespace moeserve::metrics {
@@ -15,7 +16,7 @@ constexpr absl::string_view kHistogramSuffixes[] = {"_bucket", "_sum",
 
 absl::Status ValidateNames(absl::string_view name,
                            const std::vector<std::string>& label_names) {
-  if (absl::Status s = internal::ValidateMetricName(name); !s.ok()) return s;
+  MOESERVE_RETURN_IF_ERROR(internal::ValidateMetricName(name));
   absl::Status s = internal::ValidateLabelNames(label_names);
   if (!s.ok())
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
@@ -45,7 +46,7 @@ absl::Status ValidateHistogram(absl::string_view name,
 absl::StatusOr<CounterFamily*> Registry::AddCounter(
     absl::string_view name, absl::string_view help,
     std::vector<std::string> label_names) {
-  if (absl::Status s = ValidateNames(name, label_names); !s.ok()) return s;
+  MOESERVE_RETURN_IF_ERROR(ValidateNames(name, label_names));
   if (!absl::EndsWith(name, "_total")) {
     return absl::InvalidArgumentError(
         absl::StrCat("counter name \"", name, "\" must end in _total"));
@@ -57,7 +58,7 @@ absl::StatusOr<CounterFamily*> Registry::AddCounter(
 absl::StatusOr<GaugeFamily*> Registry::AddGauge(
     absl::string_view name, absl::string_view help,
     std::vector<std::string> label_names) {
-  if (absl::Status s = ValidateNames(name, label_names); !s.ok()) return s;
+  MOESERVE_RETURN_IF_ERROR(ValidateNames(name, label_names));
   return Insert(std::make_unique<GaugeFamily>(
       std::string(name), std::string(help), std::move(label_names)));
 }
@@ -65,7 +66,7 @@ absl::StatusOr<GaugeFamily*> Registry::AddGauge(
 absl::StatusOr<CallbackGaugeFamily*> Registry::AddCallbackGauge(
     absl::string_view name, absl::string_view help,
     std::vector<std::string> label_names) {
-  if (absl::Status s = ValidateNames(name, label_names); !s.ok()) return s;
+  MOESERVE_RETURN_IF_ERROR(ValidateNames(name, label_names));
   return Insert(std::make_unique<CallbackGaugeFamily>(
       std::string(name), std::string(help), std::move(label_names)));
 }
@@ -73,10 +74,8 @@ absl::StatusOr<CallbackGaugeFamily*> Registry::AddCallbackGauge(
 absl::StatusOr<HistogramFamily*> Registry::AddHistogram(
     absl::string_view name, absl::string_view help,
     std::vector<std::string> label_names, std::vector<double> bounds) {
-  if (absl::Status s = ValidateNames(name, label_names); !s.ok()) return s;
-  if (absl::Status s = ValidateHistogram(name, label_names, bounds); !s.ok()) {
-    return s;
-  }
+  MOESERVE_RETURN_IF_ERROR(ValidateNames(name, label_names));
+  MOESERVE_RETURN_IF_ERROR(ValidateHistogram(name, label_names, bounds));
   return Insert(std::make_unique<HistogramFamily>(
       std::string(name), std::string(help), std::move(label_names),
       std::move(bounds)));
@@ -91,10 +90,9 @@ std::string Registry::Serialize() const {
 
 template <typename F>
 absl::StatusOr<F*> Registry::Insert(std::unique_ptr<F> family) {
-  absl::StatusOr<Family*> inserted = InsertBase(std::move(family));
-  if (!inserted.ok()) return inserted.status();
+  MOESERVE_ASSIGN_OR_RETURN(Family * inserted, InsertBase(std::move(family)));
   // InsertBase only returns a family of the same concrete type (SameShape).
-  return static_cast<F*>(*inserted);
+  return static_cast<F*>(inserted);
 }
 
 absl::StatusOr<Family*> Registry::InsertBase(std::unique_ptr<Family> family) {
@@ -105,7 +103,7 @@ absl::StatusOr<Family*> Registry::InsertBase(std::unique_ptr<Family> family) {
     return absl::AlreadyExistsError(absl::StrCat(
         "metric \"", family->name(), "\" already registered differently"));
   }
-  if (absl::Status s = CheckNoSuffixClash(*family); !s.ok()) return s;
+  MOESERVE_RETURN_IF_ERROR(CheckNoSuffixClash(*family));
   Family* raw = family.get();
   families_.emplace(raw->name(), std::move(family));
   return raw;
