@@ -42,6 +42,25 @@ run_bazel_tests --config=asan -- "${SANITIZED[@]}"
 run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
   //engine/offload:link_transport_test //kernels/cpu:thread_pool_test
 
+# clang's thread-safety analysis over the libraries with shared state: a
+# build (--config=clang_tsa, see .bazelrc), counted as one test. It runs in
+# its own output base (a second Bazel server) because it reconfigures the C++
+# toolchain for clang, which would throw away the g++ outputs of this one.
+if command -v clang >/dev/null 2>&1; then
+  echo "== bazel build --config=clang_tsa"
+  tsa_base="${HOME}/.cache/moeserve-clang-tsa"
+  if bazel --output_base="$tsa_base" build --keep_going --config=clang_tsa -- \
+    //base/... //kernels/... //metrics/... //engine:all //engine/offload/... \
+    //policies/... //server/... //tools/loadgen/...; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+  if [ "${CI:-}" = "true" ]; then bazel --output_base="$tsa_base" shutdown; fi
+else
+  echo "== clang_tsa skipped: clang not found"
+fi
+
 # Parser fuzzers (built with clang outside Bazel), briefly.
 if [ -x engine/fuzz/run_fuzzers.sh ]; then
   echo "== fuzzers"
