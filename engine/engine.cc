@@ -157,7 +157,7 @@ absl::Status Engine::WarmUp() {
   request.ignore_eos = true;
   request.count_in_metrics = false;
   MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> stream,
-                          Submit(std::move(request)));
+                            Submit(std::move(request)));
   GenerationEvent event;
   while (stream->Pop(&event, absl::Seconds(60))) {
     if (event.finish == FinishReason::kError) {
@@ -181,9 +181,40 @@ void Engine::Loop() {
   }
 }
 
+// Why `seq` must end now, or kNone. The client's deadline comes first: when
+// it passes gRPC also cancels the call, and the finish must say "deadline".
+FinishReason Engine::Expired(const Sequence& seq, absl::Time now) {
+  if (now >= seq.request.rpc_deadline) return FinishReason::kDeadline;
+  if (seq.stream->cancelled()) return FinishReason::kCancelled;
+  if (now >= seq.request.deadline) return FinishReason::kTimeLimit;
+  return FinishReason::kNone;
+}
+
+// Ends `seq` for an Expired() reason; a time limit keeps the text so far.
+void Engine::FinishExpired(Sequence* seq, FinishReason reason) {
+  GenerationEvent event;
+  if (reason == FinishReason::kTimeLimit) FinishText(seq, &event);
+  Finish(seq, reason, std::move(event));
+}
+
 void Engine::Admit() {
-  absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
+  // Queued requests whose client left or whose time ran out end here, not
+  // after they reach the front of the queue.
+  std::vector<std::unique_ptr<Sequence>> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (Expired(**it, now) != FinishReason::kNone) {
+        expired.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& seq : expired) FinishExpired(seq.get(), Expired(*seq, now));
+  absl::MutexLock lock(&mu_);
   while (!waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_num_seqs) {
     Sequence* seq = waiting_.front().get();
@@ -242,13 +273,8 @@ void Engine::DropFinishedOrCancelled() {
   const absl::Time now = absl::Now();
   for (auto& seq : running_) {
     if (seq->finished) continue;
-    if (seq->stream->cancelled()) {
-      Finish(seq.get(), FinishReason::kCancelled, {});
-    } else if (now >= seq->request.deadline) {
-      GenerationEvent event;
-      FinishText(seq.get(), &event);
-      Finish(seq.get(), FinishReason::kTimeLimit, std::move(event));
-    }
+    const FinishReason reason = Expired(*seq, now);
+    if (reason != FinishReason::kNone) FinishExpired(seq.get(), reason);
   }
   auto end = std::remove_if(running_.begin(), running_.end(),
                             [](const auto& s) { return s->finished; });

@@ -1,7 +1,8 @@
 // Engine: one engine instance serving one model with one offload policy. It
 // owns a scheduler thread that runs iteration-level continuous batching:
 // between forward passes, requests join (waiting -> running, up to
-// max_num_seqs) and leave (finished, cancelled, out of time); each step runs
+// max_num_seqs) and leave (finished, cancelled, past the client's deadline,
+// out of time); each step runs
 // the decode token of every running sequence plus prefill chunks of new ones
 // under a token budget, samples, detokenizes and streams the results.
 //
@@ -104,6 +105,8 @@ class Engine {
   bool Step();  // false when stopping
   void Admit() ABSL_LOCKS_EXCLUDED(mu_);
   void DropFinishedOrCancelled();
+  static FinishReason Expired(const Sequence& seq, absl::Time now);
+  void FinishExpired(Sequence* seq, FinishReason reason);
   absl::Status ScheduleKv(std::vector<Sequence*>* scheduled);
   void Preempt(Sequence* seq);
   void Emit(Sequence* seq, const float* logits);

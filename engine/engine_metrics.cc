@@ -10,7 +10,7 @@ namespace {
 // by FinishReason (kNone never finishes a request).
 constexpr const char* kReasonNames[] = {"none",   "eos_token", "stop_sequence",
                                         "length", "cancelled", "time_limit",
-                                        "error"};
+                                        "error",  "deadline"};
 
 // Inter-token gaps are milliseconds, not seconds.
 std::vector<double> InterTokenBuckets() {

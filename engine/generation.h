@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ enum class FinishReason {
   kCancelled,
   kTimeLimit,
   kError,
+  kDeadline,  // the client's RPC deadline passed (not the time limit)
 };
 
 struct GenerationRequest {
@@ -35,7 +37,13 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = 0;  // top-n alternatives per token; 0: none
-  absl::Time deadline = absl::InfiniteFuture();  // -> kTimeLimit
+  // The request's own time limit: past it the stream ends kTimeLimit with
+  // what was generated (a normal finish).
+  absl::Time deadline = absl::InfiniteFuture();
+  // The client's deadline (gRPC): past it nobody waits for the result, so
+  // the scheduler drops the request at its next step (kDeadline), queued or
+  // running, and frees its resources.
+  absl::Time rpc_deadline = absl::InfiniteFuture();
   // False for the engine's own warm-up, which serving metrics must not see.
   bool count_in_metrics = true;
 };
@@ -58,12 +66,20 @@ struct GenerationEvent {
 };
 
 // The channel between the engine (producer, its step thread) and whoever
-// serves the request (consumer). Thread-safe.
+// serves the request (consumer). The consumer either blocks in Pop or
+// registers a listener and drains with TryPop when told (no polling).
+// Thread-safe.
+//
+// Lock order: listener_mu_ before mu_. A listener may call TryPop and
+// cancelled(), never SetListener.
 class RequestStream {
  public:
-  void Push(GenerationEvent event) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(std::move(event));
+  void Push(GenerationEvent event) ABSL_LOCKS_EXCLUDED(mu_, listener_mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      events_.push_back(std::move(event));
+    }
+    Notify();
   }
 
   // Waits up to `timeout` for the next event; false if none came.
@@ -79,6 +95,30 @@ class RequestStream {
     return true;
   }
 
+  // The next event if one is queued; false otherwise. Never blocks.
+  bool TryPop(GenerationEvent* event) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (events_.empty()) return false;
+    *event = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+
+  // `on_event` runs after every Push (on the pushing thread), and once now
+  // if events are already queued; calls never overlap. After
+  // SetListener(nullptr) returns, no listener call is running or will run.
+  void SetListener(std::function<void()> on_event)
+      ABSL_LOCKS_EXCLUDED(mu_, listener_mu_) {
+    absl::MutexLock listener_lock(&listener_mu_);
+    listener_ = std::move(on_event);
+    bool pending;
+    {
+      absl::MutexLock lock(&mu_);
+      pending = !events_.empty();
+    }
+    if (listener_ && pending) listener_();
+  }
+
   // The consumer is gone (client cancelled, deadline, Abort): the engine
   // stops work on the request at its next step and frees its resources.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -91,6 +131,13 @@ class RequestStream {
   }
 
  private:
+  void Notify() ABSL_LOCKS_EXCLUDED(listener_mu_) {
+    absl::MutexLock listener_lock(&listener_mu_);
+    if (listener_) listener_();
+  }
+
+  absl::Mutex listener_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::function<void()> listener_ ABSL_GUARDED_BY(listener_mu_);
   mutable absl::Mutex mu_;
   std::deque<GenerationEvent> events_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

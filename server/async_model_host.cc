@@ -58,12 +58,12 @@ absl::StatusOr<v1::TokenizeResponse> AsyncModelHost::Tokenize(
   return host->Tokenize(request);
 }
 
-absl::Status AsyncModelHost::Generate(const v1::GenerateRequest& request,
-                                      absl::Time deadline, GenerateSink* sink) {
+absl::StatusOr<std::unique_ptr<GenerateCall>> AsyncModelHost::StartGenerate(
+    const v1::GenerateRequest& request, absl::Time deadline) {
   absl::Status why;
   ModelHost* host = Loaded(&why);
   if (host == nullptr) return why;
-  return host->Generate(request, deadline, sink);
+  return host->StartGenerate(request, deadline);
 }
 
 bool AsyncModelHost::Abort(std::string_view request_id) {

@@ -39,8 +39,8 @@ class AsyncModelHost final : public ModelHost {
   v1::ListModelsResponse ListModels() const override;
   absl::StatusOr<v1::TokenizeResponse> Tokenize(
       const v1::TokenizeRequest& request) override;
-  absl::Status Generate(const v1::GenerateRequest& request, absl::Time deadline,
-                        GenerateSink* sink) override;
+  absl::StatusOr<std::unique_ptr<GenerateCall>> StartGenerate(
+      const v1::GenerateRequest& request, absl::Time deadline) override;
   bool Abort(std::string_view request_id) override;
 
  private:

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "kernels/backend_factory.h"
-#include "server/offload_stack.h"
 #include "server/request_validator.h"
 #include "spdlog/spdlog.h"
 
@@ -31,87 +31,52 @@ v1::FinishReason ToProto(FinishReason reason) {
       return v1::TIME_LIMIT;
     case FinishReason::kError:
       return v1::ERROR;
+    case FinishReason::kDeadline:
+      return v1::DEADLINE;
     case FinishReason::kNone:
       break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
-// How often a waiting handler checks whether its client is still there.
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
     const ServerOptions& options, metrics::Registry* registry) {
   auto host = std::unique_ptr<EngineHost>(new EngineHost(options));
-  absl::StatusOr<policies::PolicyConfig> policy_config =
-      policies::ParsePolicyConfig(options.policy_config);
-  if (!policy_config.ok()) return policy_config.status();
-  // A disk slow tier preads experts from the model files: no RAM for them.
-  absl::StatusOr<std::unique_ptr<engine::ModelWeights>> weights =
-      engine::ModelWeights::Load(options.model_dir,
-                                 {.pack_experts = options.slow_tier == "host"});
-  if (!weights.ok()) return weights.status();
-  host->weights_ = *std::move(weights);
-  absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
-      engine::Tokenizer::LoadFromModelDir(options.model_dir);
-  if (!tokenizer.ok()) return tokenizer.status();
-  host->tokenizer_ = *std::move(tokenizer);
+  // A disk slow tier preads experts from the model files: no RAM for them
+  // unless another engine keeps them in host memory.
+  MOESERVE_ASSIGN_OR_RETURN(
+      host->weights_,
+      engine::ModelWeights::Load(
+          options.model_dir,
+          {.pack_experts = engine::NeedsPackedExperts(options.engines)}));
+  MOESERVE_ASSIGN_OR_RETURN(
+      host->tokenizer_, engine::Tokenizer::LoadFromModelDir(options.model_dir));
   const int threads =
       options.threads > 0
           ? options.threads
           : static_cast<int>(std::thread::hardware_concurrency());
-  absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
+  MOESERVE_ASSIGN_OR_RETURN(
+      host->backend_,
       kernels::CreateBackend({.name = options.backend,
                               .cpu_threads = std::max(1, threads),
-                              .cuda_device = options.cuda_device});
-  if (!backend.ok()) return backend.status();
-  host->backend_ = *std::move(backend);
-  // On a GPU the expert slots are VRAM owned by the backend; on the CPU
-  // they are plain host RAM filled by SlowTier::Read.
-  kernels::Backend* fast_tier_backend =
-      host->backend_->device() == kernels::Device::kCpu ? nullptr
-                                                        : host->backend_.get();
-  for (const EngineSpec& spec : options.EngineSpecs()) {
-    const std::string& name = spec.name;
-    engine::EngineOptions eo;
-    eo.name = name;
-    eo.kv_cache_bytes = options.kv_cache_bytes;
-    eo.max_num_seqs = options.max_num_seqs;
-    eo.max_batched_tokens = options.max_batched_tokens;
-    eo.max_waiting = options.max_waiting;
-    eo.registry = registry;
-    OffloadOptions offload;
-    offload.engine_name = name;
-    offload.policy = spec.policy;
-    offload.policy_config = *policy_config;
-    // An engine's own budget (--engines) wins over the server-wide flags.
-    const bool own_budget =
-        spec.expert_cache_ratio > 0 || spec.expert_cache_mb > 0;
-    offload.capacity_bytes = ExpertCacheBytes(
-        *host->weights_,
-        own_budget ? spec.expert_cache_ratio : options.expert_cache_ratio,
-        own_budget ? spec.expert_cache_mb : options.expert_cache_mb);
-    offload.slow_tier = options.slow_tier;
-    offload.link = {.gbps = options.link_gbps,
-                    .latency_us = options.link_latency_us};
-    offload.registry = registry;
-    offload.fast_tier_backend = fast_tier_backend;
-    absl::StatusOr<std::unique_ptr<engine::Engine>> e = engine::Engine::Create(
-        host->weights_.get(), host->tokenizer_.get(), host->backend_.get(), eo,
-        OffloadStack::Factory(host->weights_.get(), offload));
-    if (!e.ok()) {
+                              .cuda_device = options.cuda_device}));
+  const engine::SharedModel model = {host->weights_.get(),
+                                     host->tokenizer_.get(),
+                                     host->backend_.get(), registry};
+  for (const engine::EngineSpec& spec : options.engines) {
+    MOESERVE_ASSIGN_OR_RETURN(engine::BuiltEngine built,
+                              engine::BuildEngine(model, spec));
+    NamedEngine named{std::move(built), options.AbWeight(spec.name)};
+    if (absl::Status st = named.engine()->WarmUp(); !st.ok()) {
       return absl::Status(
-          e.status().code(),
-          absl::StrCat("engine '", name, "': ", e.status().message()));
+          st.code(), absl::StrCat("engine '", spec.name, "': ", st.message()));
     }
-    NamedEngine named{name, spec.policy, 0, offload.capacity_bytes,
-                      *std::move(e)};
-    for (const AbArm& arm : options.ab) {
-      if (arm.policy == name) named.ab_weight = arm.weight;
-    }
-    if (absl::Status st = named.engine->WarmUp(); !st.ok()) return st;
+    spdlog::info("engine '{}': policy {} ({}), fast tier {} MiB, {} slow tier",
+                 spec.name, spec.policy,
+                 engine::PolicyConfigText(spec.policy_config),
+                 named.built.expert_cache_bytes >> 20, spec.slow_tier);
     host->engines_.push_back(std::move(named));
   }
   host->rng_.seed(std::random_device()());
@@ -127,7 +92,7 @@ EngineHost::~EngineHost() = default;
 
 std::vector<std::string> EngineHost::EngineNames() const {
   std::vector<std::string> names;
-  for (const NamedEngine& e : engines_) names.push_back(e.name);
+  for (const NamedEngine& e : engines_) names.push_back(e.name());
   return names;
 }
 
@@ -148,14 +113,24 @@ v1::ListModelsResponse EngineHost::ListModels() const {
                                weights_->non_expert_bytes());
   m->set_dtype("bfloat16");
   for (const NamedEngine& e : engines_) {
+    const engine::EngineSpec& spec = e.built.spec;
     v1::EngineInfo* info = m->add_engines();
-    info->set_name(e.name);
-    info->set_policy(e.policy);
-    info->set_expert_cache_bytes(e.expert_cache_bytes);
+    info->set_name(spec.name);
+    info->set_policy(spec.policy);
+    info->set_expert_cache_bytes(e.built.expert_cache_bytes);
     info->set_ab_weight(e.ab_weight);
-    info->set_slow_tier(options_.slow_tier);
+    info->set_slow_tier(spec.slow_tier);
     info->set_backend(options_.backend);
-    info->set_drafter("none");
+    info->set_drafter(spec.drafter);
+    info->mutable_policy_config()->insert(spec.policy_config.begin(),
+                                          spec.policy_config.end());
+    info->set_link_gbps(spec.link.gbps);
+    info->set_link_latency_us(spec.link.latency_us);
+    info->set_kv_cache_bytes(spec.kv_cache_bytes);
+    info->set_max_num_seqs(spec.max_num_seqs);
+    info->set_max_batched_tokens(spec.max_batched_tokens);
+    info->set_max_waiting(spec.max_waiting);
+    info->set_num_speculative_tokens(spec.num_speculative_tokens);
   }
   return response;
 }
@@ -195,7 +170,7 @@ absl::StatusOr<EngineHost::NamedEngine*> EngineHost::PickEngine(
     const std::string& policy) {
   if (!policy.empty()) {
     for (NamedEngine& e : engines_) {
-      if (e.name == policy) return &e;
+      if (e.name() == policy) return &e;
     }
     return absl::NotFoundError(
         absl::StrCat("policy: no engine '", policy, "'"));
@@ -270,62 +245,93 @@ void EngineHost::FillLogprobs(const engine::GenerationEvent& event,
   }
 }
 
-absl::Status EngineHost::Generate(const v1::GenerateRequest& request,
-                                  absl::Time /*deadline*/, GenerateSink* sink) {
-  absl::StatusOr<NamedEngine*> engine = PickEngine(request.policy());
-  if (!engine.ok()) return engine.status();
-  absl::StatusOr<engine::GenerationRequest> r = ToEngineRequest(request);
-  if (!r.ok()) return r.status();
+// The engine's event stream of one request, as API messages.
+class EngineHost::EngineCall final : public GenerateCall {
+ public:
+  EngineCall(const EngineHost* host, std::shared_ptr<engine::RequestStream> s,
+             std::string request_id, std::string engine, uint64_t seed)
+      : host_(host),
+        stream_(std::move(s)),
+        request_id_(std::move(request_id)),
+        engine_(std::move(engine)),
+        seed_(seed) {}
+  // An abandoned call must not keep the engine working.
+  ~EngineCall() override {
+    stream_->SetListener(nullptr);
+    stream_->Cancel();
+  }
+
+  void SetListener(std::function<void()> on_ready) override {
+    stream_->SetListener(std::move(on_ready));
+  }
+  void Cancel() override { stream_->Cancel(); }
+
+  bool Next(v1::GenerateResponse* response,
+            absl::Status* final_status) override {
+    engine::GenerationEvent event;
+    if (!stream_->TryPop(&event)) return false;
+    response->Clear();
+    response->set_request_id(request_id_);
+    response->set_index(index_++);
+    response->mutable_token_ids()->Add(event.tokens.begin(),
+                                       event.tokens.end());
+    response->set_text(event.text);
+    host_->FillLogprobs(event, response);
+    if (event.finish == FinishReason::kNone) return true;
+    response->set_finish_reason(ToProto(event.finish));
+    response->mutable_usage()->set_prompt_tokens(event.prompt_tokens);
+    response->mutable_usage()->set_completion_tokens(event.completion_tokens);
+    response->set_seed(seed_);
+    response->set_policy(engine_);
+    response->set_error_message(event.error);
+    *final_status = FinalStatus(event.finish);
+    return true;
+  }
+
+ private:
+  // A request cancelled by Abort still has a client to tell; one past its
+  // deadline does not.
+  static absl::Status FinalStatus(FinishReason reason) {
+    if (reason != FinishReason::kDeadline) return absl::OkStatus();
+    return absl::DeadlineExceededError(
+        "deadline exceeded before generation finished");
+  }
+
+  const EngineHost* const host_;
+  const std::shared_ptr<engine::RequestStream> stream_;
+  const std::string request_id_;
+  const std::string engine_;
+  const uint64_t seed_;
+  uint32_t index_ = 0;  // only Next touches it; the owner serialises Next
+};
+
+absl::StatusOr<std::unique_ptr<GenerateCall>> EngineHost::StartGenerate(
+    const v1::GenerateRequest& request, absl::Time deadline) {
+  MOESERVE_ASSIGN_OR_RETURN(NamedEngine * engine, PickEngine(request.policy()));
+  MOESERVE_ASSIGN_OR_RETURN(engine::GenerationRequest r,
+                            ToEngineRequest(request));
   if (request.sampling().has_seed()) {
-    r->sampling.seed = request.sampling().seed();
+    r.sampling.seed = request.sampling().seed();
   } else {
     absl::MutexLock lock(&rng_mu_);
-    r->sampling.seed = rng_();
+    r.sampling.seed = rng_();
   }
-  r->request_id = request.request_id().empty()
-                      ? absl::StrCat("req-", next_request_.fetch_add(1))
-                      : request.request_id();
-  const std::string request_id = r->request_id;
-  const uint64_t seed = r->sampling.seed;
-  absl::StatusOr<std::shared_ptr<engine::RequestStream>> stream =
-      (*engine)->engine->Submit(*std::move(r));
-  if (!stream.ok()) return stream.status();
-
-  uint32_t index = 0;
-  engine::GenerationEvent event;
-  while (true) {
-    if (sink->IsCancelled()) {
-      (*stream)->Cancel();
-      return absl::CancelledError("client went away");
-    }
-    if (!(*stream)->Pop(&event, kCancelPoll)) continue;
-    v1::GenerateResponse response;
-    response.set_request_id(request_id);
-    response.set_index(index++);
-    response.mutable_token_ids()->Add(event.tokens.begin(), event.tokens.end());
-    response.set_text(event.text);
-    FillLogprobs(event, &response);
-    const bool last = event.finish != FinishReason::kNone;
-    if (last) {
-      response.set_finish_reason(ToProto(event.finish));
-      response.mutable_usage()->set_prompt_tokens(event.prompt_tokens);
-      response.mutable_usage()->set_completion_tokens(event.completion_tokens);
-      response.set_seed(seed);
-      response.set_policy((*engine)->name);
-      response.set_error_message(event.error);
-    }
-    if (!sink->Send(response)) {
-      (*stream)->Cancel();
-      return absl::CancelledError("client went away");
-    }
-    if (last) return absl::OkStatus();
-  }
+  r.request_id = request.request_id().empty()
+                     ? absl::StrCat("req-", next_request_.fetch_add(1))
+                     : request.request_id();
+  r.rpc_deadline = deadline;
+  std::string request_id = r.request_id;
+  const uint64_t seed = r.sampling.seed;
+  MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestStream> stream,
+                            engine->engine()->Submit(std::move(r)));
+  return std::unique_ptr<GenerateCall>(new EngineCall(
+      this, std::move(stream), std::move(request_id), engine->name(), seed));
 }
 
 bool EngineHost::Abort(std::string_view request_id) {
   bool found = false;
   for (NamedEngine& e : engines_) {
-    found = e.engine->Abort(std::string(request_id)) || found;
+    found = e.engine()->Abort(std::string(request_id)) || found;
   }
   return found;
 }

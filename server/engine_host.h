@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/builder/engine_builder.h"
 #include "engine/engine.h"
 #include "engine/model_weights.h"
 #include "engine/tokenizer.h"
@@ -31,8 +32,8 @@ namespace moeserve::server {
 
 class EngineHost final : public ModelHost {
  public:
-  // Loads options.model_dir, builds the engines (each with its offload
-  // stack: policy, slow tier, fast tier) and warms each one up. Engine
+  // Loads options.model_dir, builds the engines (engine::BuildEngine, one
+  // per options.engines) and warms each one up. Engine
   // metrics go to `registry` (may be null; must outlive the host).
   static absl::StatusOr<std::unique_ptr<EngineHost>> Create(
       const ServerOptions& options, metrics::Registry* registry);
@@ -43,17 +44,17 @@ class EngineHost final : public ModelHost {
   v1::ListModelsResponse ListModels() const override;
   absl::StatusOr<v1::TokenizeResponse> Tokenize(
       const v1::TokenizeRequest& request) override;
-  absl::Status Generate(const v1::GenerateRequest& request, absl::Time deadline,
-                        GenerateSink* sink) override;
+  absl::StatusOr<std::unique_ptr<GenerateCall>> StartGenerate(
+      const v1::GenerateRequest& request, absl::Time deadline) override;
   bool Abort(std::string_view request_id) override;
 
  private:
+  class EngineCall;
   struct NamedEngine {
-    std::string name;
-    std::string policy;
+    engine::BuiltEngine built;
     double ab_weight = 0;
-    uint64_t expert_cache_bytes = 0;
-    std::unique_ptr<engine::Engine> engine;
+    const std::string& name() const { return built.spec.name; }
+    engine::Engine* engine() const { return built.engine.get(); }
   };
 
   explicit EngineHost(const ServerOptions& options) : options_(options) {}

@@ -4,15 +4,17 @@
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
 
 namespace moeserve::server {
 namespace {
 
-absl::Time DeadlineOf(const grpc::ServerContext& context) {
+absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
   const auto deadline = context.deadline();
   if (deadline == std::chrono::system_clock::time_point::max()) {
     return absl::InfiniteFuture();
@@ -20,29 +22,155 @@ absl::Time DeadlineOf(const grpc::ServerContext& context) {
   return absl::FromChrono(deadline);
 }
 
-// Streams into a gRPC ServerWriter.
-class StreamSink final : public GenerateSink {
+}  // namespace
+
+// Streams one generation: each message is written when the engine pushes it
+// (one write in flight at a time, as gRPC requires); Finish after the last.
+// Deletes itself in OnDone, after clearing the stream's listener.
+//
+// Lock order: the stream's listener lock (held while OnReady runs), then
+// mu_, then the stream's own lock (taken inside Next).
+class GenerateStreamReactor final
+    : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  StreamSink(grpc::ServerContext* context,
-             grpc::ServerWriter<v1::GenerateResponse>* writer)
-      : context_(context), writer_(writer) {}
-  bool Send(const v1::GenerateResponse& response) override {
-    return !context_->IsCancelled() && writer_->Write(response);
+  GenerateStreamReactor(InferenceService* service,
+                        grpc::CallbackServerContext* context,
+                        const v1::GenerateRequest& request)
+      : service_(service) {
+    absl::StatusOr<std::unique_ptr<GenerateCall>> call =
+        service_->StartCall(*context, request);
+    if (!call.ok()) {
+      Finish(service_->Finish("Generate", call.status()));
+      return;
+    }
+    call_ = *std::move(call);
+    call_->SetListener([this] { OnReady(); });
   }
-  bool IsCancelled() const override { return context_->IsCancelled(); }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {  // the client is gone; stop the engine work
+      client_gone_ = true;
+      call_->Cancel();
+    }
+    WriteNextLocked();
+  }
+
+  void OnCancel() override {
+    // Client gone or deadline passed: the engine drops the request at its
+    // next step (finish reason CANCELLED or DEADLINE) and its last message
+    // ends the RPC.
+    if (call_ == nullptr) return;
+    absl::MutexLock lock(&mu_);
+    client_gone_ = true;
+    call_->Cancel();
+  }
+
+  void OnDone() override {
+    if (call_ != nullptr) call_->SetListener(nullptr);
+    delete this;
+  }
 
  private:
-  grpc::ServerContext* const context_;
-  grpc::ServerWriter<v1::GenerateResponse>* const writer_;
+  void OnReady() {
+    absl::MutexLock lock(&mu_);
+    WriteNextLocked();
+  }
+
+  // Writes the next ready message, or ends the RPC after the last one.
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) return;
+    if (last_written_) {
+      FinishLocked(client_gone_ ? absl::CancelledError("client went away")
+                                : absl::OkStatus());
+      return;
+    }
+    absl::Status final_status;
+    while (call_->Next(&response_, &final_status)) {
+      const bool last =
+          response_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+      if (last && !final_status.ok()) {  // past the deadline: nobody reads
+        FinishLocked(final_status);
+        return;
+      }
+      if (client_gone_) {  // drain what the engine still sends, unwritten
+        if (last) FinishLocked(absl::CancelledError("client went away"));
+        if (last) return;
+        continue;
+      }
+      last_written_ = last;
+      writing_ = true;
+      StartWrite(&response_);
+      return;
+    }
+  }
+
+  void FinishLocked(const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    finished_ = true;
+    Finish(service_->Finish("Generate", status));
+  }
+
+  InferenceService* const service_;
+  std::unique_ptr<GenerateCall> call_;  // set once, in the constructor
+  absl::Mutex mu_;
+  v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
+  bool last_written_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// Gathers the stream into one unary response.
-class CollectingSink final : public GenerateSink {
+// Gathers one generation into a unary response; Finish on the last message.
+class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
  public:
-  CollectingSink(grpc::ServerContext* context,
-                 v1::GenerateUnaryResponse* response)
-      : context_(context), out_(response) {}
-  bool Send(const v1::GenerateResponse& r) override {
+  GenerateUnaryReactor(InferenceService* service,
+                       grpc::CallbackServerContext* context,
+                       const v1::GenerateRequest& request,
+                       v1::GenerateUnaryResponse* response)
+      : service_(service), out_(response) {
+    absl::StatusOr<std::unique_ptr<GenerateCall>> call =
+        service_->StartCall(*context, request);
+    if (!call.ok()) {
+      Finish(service_->Finish("GenerateUnary", call.status()));
+      return;
+    }
+    call_ = *std::move(call);
+    call_->SetListener([this] { OnReady(); });
+  }
+
+  void OnCancel() override {
+    if (call_ == nullptr) return;
+    client_gone_.store(true);
+    call_->Cancel();
+  }
+
+  void OnDone() override {
+    if (call_ != nullptr) call_->SetListener(nullptr);
+    delete this;
+  }
+
+ private:
+  // Runs under the stream's listener lock: calls never overlap.
+  void OnReady() {
+    if (finished_) return;
+    v1::GenerateResponse r;
+    absl::Status final_status;
+    while (call_->Next(&r, &final_status)) {
+      Append(r);
+      if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        finished_ = true;
+        if (final_status.ok() && client_gone_.load()) {
+          final_status = absl::CancelledError("client went away");
+        }
+        Finish(service_->Finish("GenerateUnary", final_status));
+        return;
+      }
+    }
+  }
+
+  void Append(const v1::GenerateResponse& r) {
     out_->set_request_id(r.request_id());
     out_->mutable_token_ids()->Add(r.token_ids().begin(), r.token_ids().end());
     out_->mutable_text()->append(r.text());
@@ -54,16 +182,14 @@ class CollectingSink final : public GenerateSink {
       out_->set_policy(r.policy());
       out_->set_error_message(r.error_message());
     }
-    return !context_->IsCancelled();
   }
-  bool IsCancelled() const override { return context_->IsCancelled(); }
 
- private:
-  grpc::ServerContext* const context_;
+  InferenceService* const service_;
   v1::GenerateUnaryResponse* const out_;
+  std::unique_ptr<GenerateCall> call_;  // set once, in the constructor
+  std::atomic<bool> client_gone_{false};
+  bool finished_ = false;  // only OnReady touches it
 };
-
-}  // namespace
 
 InferenceService::InferenceService(ModelHost* host, RequestLimits limits,
                                    ServerMetrics* metrics)
@@ -97,25 +223,22 @@ absl::Status InferenceService::Admit(const v1::GenerateRequest& request) const {
   return CheckAccepting();
 }
 
-absl::Status InferenceService::RunGenerate(grpc::ServerContext* context,
-                                           const v1::GenerateRequest& request,
-                                           GenerateSink* sink) {
+absl::StatusOr<std::unique_ptr<GenerateCall>> InferenceService::StartCall(
+    const grpc::CallbackServerContext& context,
+    const v1::GenerateRequest& request) {
   if (auto st = Admit(request); !st.ok()) return st;
-  return host_->Generate(request, DeadlineOf(*context), sink);
+  return host_->StartGenerate(request, DeadlineOf(context));
 }
 
-grpc::Status InferenceService::Generate(
-    grpc::ServerContext* context, const v1::GenerateRequest* request,
-    grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  StreamSink sink(context, writer);
-  return Finish("Generate", RunGenerate(context, *request, &sink));
+grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return new GenerateStreamReactor(this, context, *request);
 }
 
-grpc::Status InferenceService::GenerateUnary(
-    grpc::ServerContext* context, const v1::GenerateRequest* request,
+grpc::ServerUnaryReactor* InferenceService::GenerateUnary(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
     v1::GenerateUnaryResponse* response) {
-  CollectingSink sink(context, response);
-  return Finish("GenerateUnary", RunGenerate(context, *request, &sink));
+  return new GenerateUnaryReactor(this, context, *request, response);
 }
 
 grpc::Status InferenceService::Abort(grpc::ServerContext* /*context*/,

@@ -6,6 +6,12 @@
 // state: INVALID_ARGUMENT (bad fields) -> NOT_FOUND (unknown engine) ->
 // UNAVAILABLE (draining, or no model ready).
 //
+// Generate and GenerateUnary use gRPC's callback API: a reactor per call
+// registers a listener on the engine's stream and writes each message when
+// the engine pushes it; gRPC's OnCancel (client gone, or its deadline
+// passed) cancels the engine request. No thread waits or polls for a
+// client. The other methods are synchronous.
+//
 // Thread-safe; does not own the host.
 #ifndef MOESERVE_SERVER_INFERENCE_SERVICE_H_
 #define MOESERVE_SERVER_INFERENCE_SERVICE_H_
@@ -20,7 +26,10 @@
 
 namespace moeserve::server {
 
-class InferenceService final : public v1::Inference::Service {
+using InferenceServiceBase = v1::Inference::WithCallbackMethod_Generate<
+    v1::Inference::WithCallbackMethod_GenerateUnary<v1::Inference::Service>>;
+
+class InferenceService final : public InferenceServiceBase {
  public:
   // `host` and `metrics` must outlive the service.
   InferenceService(ModelHost* host, RequestLimits limits,
@@ -30,12 +39,12 @@ class InferenceService final : public v1::Inference::Service {
   // running go on (the server's Shutdown deadline bounds them).
   void StartDraining() { draining_.store(true); }
 
-  grpc::Status Generate(
-      grpc::ServerContext* context, const v1::GenerateRequest* request,
-      grpc::ServerWriter<v1::GenerateResponse>* writer) override;
-  grpc::Status GenerateUnary(grpc::ServerContext* context,
-                             const v1::GenerateRequest* request,
-                             v1::GenerateUnaryResponse* response) override;
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context,
+      const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* GenerateUnary(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
+      v1::GenerateUnaryResponse* response) override;
   grpc::Status Abort(grpc::ServerContext* context,
                      const v1::AbortRequest* request,
                      v1::AbortResponse* response) override;
@@ -47,11 +56,14 @@ class InferenceService final : public v1::Inference::Service {
                           v1::ListModelsResponse* response) override;
 
  private:
-  // The checks every generation runs before it reaches the host.
+  friend class GenerateStreamReactor;
+  friend class GenerateUnaryReactor;
+
+  // The checks every generation runs, then the host's StartGenerate.
+  absl::StatusOr<std::unique_ptr<GenerateCall>> StartCall(
+      const grpc::CallbackServerContext& context,
+      const v1::GenerateRequest& request);
   absl::Status Admit(const v1::GenerateRequest& request) const;
-  absl::Status RunGenerate(grpc::ServerContext* context,
-                           const v1::GenerateRequest& request,
-                           GenerateSink* sink);
   absl::Status CheckAccepting() const;
   // Converts, counts and returns the RPC's final status.
   grpc::Status Finish(const std::string& method, const absl::Status& status);

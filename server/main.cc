@@ -13,10 +13,8 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_join.h"
 #include "metrics/http_exporter.h"
 #include "metrics/registry.h"
-#include "policies/registry.h"
 #include "server/grpc_server.h"
 #include "server/inference_service.h"
 #include "server/model_host_factory.h"
@@ -103,22 +101,11 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<moeserve::server::ServerOptions> options =
       moeserve::server::ServerOptionsFromFlags();
+  // Bad flags or --engines_config (unknown policy, policy_config key, ...)
+  // refuse to start rather than serve nothing.
   if (!options.ok()) {
     spdlog::critical("{}", options.status().ToString());
     return 2;
-  }
-  // An engine must name a registered offload policy: refuse to start
-  // otherwise, rather than serve nothing.
-  const std::vector<std::string> known =
-      moeserve::policies::RegisteredPolicies();
-  for (const auto& spec : options->EngineSpecs()) {
-    if (std::find(known.begin(), known.end(), spec.policy) == known.end()) {
-      spdlog::critical(
-          "--policy/--ab/--engines: unknown offload policy '{}'; registered: "
-          "{}",
-          spec.policy, absl::StrJoin(known, ", "));
-      return 2;
-    }
   }
   return Run(*options);
 }

@@ -7,6 +7,8 @@
 #ifndef MOESERVE_SERVER_MODEL_HOST_H_
 #define MOESERVE_SERVER_MODEL_HOST_H_
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,16 +20,28 @@
 
 namespace moeserve::server {
 
-// Where the generated messages of one request go. Owned by the caller of
-// ModelHost::Generate and valid for the duration of that call.
-class GenerateSink {
+// One generation in flight, as API messages. Created by
+// ModelHost::StartGenerate; the gRPC reactor that owns it drains it when
+// told to, so no thread waits or polls for a client. Thread-safe.
+class GenerateCall {
  public:
-  virtual ~GenerateSink() = default;
-  // Sends one message in order. Returns false once the client has gone away;
-  // the host must then stop work on this request (finish CANCELLED).
-  virtual bool Send(const v1::GenerateResponse& response) = 0;
-  // True once the client cancelled or its deadline passed.
-  virtual bool IsCancelled() const = 0;
+  virtual ~GenerateCall() = default;
+
+  // `on_ready` runs (on the engine's thread, or at once when messages are
+  // already waiting) each time Next may have a message; calls never
+  // overlap. After SetListener(nullptr) returns no call is running or will
+  // run: the owner must clear it before it goes away.
+  virtual void SetListener(std::function<void()> on_ready) = 0;
+
+  // The next message if one is ready, else false. The last one carries the
+  // finish reason; `*final_status` is then the RPC's status: OK, or
+  // DEADLINE_EXCEEDED when the client's deadline passed (nobody reads it).
+  virtual bool Next(v1::GenerateResponse* response,
+                    absl::Status* final_status) = 0;
+
+  // The client went away (or its deadline passed): the engine drops the
+  // request at its next step, and a last message follows.
+  virtual void Cancel() = 0;
 };
 
 class ModelHost {
@@ -47,15 +61,15 @@ class ModelHost {
   virtual absl::StatusOr<v1::TokenizeResponse> Tokenize(
       const v1::TokenizeRequest& request) = 0;
 
-  // Runs `request` to completion, streaming into `sink`; blocks until the
-  // last message (the one with finish_reason) is sent or the client is gone.
-  // A non-OK status means nothing was sent (e.g. a prompt over the token
-  // limit, INVALID_ARGUMENT). `deadline` is the client's gRPC deadline or
-  // absl::InfiniteFuture().
+  // Queues `request` on its engine. `deadline` is the client's gRPC
+  // deadline (or absl::InfiniteFuture()): past it the engine drops the
+  // request (finish reason DEADLINE). A non-OK status means nothing was
+  // queued (e.g. a prompt over the token limit, INVALID_ARGUMENT; a full
+  // queue, RESOURCE_EXHAUSTED).
   // REQUIRES: ValidateGenerateRequest(request).ok(), the engine named by
   // request.policy() exists, and CheckReady().ok().
-  virtual absl::Status Generate(const v1::GenerateRequest& request,
-                                absl::Time deadline, GenerateSink* sink) = 0;
+  virtual absl::StatusOr<std::unique_ptr<GenerateCall>> StartGenerate(
+      const v1::GenerateRequest& request, absl::Time deadline) = 0;
 
   // Cancels the in-flight request with this id; false if there is none.
   virtual bool Abort(std::string_view request_id) = 0;

@@ -31,16 +31,6 @@ const char* CodeName(grpc::StatusCode code) {
   return index >= 0 && index < 17 ? kNames[index] : "UNKNOWN";
 }
 
-// Weight of `engine` in the A/B split (0 when it is reached only by name;
-// 1 for the default engine when there is no split).
-double AbWeight(const ServerOptions& options, const std::string& engine) {
-  if (options.ab.empty()) return engine == options.policy ? 1 : 0;
-  for (const AbArm& arm : options.ab) {
-    if (arm.policy == engine) return arm.weight;
-  }
-  return 0;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
@@ -65,14 +55,23 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
   absl::StatusOr<metrics::GaugeFamily*> info = registry->AddGauge(
       "moeserve_engine_info",
       "Configuration of each engine instance (value is always 1).",
-      {"policy", "offload_policy", "model_dir", "ab_weight", "slow_tier",
-       "link_gbps"});
+      {"policy", "offload_policy", "policy_config", "model_dir", "backend",
+       "ab_weight", "expert_cache_ratio", "expert_cache_mb", "slow_tier",
+       "link_gbps", "link_latency_us", "kv_cache_bytes", "max_num_seqs",
+       "max_batched_tokens", "max_waiting", "drafter",
+       "num_speculative_tokens"});
   if (!info.ok()) return info.status();
-  for (const EngineSpec& spec : options.EngineSpecs()) {
+  for (const engine::EngineSpec& spec : options.engines) {
     absl::StatusOr<metrics::Gauge*> g = (*info)->WithLabels(
-        {spec.name, spec.policy, options.model_dir,
-         absl::StrCat(AbWeight(options, spec.name)), options.slow_tier,
-         absl::StrCat(options.link_gbps)});
+        {spec.name, spec.policy, engine::PolicyConfigText(spec.policy_config),
+         options.model_dir, options.backend,
+         absl::StrCat(options.AbWeight(spec.name)),
+         absl::StrCat(spec.expert_cache_mb > 0 ? 0 : spec.expert_cache_ratio),
+         absl::StrCat(spec.expert_cache_mb), spec.slow_tier,
+         absl::StrCat(spec.link.gbps), absl::StrCat(spec.link.latency_us),
+         absl::StrCat(spec.kv_cache_bytes), absl::StrCat(spec.max_num_seqs),
+         absl::StrCat(spec.max_batched_tokens), absl::StrCat(spec.max_waiting),
+         spec.drafter, absl::StrCat(spec.num_speculative_tokens)});
     if (!g.ok()) return g.status();
     (*g)->Set(1);
   }

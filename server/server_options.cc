@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "policies/registry.h"
+#include "server/engines_config.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address the gRPC and metrics servers listen on.");
@@ -29,6 +31,13 @@ ABSL_FLAG(std::string, engines, "",
           "own offload policy and optional fast-tier budget, e.g. "
           "small=lru@ratio=0.25,big=lru@ratio=0.5. Empty: one engine per "
           "--policy / --ab name. --ab and requests refer to these names.");
+ABSL_FLAG(std::string, engines_config, "",
+          "JSON file listing the engine instances, each with its own "
+          "policy, policy_config, budget, slow tier, link and scheduler "
+          "settings, and optionally the A/B split (\"ab\") and the default "
+          "engine (\"default\"); see server/README.md. Keys an engine leaves "
+          "out take the server-wide flags. Replaces --engines and "
+          "--policy_config.");
 ABSL_FLAG(int, drain_seconds, 30,
           "On SIGTERM/SIGINT, how long in-flight streams may run on before "
           "they are cancelled.");
@@ -67,8 +76,9 @@ ABSL_FLAG(double, link_gbps, 0,
 ABSL_FLAG(double, link_latency_us, 0,
           "Emulated per-transfer link latency in microseconds.");
 ABSL_FLAG(std::string, policy_config, "",
-          "Offload policy settings, k=v,k=v (e.g. top_percent=10 for "
-          "lfu_static).");
+          "Offload policy settings of the --policy engine only, k=v,k=v "
+          "(e.g. top_percent=10 for lfu_static). Other engines: "
+          "--engines_config.");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 512,
           "Largest max_new_tokens a request may ask for (and the default).");
 ABSL_FLAG(uint32_t, max_input_tokens, 2048, "Longest prompt, in tokens.");
@@ -79,15 +89,11 @@ ABSL_FLAG(uint32_t, max_stop_string_bytes, 256,
 namespace moeserve::server {
 namespace {
 
+using engine::EngineSpec;
+using engine::IsValidEngineName;
+
 absl::Status FlagError(absl::string_view flag, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", what));
-}
-
-bool IsValidEngineName(absl::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-  });
 }
 
 absl::Status CheckPort(absl::string_view flag, int port) {
@@ -99,34 +105,29 @@ absl::Status CheckPort(absl::string_view flag, int port) {
 
 }  // namespace
 
-std::vector<EngineSpec> ServerOptions::EngineSpecs() const {
-  if (!engines.empty()) return engines;
-  std::vector<EngineSpec> specs = {{policy, policy}};
-  for (const AbArm& arm : ab) {
-    if (std::none_of(specs.begin(), specs.end(), [&](const EngineSpec& s) {
-          return s.name == arm.policy;
-        })) {
-      specs.push_back({arm.policy, arm.policy});
-    }
-  }
-  return specs;
-}
-
 std::vector<std::string> ServerOptions::EngineNames() const {
   std::vector<std::string> names;
-  for (const EngineSpec& spec : EngineSpecs()) names.push_back(spec.name);
+  for (const engine::EngineSpec& spec : engines) names.push_back(spec.name);
   return names;
 }
 
+double ServerOptions::AbWeight(const std::string& engine) const {
+  if (ab.empty()) return engine == default_engine().name ? 1 : 0;
+  for (const AbArm& arm : ab) {
+    if (arm.policy == engine) return arm.weight;
+  }
+  return 0;
+}
+
 absl::StatusOr<std::vector<EngineSpec>> ParseEngineSpecs(
-    absl::string_view text) {
+    absl::string_view text, const EngineSpec& defaults) {
   std::vector<EngineSpec> specs;
   if (absl::StripAsciiWhitespace(text).empty()) return specs;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     std::vector<absl::string_view> fields = absl::StrSplit(part, '@');
     std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(fields[0], absl::MaxSplits('=', 1));
-    EngineSpec spec;
+    EngineSpec spec = defaults;
     spec.name = std::string(absl::StripAsciiWhitespace(kv.first));
     spec.policy = std::string(absl::StripAsciiWhitespace(kv.second));
     if (!IsValidEngineName(spec.name) || !IsValidEngineName(spec.policy)) {
@@ -144,8 +145,10 @@ absl::StatusOr<std::vector<EngineSpec>> ParseEngineSpecs(
                          absl::StrCat("bad value in '", fields[i],
                                       "' of engine '", spec.name, "'"));
       }
+      // An engine's own budget replaces the server-wide one whole.
       if (opt.first == "ratio" && value <= 1) {
         spec.expert_cache_ratio = value;
+        spec.expert_cache_mb = 0;
       } else if (opt.first == "mb") {
         spec.expert_cache_mb = static_cast<int64_t>(value);
       } else {
@@ -196,6 +199,111 @@ absl::StatusOr<std::vector<AbArm>> ParseAbSplit(absl::string_view text) {
   return arms;
 }
 
+namespace {
+
+// Prefixes `status` with where the engine came from.
+absl::Status InEngine(absl::string_view source, const EngineSpec& spec,
+                      const absl::Status& status) {
+  return absl::Status(
+      status.code(),
+      absl::StrCat(source, ": engine '", spec.name, "': ", status.message()));
+}
+
+absl::Status ResolveFromFile(const EngineFlags& flags, ServerOptions* options) {
+  if (!absl::StripAsciiWhitespace(flags.engines).empty()) {
+    return FlagError("engines_config",
+                     "give --engines or --engines_config, not both");
+  }
+  if (!absl::StripAsciiWhitespace(flags.policy_config).empty()) {
+    return FlagError("engines_config",
+                     "--policy_config is for the --policy engine; with "
+                     "--engines_config put each engine's policy_config in "
+                     "the file");
+  }
+  absl::StatusOr<EnginesConfig> config =
+      LoadEnginesConfig(flags.engines_config, flags.defaults);
+  if (!config.ok()) return config.status();
+  options->engines = std::move(config->engines);
+  options->ab = std::move(config->ab);
+  if (!absl::StripAsciiWhitespace(flags.ab).empty()) {
+    if (!options->ab.empty()) {
+      return FlagError("ab", absl::StrCat("the A/B split is already given by "
+                                          "\"ab\" in --engines_config=",
+                                          flags.engines_config));
+    }
+    absl::StatusOr<std::vector<AbArm>> ab = ParseAbSplit(flags.ab);
+    if (!ab.ok()) return ab.status();
+    options->ab = *std::move(ab);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveFromFlags(const EngineFlags& flags,
+                              ServerOptions* options) {
+  if (!IsValidEngineName(flags.policy)) {
+    return FlagError("policy", absl::StrCat("bad name '", flags.policy,
+                                            "' (want [a-z0-9_]+)"));
+  }
+  absl::StatusOr<std::vector<AbArm>> ab = ParseAbSplit(flags.ab);
+  if (!ab.ok()) return ab.status();
+  options->ab = *std::move(ab);
+  absl::StatusOr<std::vector<EngineSpec>> engines =
+      ParseEngineSpecs(flags.engines, flags.defaults);
+  if (!engines.ok()) return engines.status();
+  const bool explicit_engines = !engines->empty();
+  options->engines = *std::move(engines);
+  auto named = [options](const std::string& name) {
+    return std::find_if(
+        options->engines.begin(), options->engines.end(),
+        [&name](const EngineSpec& s) { return s.name == name; });
+  };
+  // The --policy engine comes first (the default); without --engines every
+  // --ab arm is an engine named after its policy.
+  if (auto it = named(flags.policy); it != options->engines.end()) {
+    std::rotate(options->engines.begin(), it, it + 1);
+  } else {
+    EngineSpec spec = flags.defaults;
+    spec.name = spec.policy = flags.policy;
+    options->engines.insert(options->engines.begin(), std::move(spec));
+  }
+  for (const AbArm& arm : options->ab) {
+    if (named(arm.policy) != options->engines.end()) continue;
+    if (explicit_engines) {
+      return FlagError("ab", absl::StrCat("'", arm.policy,
+                                          "' is not an engine of --engines"));
+    }
+    EngineSpec spec = flags.defaults;
+    spec.name = spec.policy = arm.policy;
+    options->engines.push_back(std::move(spec));
+  }
+  absl::StatusOr<policies::PolicyConfig> config =
+      policies::ParsePolicyConfig(flags.policy_config);
+  if (!config.ok()) {
+    return FlagError("policy_config", config.status().message());
+  }
+  options->engines.front().policy_config = *std::move(config);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ResolveEngines(const EngineFlags& flags, ServerOptions* options) {
+  options->engines_config = flags.engines_config;
+  if (!flags.engines_config.empty()) {
+    // The file's engines were checked as they were read.
+    return ResolveFromFile(flags, options);
+  }
+  if (absl::Status st = ResolveFromFlags(flags, options); !st.ok()) return st;
+  for (const EngineSpec& spec : options->engines) {
+    if (absl::Status st = engine::CheckEngineSpec(spec); !st.ok()) {
+      return InEngine(spec.policy_config.empty() ? "--policy/--ab/--engines"
+                                                 : "--policy/--policy_config",
+                      spec, st);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   ServerOptions o;
   o.host = absl::GetFlag(FLAGS_host);
@@ -204,31 +312,6 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (auto st = CheckPort("port", o.port); !st.ok()) return st;
   if (auto st = CheckPort("metrics_port", o.metrics_port); !st.ok()) return st;
   o.model_dir = absl::GetFlag(FLAGS_model_dir);
-  o.policy = absl::GetFlag(FLAGS_policy);
-  if (!IsValidEngineName(o.policy)) {
-    return FlagError(
-        "policy", absl::StrCat("bad name '", o.policy, "' (want [a-z0-9_]+)"));
-  }
-  absl::StatusOr<std::vector<AbArm>> ab = ParseAbSplit(absl::GetFlag(FLAGS_ab));
-  if (!ab.ok()) return ab.status();
-  o.ab = *std::move(ab);
-  absl::StatusOr<std::vector<EngineSpec>> engines =
-      ParseEngineSpecs(absl::GetFlag(FLAGS_engines));
-  if (!engines.ok()) return engines.status();
-  o.engines = *std::move(engines);
-  if (!o.engines.empty()) {
-    // --policy names the default engine only when it is one of them.
-    const std::vector<std::string> names = o.EngineNames();
-    if (std::find(names.begin(), names.end(), o.policy) == names.end()) {
-      o.engines.insert(o.engines.begin(), {o.policy, o.policy});
-    }
-    for (const AbArm& arm : o.ab) {
-      if (std::find(names.begin(), names.end(), arm.policy) == names.end()) {
-        return FlagError("ab", absl::StrCat("'", arm.policy,
-                                            "' is not an engine of --engines"));
-      }
-    }
-  }
   const int drain = absl::GetFlag(FLAGS_drain_seconds);
   if (drain < 0) return FlagError("drain_seconds", "must be >= 0");
   o.drain = absl::Seconds(drain);
@@ -252,35 +335,46 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (o.cuda_device < 0) return FlagError("cuda_device", "must be >= 0");
   o.threads = absl::GetFlag(FLAGS_threads);
   if (o.threads < 0) return FlagError("threads", "must be >= 0");
+
+  // The server-wide per-engine settings: each engine's defaults.
+  EngineFlags flags;
+  EngineSpec& d = flags.defaults;
   const int kv_mb = absl::GetFlag(FLAGS_kv_cache_mb);
   if (kv_mb < 1) return FlagError("kv_cache_mb", "must be >= 1");
-  o.kv_cache_bytes = static_cast<uint64_t>(kv_mb) << 20;
-  o.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
-  o.max_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
-  o.max_waiting = absl::GetFlag(FLAGS_max_waiting);
-  if (o.max_num_seqs < 1) return FlagError("max_num_seqs", "must be >= 1");
-  if (o.max_batched_tokens < 1) {
+  d.kv_cache_bytes = static_cast<uint64_t>(kv_mb) << 20;
+  d.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  d.max_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
+  d.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  if (d.max_num_seqs < 1) return FlagError("max_num_seqs", "must be >= 1");
+  if (d.max_batched_tokens < 1) {
     return FlagError("max_batched_tokens", "must be >= 1");
   }
-  if (o.max_waiting < 0) return FlagError("max_waiting", "must be >= 0");
-  o.expert_cache_ratio = absl::GetFlag(FLAGS_expert_cache_ratio);
-  if (!(o.expert_cache_ratio > 0 && o.expert_cache_ratio <= 1)) {
+  if (d.max_waiting < 0) return FlagError("max_waiting", "must be >= 0");
+  d.expert_cache_ratio = absl::GetFlag(FLAGS_expert_cache_ratio);
+  if (!(d.expert_cache_ratio > 0 && d.expert_cache_ratio <= 1)) {
     return FlagError("expert_cache_ratio", "must be in (0, 1]");
   }
-  o.expert_cache_mb = absl::GetFlag(FLAGS_expert_cache_mb);
-  if (o.expert_cache_mb < 0)
+  d.expert_cache_mb = absl::GetFlag(FLAGS_expert_cache_mb);
+  if (d.expert_cache_mb < 0) {
     return FlagError("expert_cache_mb", "must be >= 0");
-  o.slow_tier = absl::GetFlag(FLAGS_slow_tier);
-  if (o.slow_tier != "host" && o.slow_tier != "disk") {
-    return FlagError("slow_tier", absl::StrCat("must be host or disk, got '",
-                                               o.slow_tier, "'"));
   }
-  o.link_gbps = absl::GetFlag(FLAGS_link_gbps);
-  o.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
-  if (!(o.link_gbps >= 0) || !(o.link_latency_us >= 0)) {
+  d.slow_tier = absl::GetFlag(FLAGS_slow_tier);
+  if (d.slow_tier != "host" && d.slow_tier != "disk") {
+    return FlagError("slow_tier", absl::StrCat("must be host or disk, got '",
+                                               d.slow_tier, "'"));
+  }
+  d.link.gbps = absl::GetFlag(FLAGS_link_gbps);
+  d.link.latency_us = absl::GetFlag(FLAGS_link_latency_us);
+  if (!(d.link.gbps >= 0) || !(d.link.latency_us >= 0)) {
     return FlagError("link_gbps", "link emulation values must be >= 0");
   }
-  o.policy_config = absl::GetFlag(FLAGS_policy_config);
+  flags.policy = absl::GetFlag(FLAGS_policy);
+  flags.policy_config = absl::GetFlag(FLAGS_policy_config);
+  flags.ab = absl::GetFlag(FLAGS_ab);
+  flags.engines = absl::GetFlag(FLAGS_engines);
+  flags.engines_config = absl::GetFlag(FLAGS_engines_config);
+  if (absl::Status st = ResolveEngines(flags, &o); !st.ok()) return st;
+
   o.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   o.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
   o.limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);

@@ -1,5 +1,9 @@
 // Server configuration, resolved once from the command-line flags at start-up
 // (flags are never read on a hot path). Flag names follow DESIGN.md.
+//
+// Process-wide settings live here; everything that belongs to one engine
+// instance (policy and its settings, budget, slow tier, link, scheduler
+// limits) lives in its engine::EngineSpec.
 #ifndef MOESERVE_SERVER_SERVER_OPTIONS_H_
 #define MOESERVE_SERVER_SERVER_OPTIONS_H_
 
@@ -9,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/builder/engine_spec.h"
 #include "server/request_validator.h"
 
 namespace moeserve::server {
@@ -19,61 +24,60 @@ struct AbArm {
   double weight = 0;
 };
 
-// One engine instance: its name (what requests and metrics call it), its
-// offload policy, and optionally its own fast-tier budget.
-struct EngineSpec {
-  std::string name;
-  std::string policy;
-  double expert_cache_ratio = 0;  // 0: the server-wide flags
-  int64_t expert_cache_mb = 0;    // wins when > 0
-};
-
 struct ServerOptions {
   std::string host = "127.0.0.1";  // --host
   int port = 50051;                // --port (0: pick a free one)
   int metrics_port = 9400;         // --metrics_port (0: pick a free one)
   std::string model_dir;           // --model_dir
-  std::string policy = "lru";      // --policy: the default engine
-  std::vector<AbArm> ab;           // --ab=lru=0.5,overlap=0.5
   absl::Duration drain = absl::Seconds(30);  // --drain_seconds
   int max_receive_message_bytes = 4 << 20;   // --max_receive_message_mb
   int keepalive_time_ms = 60'000;            // --keepalive_time_ms
   int keepalive_timeout_ms = 20'000;         // --keepalive_timeout_ms
-  // Compute.
+  // Compute (shared by every engine of the process).
   std::string backend = "cpu";  // --backend=cpu|cuda
   int cuda_device = 0;          // --cuda_device
-  // Engine sizing.
-  int threads = 0;                         // --threads (0: every core)
-  uint64_t kv_cache_bytes = 256ull << 20;  // --kv_cache_mb
-  int max_num_seqs = 64;                   // --max_num_seqs
-  int max_batched_tokens = 2048;           // --max_batched_tokens
-  int max_waiting = 256;                   // --max_waiting
-  // Two-tier expert memory.
-  double expert_cache_ratio = 1.0;  // --expert_cache_ratio (of expert bytes)
-  int64_t expert_cache_mb = 0;      // --expert_cache_mb (wins when > 0)
-  std::string slow_tier = "host";   // --slow_tier=host|disk
-  double link_gbps = 0;             // --link_gbps (GB/s; 0: no emulation)
-  double link_latency_us = 0;       // --link_latency_us
-  std::string policy_config;        // --policy_config=k=v,k=v
+  int threads = 0;              // --threads (0: every core)
   RequestLimits limits;
+  std::string engines_config;  // --engines_config (the path; for logs)
 
-  // --engines, when given: every engine instance explicitly.
-  std::vector<EngineSpec> engines;
+  // The engine instances, every setting resolved (flags, --engines,
+  // --engines_config): [0] is the default engine, the one a request that
+  // names none goes to when there is no A/B split.
+  std::vector<engine::EngineSpec> engines = {engine::EngineSpec()};
+  // The A/B split (weights sum to 1), or empty.
+  std::vector<AbArm> ab;
 
-  // The engine instances this configuration asks for: --engines if given;
-  // else --policy, then every --ab arm not already named, each named after
-  // its policy and using the server-wide budget.
-  std::vector<EngineSpec> EngineSpecs() const;
+  const engine::EngineSpec& default_engine() const { return engines.front(); }
   std::vector<std::string> EngineNames() const;
+  // Share of unnamed requests that `engine` gets: its A/B weight, or 1 for
+  // the default engine when there is no split, else 0.
+  double AbWeight(const std::string& engine) const;
 };
+
+// The flags that decide the engine instances, as given.
+struct EngineFlags {
+  std::string policy = "lru";   // --policy
+  std::string policy_config;    // --policy_config (the --policy engine only)
+  std::string ab;               // --ab
+  std::string engines;          // --engines
+  std::string engines_config;   // --engines_config
+  engine::EngineSpec defaults;  // the server-wide per-engine flags
+};
+
+// Resolves `flags` into options->engines and options->ab, checking every
+// engine (policy registered, policy_config keys, ranges). Errors name the
+// flag (and the file), the engine and the key.
+absl::Status ResolveEngines(const EngineFlags& flags, ServerOptions* options);
 
 // Reads every flag and checks it; errors name the flag.
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags();
 
 // Parses "--engines" text: NAME=POLICY[@ratio=R|@mb=N],... e.g.
-// "small=lru@ratio=0.25,big=lru@ratio=0.5". Exposed for tests.
-absl::StatusOr<std::vector<EngineSpec>> ParseEngineSpecs(
-    absl::string_view text);
+// "small=lru@ratio=0.25,big=lru@ratio=0.5"; each engine starts from
+// `defaults`. Exposed for tests.
+absl::StatusOr<std::vector<engine::EngineSpec>> ParseEngineSpecs(
+    absl::string_view text,
+    const engine::EngineSpec& defaults = engine::EngineSpec());
 
 // Parses "--ab" text such as "lru=0.5,overlap=0.5" (weights > 0; they are
 // normalised to sum to 1). Exposed for tests.

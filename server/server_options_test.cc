@@ -35,13 +35,16 @@ TEST(ParseAbSplit, RefusesBadInput) {
 
 TEST(ServerOptions, EngineNamesDefaultFirstNoDuplicates) {
   ServerOptions o;
-  o.policy = "lru";
-  o.ab = {{"overlap", 0.5}, {"lru", 0.5}};
+  EngineFlags flags;
+  flags.policy = "lru";
+  flags.ab = "overlap=0.5,lru=0.5";
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
   EXPECT_THAT(o.EngineNames(), ::testing::ElementsAre("lru", "overlap"));
+  EXPECT_DOUBLE_EQ(o.AbWeight("overlap"), 0.5);
 }
 
 TEST(ParseEngineSpecs, NamesPoliciesAndBudgets) {
-  absl::StatusOr<std::vector<EngineSpec>> specs =
+  absl::StatusOr<std::vector<engine::EngineSpec>> specs =
       ParseEngineSpecs("small=lru@ratio=0.25,big=overlap@mb=64");
   ASSERT_TRUE(specs.ok()) << specs.status();
   ASSERT_EQ(specs->size(), 2u);
@@ -52,7 +55,7 @@ TEST(ParseEngineSpecs, NamesPoliciesAndBudgets) {
   EXPECT_EQ((*specs)[1].expert_cache_mb, 64);
   for (const char* bad : {"small", "a=lru@ratio=2", "a=lru@size=3",
                           "a=lru,a=lru", "A=lru", "a=lru@ratio=x"}) {
-    absl::StatusOr<std::vector<EngineSpec>> r = ParseEngineSpecs(bad);
+    absl::StatusOr<std::vector<engine::EngineSpec>> r = ParseEngineSpecs(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("--engines"))
         << bad;
@@ -65,7 +68,8 @@ TEST(ServerOptions, DefaultsFollowDesign) {
   EXPECT_EQ(o->host, "127.0.0.1");
   EXPECT_EQ(o->port, 50051);
   EXPECT_EQ(o->metrics_port, 9400);
-  EXPECT_EQ(o->policy, "lru");
+  EXPECT_EQ(o->default_engine().name, "lru");
+  EXPECT_EQ(o->default_engine().policy, "lru");
   EXPECT_EQ(o->max_receive_message_bytes, 4 << 20);
 }
 

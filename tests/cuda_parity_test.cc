@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/builder/offload_stack.h"
 #include "engine/expert_provider.h"
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
@@ -20,7 +21,6 @@
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "server/offload_stack.h"
 
 namespace moeserve {
 namespace {
@@ -113,12 +113,11 @@ class CudaParityTest
 
   Runner MakeCuda() {
     Runner r;
-    server::OffloadOptions o;
-    o.engine_name = o.policy = "lru";
-    o.capacity_bytes =
-        server::ExpertCacheBytes(*weights_, std::get<1>(GetParam()), 0);
-    o.fast_tier_backend = cuda_;
-    auto stack = server::OffloadStack::Create(weights_.get(), o, nullptr);
+    engine::EngineSpec spec;
+    spec.expert_cache_ratio = std::get<1>(GetParam());
+    auto stack = engine::OffloadStack::Create(
+        weights_.get(), spec, engine::ExpertCacheBytes(*weights_, spec), cuda_,
+        /*registry=*/nullptr, /*predict=*/nullptr);
     EXPECT_TRUE(stack.ok()) << stack.status();
     r.experts = *std::move(stack);
     auto model = MoeModel::Create(weights_.get(), cuda_, r.experts.get());

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/builder/engine_builder.h"
 #include "engine/engine.h"
 #include "engine/model_weights.h"
 #include "engine/tokenizer.h"
@@ -23,7 +24,6 @@
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
-#include "server/offload_stack.h"
 
 namespace moeserve {
 namespace {
@@ -58,22 +58,17 @@ kernels::Backend* CudaBackend(std::string* why) {
   return backend->value().get();
 }
 
-// Runs every prompt at once (so layers route several experts) and returns
-// each request's greedy tokens.
-std::vector<std::vector<int32_t>> Generate(
-    const Fixture& f, kernels::Backend* backend,
-    engine::ExpertProviderFactory factory,
-    engine::ResidencyStats* stats = nullptr) {
-  auto engine = engine::Engine::Create(f.weights.get(), f.tokenizer.get(),
-                                       backend, {}, std::move(factory));
-  EXPECT_TRUE(engine.ok()) << engine.status();
+// Runs every prompt at once (so layers route several experts) on `engine`
+// and returns each request's greedy tokens.
+std::vector<std::vector<int32_t>> Generate(const Fixture& f,
+                                           engine::Engine* engine) {
   std::vector<std::shared_ptr<engine::RequestStream>> streams;
   for (const auto& prompt : f.prompts) {
     engine::GenerationRequest r;
     r.prompt = prompt;
     r.max_new_tokens = kNewTokens;
     r.ignore_eos = true;
-    streams.push_back(*(*engine)->Submit(r));
+    streams.push_back(*engine->Submit(r));
   }
   std::vector<std::vector<int32_t>> out;
   for (auto& stream : streams) {
@@ -86,9 +81,20 @@ std::vector<std::vector<int32_t>> Generate(
     }
     out.push_back(tokens);
   }
-  if (stats != nullptr) {
-    *stats = static_cast<server::OffloadStack*>((*engine)->experts())->stats();
-  }
+  return out;
+}
+
+// Greedy tokens of an engine built from `spec` (and its residency stats).
+std::vector<std::vector<int32_t>> Generate(const Fixture& f,
+                                           kernels::Backend* backend,
+                                           const engine::EngineSpec& spec,
+                                           engine::ResidencyStats* stats) {
+  absl::StatusOr<engine::BuiltEngine> built = engine::BuildEngine(
+      {f.weights.get(), f.tokenizer.get(), backend, nullptr}, spec);
+  EXPECT_TRUE(built.ok()) << built.status();
+  if (!built.ok()) return {};
+  std::vector<std::vector<int32_t>> out = Generate(f, built->engine.get());
+  *stats = built->residency->stats();
   return out;
 }
 
@@ -109,7 +115,11 @@ Fixture& Load(const std::string& name) {
     if (f.prompts.size() == 3) break;
     f.prompts.push_back(c.at("prompt_ids").get<std::vector<int32_t>>());
   }
-  f.baseline = Generate(f, CpuBackend(), nullptr);
+  // Every expert resident in the weights' arena: no offload at all.
+  auto engine = engine::Engine::Create(f.weights.get(), f.tokenizer.get(),
+                                       CpuBackend(), {});
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  f.baseline = Generate(f, engine->get());
   return f;
 }
 
@@ -120,12 +130,10 @@ std::vector<std::vector<int32_t>>& CudaBaseline(Fixture& f,
       new std::map<const Fixture*, std::vector<std::vector<int32_t>>>();
   auto [it, inserted] = out->try_emplace(&f);
   if (inserted) {
-    server::OffloadOptions o;
-    o.engine_name = o.policy = "on_demand";
-    o.capacity_bytes = server::ExpertCacheBytes(*f.weights, 1.0, 0);
-    o.fast_tier_backend = cuda;
-    it->second =
-        Generate(f, cuda, server::OffloadStack::Factory(f.weights.get(), o));
+    engine::EngineSpec spec;
+    spec.name = spec.policy = "on_demand";
+    engine::ResidencyStats stats;
+    it->second = Generate(f, cuda, spec, &stats);
   }
   return it->second;
 }
@@ -146,21 +154,23 @@ TEST_P(PolicyInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
   }
   Fixture& f = Load(model);
   const engine::ModelConfig& c = f.weights->config();
-  server::OffloadOptions o;
-  o.engine_name = policy;
-  o.policy = policy;
-  if (policy == "lfu_static") o.policy_config = {{"profile_steps", "2"}};
+  engine::EngineSpec spec;
+  spec.name = policy;
+  spec.policy = policy;
+  if (policy == "lfu_static") spec.policy_config = {{"profile_steps", "2"}};
   const uint64_t blob = f.weights->expert({0, 0}).bytes;
-  o.capacity_bytes = budget == "layer" ? c.num_experts_per_tok * blob
-                     : budget == "25%"
-                         ? server::ExpertCacheBytes(*f.weights, 0.25, 0)
-                         : server::ExpertCacheBytes(*f.weights, 1.0, 0);
-  o.slow_tier = tier;
-  if (slow_link) o.link = {.gbps = 2.0, .latency_us = 20};
-  if (where != "cpu") o.fast_tier_backend = backend;
+  // "layer": room for exactly one token's top-k blobs of one layer.
+  spec.expert_cache_ratio = budget == "25%" ? 0.25 : 1.0;
+  if (budget == "layer") {
+    spec.expert_cache_ratio =
+        static_cast<double>(c.num_experts_per_tok * blob) /
+        static_cast<double>(f.weights->expert_bytes());
+  }
+  spec.slow_tier = tier;
+  if (slow_link) spec.link = {.gbps = 2.0, .latency_us = 20};
+  spec.fast_tier_in_backend_memory = where != "cpu";
   engine::ResidencyStats stats;
-  const auto out = Generate(
-      f, backend, server::OffloadStack::Factory(f.weights.get(), o), &stats);
+  const auto out = Generate(f, backend, spec, &stats);
   EXPECT_EQ(out, where == "cuda" ? CudaBaseline(f, backend) : f.baseline);
   // Every acquire is a hit or a miss; misses moved whole blobs.
   EXPECT_GT(stats.hits + stats.misses, 0u);

@@ -1,55 +1,29 @@
-#include "server/offload_stack.h"
+#include "engine/builder/offload_stack.h"
 
-#include <algorithm>
-#include <cmath>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "policies/registry.h"
 
-namespace moeserve::server {
-
-uint64_t ExpertCacheBytes(const engine::ModelWeights& weights, double ratio,
-                          int64_t megabytes) {
-  const uint64_t blob = weights.expert({0, 0}).bytes;
-  const uint64_t bytes =
-      megabytes > 0 ? static_cast<uint64_t>(megabytes) << 20
-                    : static_cast<uint64_t>(std::ceil(
-                          ratio * static_cast<double>(weights.expert_bytes())));
-  return std::max(bytes, blob);
-}
+namespace moeserve::engine {
 
 absl::StatusOr<std::unique_ptr<OffloadStack>> OffloadStack::Create(
-    const engine::ModelWeights* weights, const OffloadOptions& options,
-    engine::PredictFn predict) {
+    const ModelWeights* weights, const EngineSpec& spec,
+    uint64_t capacity_bytes, kernels::Backend* fast_tier_backend,
+    metrics::Registry* registry, PredictFn predict) {
   auto stack = std::unique_ptr<OffloadStack>(new OffloadStack());
-  absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> policy =
-      policies::CreatePolicy(options.policy, options.policy_config);
-  if (!policy.ok()) return policy.status();
-  stack->policy_ = *std::move(policy);
-  absl::StatusOr<std::unique_ptr<engine::SlowTier>> slow =
-      options.slow_tier == "disk" ? engine::NewDiskSlowTier(weights)
-                                  : engine::NewHostSlowTier(weights);
-  if (!slow.ok()) return slow.status();
-  stack->slow_ = *std::move(slow);
-  absl::StatusOr<std::unique_ptr<engine::ExpertResidency>> residency =
-      engine::ExpertResidency::Create(
-          weights, stack->slow_.get(), options.capacity_bytes, options.link,
-          stack->policy_.get(), std::move(predict), options.registry,
-          options.engine_name, options.fast_tier_backend);
-  if (!residency.ok()) return residency.status();
-  stack->residency_ = *std::move(residency);
+  MOESERVE_ASSIGN_OR_RETURN(
+      stack->policy_, policies::CreatePolicy(spec.policy, spec.policy_config));
+  MOESERVE_ASSIGN_OR_RETURN(stack->slow_, spec.slow_tier == "disk"
+                                              ? NewDiskSlowTier(weights)
+                                              : NewHostSlowTier(weights));
+  MOESERVE_ASSIGN_OR_RETURN(
+      stack->residency_,
+      ExpertResidency::Create(weights, stack->slow_.get(), capacity_bytes,
+                              spec.link, stack->policy_.get(),
+                              std::move(predict), registry, spec.name,
+                              fast_tier_backend));
   return stack;
 }
 
-engine::ExpertProviderFactory OffloadStack::Factory(
-    const engine::ModelWeights* weights, OffloadOptions options) {
-  return [weights, options = std::move(options)](engine::PredictFn predict)
-             -> absl::StatusOr<std::unique_ptr<engine::ExpertProvider>> {
-    absl::StatusOr<std::unique_ptr<OffloadStack>> stack =
-        Create(weights, options, std::move(predict));
-    if (!stack.ok()) return stack.status();
-    return std::unique_ptr<engine::ExpertProvider>(*std::move(stack));
-  };
-}
-
-}  // namespace moeserve::server
+}  // namespace moeserve::engine

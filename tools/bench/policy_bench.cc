@@ -13,13 +13,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "engine/builder/engine_builder.h"
 #include "engine/engine.h"
 #include "engine/generation.h"
 #include "engine/model_weights.h"
 #include "engine/tokenizer.h"
 #include "kernels/tensor.h"
 #include "policies/registry.h"
-#include "server/offload_stack.h"
 #include "tools/bench/expert_compute.h"
 #include "tools/bench/prompts.h"
 #include "tools/bench/stand_in_tokenizer.h"
@@ -82,31 +82,26 @@ absl::StatusOr<PolicyResult> RunOne(
     const policies::PolicyConfig& config,
     const std::vector<std::vector<int32_t>>& prompts, const std::string& policy,
     double ratio, int concurrency) {
-  server::OffloadOptions offload;
-  offload.engine_name = policy;
-  offload.policy = policy;
-  offload.policy_config = config;
-  offload.capacity_bytes = server::ExpertCacheBytes(*weights, ratio, 0);
-  offload.slow_tier = o.slow_tier;
-  offload.link = {.gbps = o.link_gbps, .latency_us = o.link_latency_us};
-  // On a device backend the slots are device memory and the link copies on
-  // the device (the all-host fast tier is the CPU backend's case only).
-  if (backend->device() != kernels::Device::kCpu) {
-    offload.fast_tier_backend = backend;
-  }
-  engine::EngineOptions eo;
-  eo.name = policy;
-  eo.max_num_seqs = concurrency;
-  absl::StatusOr<std::unique_ptr<engine::Engine>> engine =
-      engine::Engine::Create(weights, tokenizer, backend, eo,
-                             server::OffloadStack::Factory(weights, offload));
-  if (!engine.ok()) return engine.status();
-  auto* stack = static_cast<server::OffloadStack*>((*engine)->experts());
+  engine::EngineSpec spec;
+  spec.name = policy;
+  spec.policy = policy;
+  spec.policy_config = config;
+  spec.expert_cache_ratio = ratio;
+  spec.slow_tier = o.slow_tier;
+  spec.link = {.gbps = o.link_gbps, .latency_us = o.link_latency_us};
+  spec.max_num_seqs = concurrency;
+  // On a device backend the builder puts the slots in device memory and the
+  // link copies on the device (the all-host fast tier is the CPU's case).
+  absl::StatusOr<engine::BuiltEngine> built =
+      engine::BuildEngine({weights, tokenizer, backend, nullptr}, spec);
+  if (!built.ok()) return built.status();
+  engine::Engine* const engine = built->engine.get();
+  const engine::ExpertResidency* const stack = built->residency;
 
   // Untimed warm-up request (kernels, allocations, a first fill of the tier).
   {
     absl::StatusOr<std::shared_ptr<engine::RequestStream>> s =
-        (*engine)->Submit(MakeRequest(prompts[0], o.warmup_tokens));
+        engine->Submit(MakeRequest(prompts[0], o.warmup_tokens));
     if (!s.ok()) return s.status();
     RequestTrace t;
     Drain(s->get(), &t);
@@ -119,9 +114,8 @@ absl::StatusOr<PolicyResult> RunOne(
   const auto start = Clock::now();
   for (int i = 0; i < o.num_requests; ++i) {
     traces[i].submitted = Clock::now();
-    absl::StatusOr<std::shared_ptr<engine::RequestStream>> s =
-        (*engine)->Submit(
-            MakeRequest(prompts[i % prompts.size()], o.max_new_tokens));
+    absl::StatusOr<std::shared_ptr<engine::RequestStream>> s = engine->Submit(
+        MakeRequest(prompts[i % prompts.size()], o.max_new_tokens));
     if (!s.ok()) {
       for (std::thread& t : drainers) t.join();
       return s.status();

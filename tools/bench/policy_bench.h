@@ -1,12 +1,12 @@
 // Offload-policy comparison (DESIGN.md "A/B comparison", offline): one fixed
 // workload (prompts, greedy sampling, lengths) replayed through a fresh
-// engine + OffloadStack per (expert-cache ratio, concurrency, policy), with
-// the residency statistics of the timed part and latency per token.
+// engine (engine::BuildEngine) per (expert-cache ratio, concurrency, policy),
+// with the residency statistics of the timed part and latency per token.
 //
 // Runs on any Backend: on a device backend (CUDA) the fast tier's expert
 // slots live in device memory and the link copies on the device's copy
-// streams (OffloadOptions::fast_tier_backend); on the CPU the slots are host
-// RAM.
+// streams (the builder's choice for a non-CPU backend); on the CPU the slots
+// are host RAM.
 //
 // Thread-compatible: one RunPolicyBench at a time per backend.
 #ifndef MOESERVE_TOOLS_BENCH_POLICY_BENCH_H_

@@ -1,0 +1,70 @@
+#include "engine/builder/engine_builder.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/builder/offload_stack.h"
+
+namespace moeserve::engine {
+namespace {
+
+absl::Status InEngine(const EngineSpec& spec, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("engine '", spec.name,
+                                                  "': ", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
+                                        const EngineSpec& spec) {
+  if (absl::Status st = CheckEngineSpec(spec); !st.ok()) {
+    return InEngine(spec, st);
+  }
+  if (spec.slow_tier == "host" &&
+      model.weights->expert({0, 0}).data == nullptr) {
+    return InEngine(spec, absl::FailedPreconditionError(
+                              "slow_tier host needs the weights loaded with "
+                              "packed experts"));
+  }
+  BuiltEngine built;
+  built.spec = spec;
+  built.expert_cache_bytes = ExpertCacheBytes(*model.weights, spec);
+  EngineOptions options;
+  options.name = spec.name;
+  options.kv_cache_bytes = spec.kv_cache_bytes;
+  options.max_num_seqs = spec.max_num_seqs;
+  options.max_batched_tokens = spec.max_batched_tokens;
+  options.max_waiting = spec.max_waiting;
+  options.registry = model.registry;
+  // On a GPU the expert slots are VRAM owned by the backend; on the CPU
+  // they are plain host RAM filled by SlowTier::Read.
+  kernels::Backend* fast_tier_backend =
+      model.backend->device() == kernels::Device::kCpu &&
+              !spec.fast_tier_in_backend_memory
+          ? nullptr
+          : model.backend;
+  const OffloadStack* stack = nullptr;
+  auto make_experts = [&](PredictFn predict)
+      -> absl::StatusOr<std::unique_ptr<ExpertProvider>> {
+    absl::StatusOr<std::unique_ptr<OffloadStack>> s = OffloadStack::Create(
+        model.weights, spec, built.expert_cache_bytes, fast_tier_backend,
+        model.registry, std::move(predict));
+    if (!s.ok()) return s.status();
+    stack = s->get();
+    return std::unique_ptr<ExpertProvider>(*std::move(s));
+  };
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
+      model.weights, model.tokenizer, model.backend, options, make_experts);
+  if (!engine.ok()) return InEngine(spec, engine.status());
+  built.engine = *std::move(engine);
+  built.residency = &stack->residency();
+  return built;
+}
+
+bool NeedsPackedExperts(std::span<const EngineSpec> specs) {
+  return std::any_of(specs.begin(), specs.end(),
+                     [](const EngineSpec& s) { return s.slow_tier == "host"; });
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,162 @@
+// BuildEngine on the mixtral_tiny fixture: a spec becomes a serving engine
+// with its own policy settings and budget, and every bad field is refused
+// with a message naming the engine and the field or key.
+#include "engine/builder/engine_builder.h"
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "metrics/registry.h"
+
+namespace moeserve::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string FixtureDir() {
+  return std::string(std::getenv("TEST_SRCDIR")) +
+         "/moeserve/tests/golden/mixtral_tiny";
+}
+
+class EngineBuilderTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    packed_ = ModelWeights::Load(FixtureDir())->release();
+    unpacked_ =
+        ModelWeights::Load(FixtureDir(), {.pack_experts = false})->release();
+    tokenizer_ = Tokenizer::LoadFromModelDir(FixtureDir())->release();
+    backend_ = new kernels::cpu::CpuBackend({.num_threads = 2});
+  }
+
+  SharedModel Model(bool packed = true) {
+    return {packed ? packed_ : unpacked_, tokenizer_, backend_, &registry_};
+  }
+
+  // Greedy tokens of one request on `built`.
+  static std::vector<int32_t> Generate(BuiltEngine& built) {
+    GenerationRequest r;
+    r.prompt = {1, 15, 27, 3};
+    r.max_new_tokens = 6;
+    r.ignore_eos = true;
+    auto stream = built.engine->Submit(r);
+    EXPECT_TRUE(stream.ok()) << stream.status();
+    std::vector<int32_t> tokens;
+    GenerationEvent e;
+    while ((*stream)->Pop(&e, absl::Seconds(60))) {
+      EXPECT_NE(e.finish, FinishReason::kError) << e.error;
+      tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+      if (e.finish != FinishReason::kNone) break;
+    }
+    return tokens;
+  }
+
+  static inline ModelWeights* packed_;
+  static inline ModelWeights* unpacked_;
+  static inline Tokenizer* tokenizer_;
+  static inline kernels::cpu::CpuBackend* backend_;
+  metrics::Registry registry_;
+};
+
+TEST_F(EngineBuilderTest, TwoConfiguredEnginesServeWithTheirOwnSettings) {
+  EngineSpec lfu;
+  lfu.name = "pinned";
+  lfu.policy = "lfu_static";
+  lfu.policy_config = {{"top_percent", "25"}, {"profile_steps", "2"}};
+  lfu.expert_cache_ratio = 0.5;
+  EngineSpec lru;
+  lru.name = "lru";
+  lru.policy = "lru";
+  lru.expert_cache_mb = 1;
+  lru.slow_tier = "disk";
+  absl::StatusOr<BuiltEngine> a = BuildEngine(Model(), lfu);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<BuiltEngine> b = BuildEngine(Model(), lru);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->expert_cache_bytes, ExpertCacheBytes(*packed_, 0.5, 0));
+  EXPECT_EQ(b->expert_cache_bytes,
+            std::max<uint64_t>(1 << 20, packed_->expert({0, 0}).bytes));
+  EXPECT_EQ(a->engine->options().name, "pinned");
+  // Same greedy output whatever the policy (the invariance test's property).
+  EXPECT_EQ(Generate(*a), Generate(*b));
+  ASSERT_NE(a->residency, nullptr);
+  const ResidencyStats stats = a->residency->stats();
+  EXPECT_GT(stats.hits + stats.misses, 0u);
+  EXPECT_LE(stats.capacity_bytes, a->expert_cache_bytes);
+}
+
+TEST_F(EngineBuilderTest, UnknownPolicyIsNotFoundAndNamesTheEngine) {
+  EngineSpec spec;
+  spec.name = "x";
+  spec.policy = "no_such_policy";
+  absl::StatusOr<BuiltEngine> built = BuildEngine(Model(), spec);
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(built.status().message(), HasSubstr("engine 'x': policy:"));
+  EXPECT_THAT(built.status().message(), HasSubstr("no_such_policy"));
+}
+
+TEST_F(EngineBuilderTest, PolicyConfigKeyOfAnotherPolicyIsRefused) {
+  EngineSpec spec;
+  spec.policy = "lru";
+  spec.policy_config = {{"top_percent", "5"}};
+  absl::StatusOr<BuiltEngine> built = BuildEngine(Model(), spec);
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(built.status().message(),
+              HasSubstr("engine 'lru': policy_config:"));
+  EXPECT_THAT(built.status().message(), HasSubstr("top_percent"));
+}
+
+TEST_F(EngineBuilderTest, EveryBadFieldIsRefusedByName) {
+  struct Case {
+    std::string field;
+    void (*mutate)(EngineSpec*);
+  };
+  const std::vector<Case> cases = {
+      {"name", [](EngineSpec* s) { s->name = "Bad Name"; }},
+      {"expert_cache_ratio", [](EngineSpec* s) { s->expert_cache_ratio = 0; }},
+      {"expert_cache_ratio",
+       [](EngineSpec* s) { s->expert_cache_ratio = 1.5; }},
+      {"expert_cache_mb", [](EngineSpec* s) { s->expert_cache_mb = -1; }},
+      {"slow_tier", [](EngineSpec* s) { s->slow_tier = "tape"; }},
+      {"link_gbps", [](EngineSpec* s) { s->link.gbps = -1; }},
+      {"link_latency_us", [](EngineSpec* s) { s->link.latency_us = -1; }},
+      {"kv_cache_mb", [](EngineSpec* s) { s->kv_cache_bytes = 0; }},
+      {"max_num_seqs", [](EngineSpec* s) { s->max_num_seqs = 0; }},
+      {"max_batched_tokens", [](EngineSpec* s) { s->max_batched_tokens = 0; }},
+      {"max_waiting", [](EngineSpec* s) { s->max_waiting = -1; }},
+      {"drafter", [](EngineSpec* s) { s->drafter = "self"; }},
+      {"num_speculative_tokens",
+       [](EngineSpec* s) { s->num_speculative_tokens = -2; }},
+  };
+  for (const Case& c : cases) {
+    EngineSpec spec;
+    c.mutate(&spec);
+    const absl::Status st = CheckEngineSpec(spec);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(st.message(), HasSubstr(c.field + ":"));
+  }
+  EXPECT_TRUE(CheckEngineSpec(EngineSpec()).ok());
+}
+
+TEST_F(EngineBuilderTest, HostSlowTierNeedsPackedExperts) {
+  EngineSpec spec;
+  absl::StatusOr<BuiltEngine> built =
+      BuildEngine(Model(/*packed=*/false), spec);
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kFailedPrecondition);
+  spec.slow_tier = "disk";
+  EXPECT_TRUE(BuildEngine(Model(/*packed=*/false), spec).ok());
+  const std::vector<EngineSpec> specs = {spec};
+  EXPECT_FALSE(NeedsPackedExperts(specs));
+}
+
+TEST(PolicyConfigTextTest, SortedKeyValuePairs) {
+  EXPECT_EQ(PolicyConfigText({}), "");
+  EXPECT_EQ(PolicyConfigText({{"top_percent", "5"}, {"profile_steps", "2"}}),
+            "profile_steps=2,top_percent=5");
+}
+
+}  // namespace
+}  // namespace moeserve::engine

@@ -1,0 +1,101 @@
+#include "engine/builder/engine_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "policies/registry.h"
+
+namespace moeserve::engine {
+namespace {
+
+absl::Status FieldError(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+}  // namespace
+
+bool IsValidEngineName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+absl::Status CheckEngineSpec(const EngineSpec& spec) {
+  if (!IsValidEngineName(spec.name)) {
+    return FieldError("name",
+                      absl::StrCat("'", spec.name, "' is not [a-z0-9_]{1,64}"));
+  }
+  if (!(spec.expert_cache_ratio > 0 && spec.expert_cache_ratio <= 1)) {
+    return FieldError(
+        "expert_cache_ratio",
+        absl::StrCat("must be in (0, 1], got ", spec.expert_cache_ratio));
+  }
+  if (spec.expert_cache_mb < 0) {
+    return FieldError("expert_cache_mb", "must be >= 0");
+  }
+  if (spec.slow_tier != "host" && spec.slow_tier != "disk") {
+    return FieldError("slow_tier", absl::StrCat("must be host or disk, got '",
+                                                spec.slow_tier, "'"));
+  }
+  if (!(spec.link.gbps >= 0) || !std::isfinite(spec.link.gbps)) {
+    return FieldError("link_gbps", "must be a finite number >= 0");
+  }
+  if (!(spec.link.latency_us >= 0) || !std::isfinite(spec.link.latency_us)) {
+    return FieldError("link_latency_us", "must be a finite number >= 0");
+  }
+  if (spec.kv_cache_bytes < (1u << 20)) {
+    return FieldError("kv_cache_mb", "must be >= 1");
+  }
+  if (spec.max_num_seqs < 1) return FieldError("max_num_seqs", "must be >= 1");
+  if (spec.max_batched_tokens < 1) {
+    return FieldError("max_batched_tokens", "must be >= 1");
+  }
+  if (spec.max_waiting < 0) return FieldError("max_waiting", "must be >= 0");
+  if (spec.drafter != "none") {
+    return FieldError(
+        "drafter",
+        absl::StrCat("'", spec.drafter,
+                     "' is not available in this build (only 'none'; "
+                     "speculative drafters are not implemented yet)"));
+  }
+  if (spec.num_speculative_tokens < 0) {
+    return FieldError("num_speculative_tokens", "must be >= 0");
+  }
+  // The factory is the authority on its keys: build one and drop it.
+  absl::StatusOr<std::unique_ptr<OffloadPolicy>> policy =
+      policies::CreatePolicy(spec.policy, spec.policy_config);
+  if (!policy.ok()) {
+    return absl::Status(
+        policy.status().code(),
+        absl::StrCat(policy.status().code() == absl::StatusCode::kNotFound
+                         ? "policy: "
+                         : "policy_config: ",
+                     policy.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t ExpertCacheBytes(const ModelWeights& weights, double ratio,
+                          int64_t megabytes) {
+  const uint64_t blob = weights.expert({0, 0}).bytes;
+  const uint64_t bytes =
+      megabytes > 0 ? static_cast<uint64_t>(megabytes) << 20
+                    : static_cast<uint64_t>(std::ceil(
+                          ratio * static_cast<double>(weights.expert_bytes())));
+  return std::max(bytes, blob);
+}
+
+uint64_t ExpertCacheBytes(const ModelWeights& weights, const EngineSpec& spec) {
+  return ExpertCacheBytes(weights, spec.expert_cache_ratio,
+                          spec.expert_cache_mb);
+}
+
+std::string PolicyConfigText(const std::map<std::string, std::string>& config) {
+  return absl::StrJoin(config, ",", absl::PairFormatter("="));
+}
+
+}  // namespace moeserve::engine

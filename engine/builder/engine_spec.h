@@ -1,0 +1,81 @@
+// EngineSpec: everything that defines one engine instance (what the server
+// calls an engine, and what A/B compares): its name, offload policy and that
+// policy's settings, its fast-tier budget, slow tier, link emulation,
+// scheduler limits and (reserved for speculative decoding) its drafter.
+// Settings belong to the engine, never to the process (two engines of one
+// server may run two configurations of the same policy).
+//
+// The server fills specs from flags or --engines_config; the bench and the
+// tests fill them directly. BuildEngine (engine_builder.h) turns one into a
+// running engine.
+#ifndef MOESERVE_ENGINE_BUILDER_ENGINE_SPEC_H_
+#define MOESERVE_ENGINE_BUILDER_ENGINE_SPEC_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/model_weights.h"
+#include "engine/offload/link.h"
+
+namespace moeserve::engine {
+
+struct EngineSpec {
+  // What requests (`policy` field), --ab and the `policy` metric label call
+  // this engine: [a-z0-9_]{1,64}.
+  std::string name = "lru";
+  // Offload policy, by registry name (policies/registry.h).
+  std::string policy = "lru";
+  // The policy's own settings (key -> value), checked by its factory.
+  std::map<std::string, std::string> policy_config;
+
+  // Fast-tier budget: expert_cache_mb MiB when > 0, else this share of all
+  // expert bytes, in (0, 1]. At least one expert blob either way.
+  double expert_cache_ratio = 1.0;
+  int64_t expert_cache_mb = 0;
+  // Where every expert lives: "host" (RAM; the weights must be loaded with
+  // packed experts) or "disk" (pread from the safetensors files).
+  std::string slow_tier = "host";
+  // Emulated slow -> fast link (off by default).
+  LinkOptions link;
+  // Expert slots in the compute backend's memory even on the CPU backend
+  // (slots from Backend::Allocate, copies on copy streams, release events):
+  // the device path without a GPU, for tests. Off a CPU backend the slots
+  // are always there.
+  bool fast_tier_in_backend_memory = false;
+
+  // Scheduler and KV cache (engine::EngineOptions).
+  uint64_t kv_cache_bytes = 256ull << 20;
+  int max_num_seqs = 64;
+  int max_batched_tokens = 2048;
+  int max_waiting = 256;
+
+  // Speculative decoding, reserved: only "none" is accepted until a drafter
+  // exists (DESIGN.md: none | self | int4 | external).
+  std::string drafter = "none";
+  int num_speculative_tokens = 0;  // 0: adaptive
+  std::string draft_model_dir;     // external drafter only
+};
+
+// True for a usable engine name: [a-z0-9_], 1 to 64 characters.
+bool IsValidEngineName(std::string_view name);
+
+// Checks every field of `spec`: ranges, the slow tier, the drafter, that
+// the policy is registered and that its factory accepts policy_config.
+// INVALID_ARGUMENT (NOT_FOUND for an unknown policy) naming the field or the
+// policy_config key; the message does not repeat the engine's name (callers
+// prefix it with where the spec came from).
+absl::Status CheckEngineSpec(const EngineSpec& spec);
+
+// Fast-tier bytes for `spec`'s budget on `weights` (at least one blob).
+uint64_t ExpertCacheBytes(const ModelWeights& weights, double ratio,
+                          int64_t megabytes);
+uint64_t ExpertCacheBytes(const ModelWeights& weights, const EngineSpec& spec);
+
+// "k1=v1,k2=v2" in key order ("" when empty): for labels and logs.
+std::string PolicyConfigText(const std::map<std::string, std::string>& config);
+
+}  // namespace moeserve::engine
+
+#endif  // MOESERVE_ENGINE_BUILDER_ENGINE_SPEC_H_

@@ -1,0 +1,56 @@
+// --engines_config: a JSON file that lists the engine instances of one
+// server, each with its own settings, and optionally the A/B split over
+// them (DESIGN.md "Command line"):
+//
+//   {
+//     "engines": [
+//       {"name": "pinned", "policy": "lfu_static",
+//        "policy_config": {"top_percent": 5}, "expert_cache_ratio": 0.25},
+//       {"name": "lru", "policy": "lru", "expert_cache_mb": 512}
+//     ],
+//     "ab": {"pinned": 0.5, "lru": 0.5},
+//     "default": "lru"
+//   }
+//
+// Engine keys: name (required), policy (default: the name), policy_config
+// (object; values are strings, numbers or booleans), expert_cache_ratio,
+// expert_cache_mb, slow_tier, link_gbps, link_latency_us, kv_cache_mb,
+// max_num_seqs, max_batched_tokens, max_waiting, drafter,
+// num_speculative_tokens, draft_model_dir. A key an engine leaves out takes
+// the server-wide flag's value. "default" (the engine of requests that name
+// none when there is no "ab") defaults to the first engine.
+//
+// Refused, with a message naming the file, the engine and the key: unknown
+// keys, wrong types, duplicate names, unknown policies or policy_config
+// keys, A/B weights that are negative, sum to 0 or name no engine.
+#ifndef MOESERVE_SERVER_ENGINES_CONFIG_H_
+#define MOESERVE_SERVER_ENGINES_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/builder/engine_spec.h"
+#include "server/server_options.h"
+
+namespace moeserve::server {
+
+struct EnginesConfig {
+  std::vector<engine::EngineSpec> engines;  // [0] is the default engine
+  std::vector<AbArm> ab;                    // weights normalised; may be empty
+};
+
+// Parses the file's text. Each engine starts from `defaults` (the
+// server-wide flags). Errors are INVALID_ARGUMENT (NOT_FOUND for an unknown
+// policy) and name the engine and key, not the file.
+absl::StatusOr<EnginesConfig> ParseEnginesConfig(
+    absl::string_view text, const engine::EngineSpec& defaults);
+
+// Reads and parses `path`; errors start with "--engines_config=PATH: ".
+absl::StatusOr<EnginesConfig> LoadEnginesConfig(
+    const std::string& path, const engine::EngineSpec& defaults);
+
+}  // namespace moeserve::server
+
+#endif  // MOESERVE_SERVER_ENGINES_CONFIG_H_
