@@ -83,11 +83,12 @@ TEST_F(ResidencyTest, AccountingOnScriptedTraceLru) {
   RunLayer(r.get(), 0, {0, 1}, {3, 1});
   RunLayer(r.get(), 1, {2, 3}, {2, 2});
   r->EndStep();
-  ASSERT_EQ(policy.last_activations.size(), 16u);
-  EXPECT_EQ(policy.last_activations[0], 3u);
-  EXPECT_EQ(policy.last_activations[1], 1u);
-  EXPECT_EQ(policy.last_activations[8 + 2], 2u);
-  EXPECT_EQ(policy.last_activations[8 + 4], 0u);
+  const std::vector<uint32_t> activations = policy.last_activations();
+  ASSERT_EQ(activations.size(), 16u);
+  EXPECT_EQ(activations[0], 3u);
+  EXPECT_EQ(activations[1], 1u);
+  EXPECT_EQ(activations[8 + 2], 2u);
+  EXPECT_EQ(activations[8 + 4], 0u);
   r->BeginStep({.step = 1});
   RunLayer(r.get(), 0, {0, 1});
   RunLayer(r.get(), 1, {2, 4});

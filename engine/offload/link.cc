@@ -25,20 +25,20 @@ Link::Link(std::unique_ptr<LinkTransport> transport, size_t bytes_per_transfer,
 
 Link::~Link() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  queued_.SignalAll();
   for (std::thread& t : workers_) t.join();
 }
 
 void Link::Submit(ExpertId id, std::byte* dst, Done done,
                   kernels::Event* after) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     queue_.push_back({id, dst, std::move(done), after});
   }
-  cv_.notify_one();
+  queued_.Signal();
 }
 
 double Link::busy_seconds() const {
@@ -49,8 +49,8 @@ void Link::WorkerLoop(int worker) {
   for (;;) {
     Transfer t;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      base::MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) queued_.Wait(&mu_);
       if (queue_.empty()) return;  // Stopping, and drained.
       t = std::move(queue_.front());
       queue_.pop_front();

@@ -3,9 +3,9 @@
 #include <chrono>
 #include <cstring>
 #include <future>
-#include <mutex>
 #include <vector>
 
+#include "base/mutex.h"
 #include "gtest/gtest.h"
 
 namespace moeserve::engine {
@@ -32,19 +32,22 @@ TEST(LinkTest, CopiesInFifoOrderAndAccounts) {
   Link link(&tier, kBytes, LinkOptions{});
   EXPECT_FALSE(link.emulation_on());
   std::vector<std::vector<std::byte>> dst(5, std::vector<std::byte>(kBytes));
-  std::mutex mu;
-  std::vector<int> order;
+  base::Mutex mu;
+  std::vector<int> order;  // Under mu.
   std::vector<std::promise<void>> done(5);
   for (int i = 0; i < 5; ++i) {
     link.Submit({0, i}, dst[i].data(), [&, i](absl::Status s) {
       EXPECT_TRUE(s.ok());
-      std::lock_guard<std::mutex> lock(mu);
+      base::MutexLock lock(&mu);
       order.push_back(i);
       done[i].set_value();
     });
   }
   for (auto& d : done) d.get_future().wait();
-  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  {
+    base::MutexLock lock(&mu);
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  }
   for (int i = 0; i < 5; ++i) EXPECT_EQ(dst[i][kBytes - 1], std::byte(i));
   EXPECT_EQ(link.bytes(), 5 * kBytes);
   EXPECT_EQ(link.transfers(), 5u);

@@ -2,11 +2,12 @@
 
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 #include "spdlog/spdlog.h"
 
 namespace moeserve::engine {
@@ -27,8 +28,9 @@ class HostRegistrations {
     static auto* r = new HostRegistrations();
     return *r;
   }
-  absl::Status Acquire(kernels::Backend* backend, void* p, int64_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
+  absl::Status Acquire(kernels::Backend* backend, void* p, int64_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
     int& count = counts_[{backend, p}];
     if (count == 0) {
       absl::Status s = backend->RegisterHost(p, bytes);
@@ -40,8 +42,8 @@ class HostRegistrations {
     ++count;
     return absl::OkStatus();
   }
-  void Release(kernels::Backend* backend, void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Release(kernels::Backend* backend, void* p) ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
     auto it = counts_.find({backend, p});
     if (it == counts_.end()) return;
     if (--it->second == 0) {
@@ -51,8 +53,9 @@ class HostRegistrations {
   }
 
  private:
-  std::mutex mu_;
-  std::map<std::pair<kernels::Backend*, void*>, int> counts_;
+  base::Mutex mu_;
+  std::map<std::pair<kernels::Backend*, void*>, int> counts_
+      ABSL_GUARDED_BY(mu_);
 };
 
 class HostTransport final : public LinkTransport {

@@ -6,12 +6,13 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "base/mutex.h"
 #include "engine/model_weights.h"
 #include "engine/offload/offload_policy.h"
 #include "gtest/gtest.h"
@@ -48,16 +49,17 @@ class LruTestPolicy : public OffloadPolicy {
     }
   }
   void OnAccess(ExpertId id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     tick_[Key(id)] = ++clock_;
   }
   void OnStepEnd(const StepStats& stats) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    last_activations.assign(stats.activations.begin(), stats.activations.end());
+    base::MutexLock lock(&mu_);
+    last_activations_.assign(stats.activations.begin(),
+                             stats.activations.end());
   }
   void ChooseVictims(std::span<const ExpertId> candidates, int count,
                      std::vector<ExpertId>* victims) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    base::MutexLock lock(&mu_);
     std::vector<ExpertId> c(candidates.begin(), candidates.end());
     for (int i = 0; i < count && !c.empty(); ++i) {
       size_t best = 0;
@@ -69,20 +71,26 @@ class LruTestPolicy : public OffloadPolicy {
     }
   }
 
+  // The activations of the last OnStepEnd.
+  std::vector<uint32_t> last_activations() const {
+    base::MutexLock lock(&mu_);
+    return last_activations_;
+  }
+
   ResidencyControl* control_ = nullptr;
-  std::vector<uint32_t> last_activations;
 
  private:
   static int Key(ExpertId id) { return id.layer * 1000 + id.expert; }
-  uint64_t Tick(ExpertId id) const {
+  uint64_t Tick(ExpertId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = tick_.find(Key(id));
     return it == tick_.end() ? 0 : it->second;
   }
 
   const bool prefetch_next_;
-  std::mutex mu_;
-  uint64_t clock_ = 0;
-  std::map<int, uint64_t> tick_;
+  mutable base::Mutex mu_;
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint32_t> last_activations_ ABSL_GUARDED_BY(mu_);
+  std::map<int, uint64_t> tick_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace moeserve::engine::testing
