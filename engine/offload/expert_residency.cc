@@ -49,7 +49,8 @@ ExpertResidency::ExpertResidency(const ModelWeights* weights, SlowTier* slow,
       top_k_(static_cast<int>(weights->config().num_experts_per_tok)),
       slot_bytes_(weights->expert({0, 0}).bytes),
       accounting_(slots, slot_bytes_),
-      pool_(num_layers_, num_experts_, slots, policy, this, {&accounting_}),
+      pool_(num_layers_, num_experts_, slots, policy, this,
+            {&accounting_, &hooks_}),
       activations_(num_layers_ * num_experts_, 0) {}
 
 absl::Status ExpertResidency::Init(const LinkOptions& link,
@@ -101,6 +102,7 @@ void ExpertResidency::BeginStep(const StepInfo& info) {
     step_ = info.step;
     std::fill(activations_.begin(), activations_.end(), 0);
   }
+  hooks_.Deliver(policy_);
   policy_->OnStepBegin(info);
 }
 
@@ -115,6 +117,7 @@ void ExpertResidency::EndStep() {
   stats.num_layers = num_layers_;
   stats.num_experts = num_experts_;
   stats.activations = activations;
+  hooks_.Deliver(policy_);
   policy_->OnStepEnd(stats);
 }
 
@@ -131,6 +134,7 @@ void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
       }
     }
   }
+  hooks_.Deliver(policy_);
   policy_->OnRoute(layer, experts, token_counts, hidden, n);
   for (int e : experts) {
     pool_.LoadNoWait({layer, e}, SlotPool::LoadKind::kDemand);
@@ -139,6 +143,7 @@ void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
 
 void ExpertResidency::EndLayer(int layer) {
   pool_.Unprotect();
+  hooks_.Deliver(policy_);
   policy_->OnLayerDone(layer);
 }
 
@@ -147,6 +152,7 @@ void ExpertResidency::EndLayer(int layer) {
 absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
   policy_->OnAccess(id);
   absl::StatusOr<int> slot = pool_.Acquire(id);
+  hooks_.Deliver(policy_);
   if (!slot.ok()) return slot.status();
   return memory_->data(*slot);
 }

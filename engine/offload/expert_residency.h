@@ -7,9 +7,11 @@
 //                        (slot_memory.h);
 //   Link                 the transfers slow -> fast (link.h);
 //   ResidencyAccounting  hits, misses, prefetch outcomes, stall time and
-//                        the metrics (residency_accounting.h).
+//                        the metrics (residency_accounting.h);
+//   HookQueue            OnLoaded / OnEvicted on their way to the policy
+//                        (hook_queue.h).
 //
-// Ownership: owns all four. Borrows the ModelWeights, the SlowTier, the
+// Ownership: owns all five. Borrows the ModelWeights, the SlowTier, the
 // policy, the registry and the optional device backend (all must outlive
 // it). Create() calls policy->Attach(this).
 //
@@ -42,6 +44,10 @@
 //    Unpin: pins-- (no-op at 0). Evict: drops a ready, unpinned, unused
 //    expert (no-op otherwise, also while loading). IsResident: ready or
 //    loading.
+//  - OnLoaded / OnEvicted: queued as they happen (loads complete on link
+//    workers) and delivered at the start of BeginStep, BeginLayer, EndLayer
+//    and EndStep (before the hook each of those calls) and at the end of
+//    Acquire; never from a ResidencyControl call (offload_policy.h).
 //  Policy hooks, ChooseVictims included, run without any residency lock, so
 //  a policy may call back into ResidencyControl from any hook.
 //
@@ -53,7 +59,9 @@
 //
 // Thread safety: every method may be called from any thread. The engine
 // calls the ExpertProvider side from its step thread; policy hooks are then
-// one at a time. With concurrent callers the policy must be thread-safe.
+// one at a time. With concurrent callers the policy must be thread-safe, and
+// OnLoaded / OnEvicted come from whichever caller reaches a delivery point
+// first (one at a time, in order).
 // The locks are base::Mutex (std::mutex underneath, so TSan sees them;
 // Debian's Abseil is not TSan-instrumented) and clang checks their
 // annotations (--config=clang_tsa).
@@ -74,6 +82,7 @@
 #include "base/mutex.h"
 #include "engine/expert_provider.h"
 #include "engine/model_weights.h"
+#include "engine/offload/hook_queue.h"
 #include "engine/offload/link.h"
 #include "engine/offload/offload_policy.h"
 #include "engine/offload/residency_accounting.h"
@@ -159,7 +168,8 @@ class ExpertResidency final : public ExpertProvider,
 
   std::unique_ptr<SlotMemory> memory_;  // Set by Init, then read-only.
   ResidencyAccounting accounting_;
-  SlotPool pool_;
+  HookQueue hooks_;
+  SlotPool pool_;  // Reports to accounting_ and hooks_.
 
   // The running step's token counts per (layer, expert), for OnStepEnd.
   base::Mutex step_mu_;

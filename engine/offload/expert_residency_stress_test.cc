@@ -6,10 +6,13 @@
 // too: bazel test --config=tsan //engine/offload:expert_residency_stress_test
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "engine/offload/expert_residency.h"
 #include "engine/offload/test_util.h"
 #include "gtest/gtest.h"
@@ -20,6 +23,29 @@ namespace {
 
 using testing::LoadFixture;
 using testing::LruTestPolicy;
+
+// Checks that OnLoaded and OnEvicted alternate per expert, OnLoaded first,
+// however many threads deliver them.
+class AlternationCheck : public LruTestPolicy {
+ public:
+  void OnLoaded(ExpertId id) override { Step(id, +1); }
+  void OnEvicted(ExpertId id) override { Step(id, -1); }
+  int violations() const {
+    base::MutexLock lock(&check_mu_);
+    return violations_;
+  }
+
+ private:
+  void Step(ExpertId id, int delta) {
+    base::MutexLock lock(&check_mu_);
+    int& n = loaded_[{id.layer, id.expert}];
+    n += delta;
+    if (n < 0 || n > 1) ++violations_;
+  }
+  mutable base::Mutex check_mu_;
+  std::map<std::pair<int, int>, int> loaded_ ABSL_GUARDED_BY(check_mu_);
+  int violations_ ABSL_GUARDED_BY(check_mu_) = 0;
+};
 
 class ExpertResidencyStressTest : public ::testing::TestWithParam<bool> {};
 
@@ -33,7 +59,7 @@ TEST_P(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
   auto host = NewHostSlowTier(weights.get());
   ASSERT_TRUE(host.ok());
   const size_t blob = weights->expert({0, 0}).bytes;
-  LruTestPolicy policy;
+  AlternationCheck policy;
   // A little emulated latency widens the loading windows.
   auto r = ExpertResidency::Create(weights.get(), host->get(), 4 * blob,
                                    LinkOptions{.gbps = 20, .latency_us = 20},
@@ -96,6 +122,7 @@ TEST_P(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
             s.prefetch_loads);
   EXPECT_GT(s.misses, 0u);
   EXPECT_GT(s.prefetch_loads, 0u);
+  EXPECT_EQ(policy.violations(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(HostAndDevicePath, ExpertResidencyStressTest,

@@ -1,15 +1,20 @@
 #include "engine/offload/expert_residency.h"
 
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/offload/test_util.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "metrics/registry.h"
 
 namespace moeserve::engine {
 namespace {
 
+using ::testing::ElementsAre;
 using testing::LoadFixture;
 using testing::LruTestPolicy;
 
@@ -224,6 +229,68 @@ TEST_F(ResidencyTest, PinnedExpertIsNeverEvicted) {
   EXPECT_EQ(s.prefetch_used, 1u);
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.misses, 8u);
+}
+
+// Logs every hook (LRU victims), and checks they all come on one thread.
+class HookLog : public LruTestPolicy {
+ public:
+  void OnStepBegin(const StepInfo&) override { Log("begin"); }
+  void OnRoute(int layer, std::span<const int> experts,
+               std::span<const int> counts, const float* hidden,
+               int64_t n) override {
+    Log(absl::StrCat("route ", layer));
+    LruTestPolicy::OnRoute(layer, experts, counts, hidden, n);
+  }
+  void OnAccess(ExpertId id) override {
+    Log(absl::StrCat("access ", id.layer, ",", id.expert));
+    LruTestPolicy::OnAccess(id);
+  }
+  void OnLayerDone(int layer) override { Log(absl::StrCat("done ", layer)); }
+  void OnStepEnd(const StepStats&) override { Log("end"); }
+  void OnLoaded(ExpertId id) override {
+    Log(absl::StrCat("loaded ", id.layer, ",", id.expert));
+  }
+  void OnEvicted(ExpertId id) override {
+    Log(absl::StrCat("evicted ", id.layer, ",", id.expert));
+  }
+  void ChooseVictims(std::span<const ExpertId> candidates, int count,
+                     std::vector<ExpertId>* victims) override {
+    Log("victims");
+    LruTestPolicy::ChooseVictims(candidates, count, victims);
+  }
+
+  std::vector<std::string> log;
+
+ private:
+  void Log(std::string line) {
+    EXPECT_EQ(std::this_thread::get_id(), thread_) << line;
+    log.push_back(std::move(line));
+  }
+  const std::thread::id thread_ = std::this_thread::get_id();
+};
+
+// OnLoaded / OnEvicted arrive on the caller's thread at the delivery points:
+// before OnStepBegin, OnRoute, OnLayerDone, OnStepEnd and at the end of an
+// Acquire; never from inside a ResidencyControl call.
+TEST_F(ResidencyTest, LoadAndEvictionHooksComeAtTheDeliveryPoints) {
+  HookLog policy;
+  auto r = Make(&policy, 2);
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(r->Pin({1, 3}));
+  r->WaitIdle();
+  EXPECT_THAT(policy.log, ::testing::IsEmpty());
+  r->BeginStep({.step = 0});
+  RunLayer(r.get(), 0, {2});
+  RunLayer(r.get(), 0, {5});  // (0, 2) makes room; (1, 3) is pinned.
+  r->Evict({0, 5});
+  EXPECT_EQ(policy.log.back(), "done 0");  // Not reported from Evict.
+  r->EndStep();
+  EXPECT_THAT(policy.log, ElementsAre("loaded 1,3", "begin",                  //
+                                      "route 0", "access 0,2", "loaded 0,2",  //
+                                      "done 0",                               //
+                                      "route 0", "victims", "access 0,5",     //
+                                      "evicted 0,2", "loaded 0,5", "done 0",  //
+                                      "evicted 0,5", "end"));
 }
 
 // One slot and a top-2 layer: the protected set must not block progress.

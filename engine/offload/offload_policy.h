@@ -8,12 +8,28 @@
 // engine only through this header. Every hook but ChooseVictims has a
 // default that does nothing.
 //
-// Threading: all hooks are called from the engine's step thread, one at a
-// time, in this order per step: OnStepBegin, then per MoE layer OnRoute,
-// OnAccess (per expert, as it is acquired), OnLayerDone; then OnStepEnd.
-// ChooseVictims may come whenever a slot is needed (inside the above, or
-// from a Prefetch the policy itself issued). A policy may call back into the
-// ResidencyControl from any hook.
+// Threading and order: every hook is called from the engine's step thread,
+// one at a time. Per step: OnStepBegin; then per MoE layer OnRoute, OnAccess
+// (per routed expert, as it is acquired), OnLayerDone; then OnStepEnd.
+// ChooseVictims comes whenever a slot is needed: during the demand loads
+// that follow OnRoute, inside an acquire (after that expert's OnAccess), or
+// nested inside a Prefetch or Pin the policy itself called.
+//
+// OnLoaded and OnEvicted report what happened to the fast tier. Loads
+// complete on link worker threads and evictions happen inside whichever call
+// needed the slot, so the residency queues both, in the order they
+// happened, and delivers them on the step thread at these points only:
+//   - just before OnStepBegin, OnRoute, OnLayerDone and OnStepEnd;
+//   - at the end of each acquire, once its expert is ready (so a missed
+//     expert's OnLoaded comes after its OnAccess and before it is computed).
+// Never from inside another hook or a ResidencyControl call: the eviction of
+// a victim that ChooseVictims chose, or of an expert the policy Evicts, is
+// reported at the next point. For each expert, OnLoaded and OnEvicted
+// alternate, OnLoaded first; a failed load reports neither. A view of the
+// fast tier built from them may lag IsResident (which also counts loads in
+// flight) until the next point.
+//
+// A policy may call back into the ResidencyControl from any hook.
 #ifndef MOESERVE_ENGINE_OFFLOAD_OFFLOAD_POLICY_H_
 #define MOESERVE_ENGINE_OFFLOAD_OFFLOAD_POLICY_H_
 
@@ -92,7 +108,9 @@ class OffloadPolicy {
 
   // The router of `layer` chose `experts` (ascending); token_counts[i]
   // tokens go to experts[i]. `hidden` is the router's input, F32 [n, d].
-  // Every expert in `experts` is acquired after this returns.
+  // After this returns, every expert in `experts` that is not resident is
+  // demand-loaded as far as slots can be had without waiting (victims from
+  // outside `experts`), then each is acquired.
   virtual void OnRoute(int layer, std::span<const int> experts,
                        std::span<const int> token_counts, const float* hidden,
                        int64_t n) {
@@ -106,6 +124,15 @@ class OffloadPolicy {
   virtual void OnLayerDone(int layer) { (void)layer; }
 
   virtual void OnStepEnd(const StepStats& stats) { (void)stats; }
+
+  // A load of `id` into the fast tier completed: a demand load, a Prefetch
+  // or a Pin's load. `id` is ready (unless evicted since; then OnEvicted
+  // follows). Delivered as the header comment says.
+  virtual void OnLoaded(ExpertId id) { (void)id; }
+
+  // `id` left the fast tier: a victim taken to make room, or Evict().
+  // Delivered as the header comment says.
+  virtual void OnEvicted(ExpertId id) { (void)id; }
 
   // Required. `candidates` are resident experts that may be evicted (not in
   // use, not pinned, not loading); append exactly min(count,
