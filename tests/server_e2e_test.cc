@@ -3,14 +3,11 @@
 // metrics endpoint and graceful shutdown.
 #include <signal.h>
 
-#include <condition_variable>
-#include <mutex>
 #include <string>
 
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "proto/moeserve.grpc.pb.h"
 #include "tests/server_process.h"
@@ -23,49 +20,7 @@ using ::testing::StartsWith;
 
 constexpr char kBinary[] = "server/moeserve";
 
-// grpc.health.v1 is not shipped as a .proto by Debian; its two messages are
-// tiny, so the test speaks them as raw protobuf bytes through a generic stub:
-// HealthCheckRequest{string service = 1}, HealthCheckResponse{enum status =
-// 1} with SERVING = 1, NOT_SERVING = 2, SERVICE_UNKNOWN = 3.
-grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service,
-                         int* status) {
-  std::string request;
-  if (!service.empty()) {
-    request.push_back(0x0a);
-    request.push_back(static_cast<char>(service.size()));
-    request += service;
-  }
-  grpc::Slice slice(request);
-  grpc::ByteBuffer send(&slice, 1);
-  grpc::ByteBuffer recv;
-  grpc::GenericStub stub(channel->shared_from_this());
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(10));
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status result;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", {}, &send, &recv,
-                 [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   result = s;
-                   done = true;
-                   cv.notify_one();
-                 });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  if (!result.ok()) return result;
-  std::vector<grpc::Slice> slices;
-  recv.Dump(&slices);
-  std::string bytes;
-  for (const auto& s : slices) {
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  // An all-default message (status UNKNOWN = 0) is empty on the wire.
-  *status = bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : 0;
-  return result;
-}
+using testing::HealthCheck;
 
 class ServerE2eTest : public ::testing::Test {
  protected:

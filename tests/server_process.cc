@@ -2,16 +2,22 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 
 namespace moeserve::testing {
@@ -72,6 +78,99 @@ int ServerProcess::StopWith(int signal) {
 
 ServerProcess::~ServerProcess() {
   if (pid_ > 0) StopWith(SIGKILL);
+}
+
+// grpc.health.v1 is not shipped as a .proto by Debian; its two messages are
+// tiny, so the test speaks them as raw protobuf bytes through a generic stub:
+// HealthCheckRequest{string service = 1}, HealthCheckResponse{enum status =
+// 1} with SERVING = 1, NOT_SERVING = 2, SERVICE_UNKNOWN = 3.
+grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service,
+                         int* status) {
+  std::string request;
+  if (!service.empty()) {
+    request.push_back(0x0a);
+    request.push_back(static_cast<char>(service.size()));
+    request += service;
+  }
+  grpc::Slice slice(request);
+  grpc::ByteBuffer send(&slice, 1);
+  grpc::ByteBuffer recv;
+  grpc::GenericStub stub(channel->shared_from_this());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  absl::Notification done;
+  grpc::Status result;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", {}, &send, &recv,
+                 [&](grpc::Status s) {
+                   result = s;     // read only after done: the Notification
+                   done.Notify();  // orders the two threads
+                 });
+  done.WaitForNotification();
+  if (!result.ok()) return result;
+  std::vector<grpc::Slice> slices;
+  recv.Dump(&slices);
+  std::string bytes;
+  for (const auto& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  // An all-default message (status UNKNOWN = 0) is empty on the wire.
+  *status = bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : 0;
+  return result;
+}
+
+bool WaitUntilServing(grpc::Channel* channel, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  int status = 0;
+  while (absl::Now() < deadline) {
+    if (HealthCheck(channel, "", &status).ok() && status == 1) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return false;
+}
+
+absl::StatusOr<ExitResult> RunToExit(const std::string& binary,
+                                     const std::vector<std::string>& flags,
+                                     absl::Duration timeout) {
+  std::vector<std::string> args = {binary};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2];
+  if (pipe(out) != 0) return absl::InternalError("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(out[1], STDERR_FILENO);
+    close(out[0]);
+    close(out[1]);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  ExitResult result;
+  const absl::Time deadline = absl::Now() + timeout;
+  char buf[4096];
+  while (true) {
+    pollfd p = {out[0], POLLIN, 0};
+    const int ms = static_cast<int>(std::max<int64_t>(
+        0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    if (poll(&p, 1, ms) <= 0) {  // timed out: it did not exit by itself
+      kill(pid, SIGKILL);
+      break;
+    }
+    const ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    result.output.append(buf, n);
+  }
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.exit_code =
+      WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
+  return result;
 }
 
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {

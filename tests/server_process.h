@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/support/status.h"
 
 namespace moeserve::testing {
 
@@ -40,6 +42,26 @@ class ServerProcess {
   int metrics_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
 };
+
+// What a process that was expected to exit printed and how it ended.
+struct ExitResult {
+  int exit_code = -1;  // WEXITSTATUS, or -signal when killed by one
+  std::string output;  // stdout and stderr, interleaved
+};
+
+// Runs `binary` with `flags` to its exit (killed after `timeout`), e.g. a
+// server that must refuse its configuration at start.
+absl::StatusOr<ExitResult> RunToExit(const std::string& binary,
+                                     const std::vector<std::string>& flags,
+                                     absl::Duration timeout);
+
+// grpc.health.v1.Health/Check for `service` ("" = the server); *status is
+// 1 SERVING, 2 NOT_SERVING, 3 SERVICE_UNKNOWN (0 when unset).
+grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service,
+                         int* status);
+
+// Polls health until SERVING (model loaded and warmed up), up to `timeout`.
+bool WaitUntilServing(grpc::Channel* channel, absl::Duration timeout);
 
 // Plain HTTP/1.0 GET against 127.0.0.1:port; returns "<status>\n<body>".
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
