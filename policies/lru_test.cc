@@ -32,7 +32,7 @@ TEST(LruTest, EvictsLeastRecentlyUsedInOrder) {
   fake.RunLayer(0, {0});  // hit
   fake.RunLayer(1, {0});  // evicts 3
   EXPECT_THAT(fake.victims, ElementsAre(Id{0, 1}, Id{0, 2}, Id{0, 3}));
-  EXPECT_EQ(fake.misses, 6);
+  EXPECT_EQ(fake.misses(), 6);
   EXPECT_THAT(fake.resident(), ElementsAre(Id{0, 0}, Id{0, 4}, Id{1, 0}));
   EXPECT_THAT(fake.evict_calls, IsEmpty());  // keeps experts across layers
 }

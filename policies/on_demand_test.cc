@@ -41,7 +41,7 @@ TEST(OnDemandTest, KeepsNothingSoEveryRunMisses) {
     fake.RunLayer(0, {1, 3});
     fake.RunLayer(1, {0, 1});
   }
-  EXPECT_EQ(fake.misses, 12);
+  EXPECT_EQ(fake.misses(), 12);
   EXPECT_THAT(fake.resident(), IsEmpty());
 }
 

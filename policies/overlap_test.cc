@@ -41,7 +41,7 @@ TEST(OverlapTest, PrefetchesExactlyThePredictedExpertsOfTheNextLayer) {
   EXPECT_THAT(fake.evict_calls, IsEmpty());
 
   fake.RunLayer(2, {3, 6}, kHidden, 2);  // both hit
-  EXPECT_EQ(fake.misses, 2);             // only layer 1's two
+  EXPECT_EQ(fake.misses(), 2);             // only layer 1's two
 }
 
 TEST(OverlapTest, NothingForTheLastLayer) {
@@ -90,7 +90,7 @@ TEST(OverlapTest, LruReplacementNeverEvictsTheLayerAboutToRun) {
   // but layer 1 is about to acquire it, so (0,0) goes.
   fake.RunLayer(1, {1, 2}, kHidden, 1);
   EXPECT_THAT(fake.victims, ElementsAre(Id{0, 0}));
-  EXPECT_EQ(fake.misses, 2);  // (1,1) and (0,0) on first use only
+  EXPECT_EQ(fake.misses(), 2);  // (1,1) and (0,0) on first use only
   EXPECT_THAT(fake.resident(), ElementsAre(Id{1, 1}, Id{1, 2}, Id{2, 3}));
 }
 

@@ -1,11 +1,29 @@
-// Test-only in-memory ResidencyControl for the policy tests.
+// Test-only ResidencyControl for the policy tests: the real residency with
+// an infinitely fast link and no bytes.
 //
-// N slots, no transfers: an expert is resident as soon as it is loaded.
-// Records every Prefetch/Pin/Unpin/Evict call and every PredictExperts call;
-// PredictExperts answers what set_prediction says. When a slot is needed it
-// asks the attached policy's ChooseVictims, as ExpertResidency does (the
-// candidates: resident, not pinned, not in use; ascending). Acquire/RunLayer
-// play the engine's part. Thread safety: none (tests are single-threaded).
+// It runs engine/offload's SlotPool (slot states, pins, in-use counts, the
+// protected tiers, victims from the policy's ChooseVictims), HookQueue and
+// ResidencyAccounting as ExpertResidency does, with a loader that completes
+// every load the moment it starts. It plays the engine's part in
+// ExpertResidency's order:
+//   BeginStep   deliver OnLoaded/OnEvicted; OnStepBegin.
+//   RunLayer    the layer's experts become protected; deliver; OnRoute;
+//               demand-load every routed expert that is not resident, as far
+//               as slots can be had without waiting (victims from outside
+//               the layer); then per expert, in order, as the forward pass
+//               does: OnAccess, acquire (a miss loads it, evicting through
+//               ChooseVictims), deliver, release; unprotect; deliver;
+//               OnLayerDone.
+//   EndStep     deliver; OnStepEnd with the token counts RunLayer routed.
+// So a policy that passes its unit test here makes the same decisions in the
+// engine whenever the engine's loads finish before the policy next looks
+// (fake_residency_control_test checks that against ExpertResidency for
+// every registered policy).
+//
+// Records every Prefetch/Pin/Unpin/Evict call, every PredictExperts call
+// (answered from set_prediction) and every victim (an expert evicted to make
+// room, not by Evict).
+// Thread safety: none; single-threaded tests only.
 #ifndef MOESERVE_POLICIES_INTERNAL_FAKE_RESIDENCY_CONTROL_H_
 #define MOESERVE_POLICIES_INTERNAL_FAKE_RESIDENCY_CONTROL_H_
 
@@ -17,7 +35,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/offload/hook_queue.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/residency_accounting.h"
+#include "engine/offload/slot_pool.h"
 #include "gtest/gtest.h"
 #include "policies/registry.h"
 
@@ -41,7 +62,9 @@ inline std::vector<Id> ToPairs(const std::vector<engine::ExpertId>& ids) {
   return out;
 }
 
-class FakeResidencyControl : public engine::ResidencyControl {
+class FakeResidencyControl : public engine::ResidencyControl,
+                             private engine::SlotPool::Loader,
+                             private engine::SlotPool::Observer {
  public:
   struct PredictCall {
     int layer;
@@ -50,103 +73,64 @@ class FakeResidencyControl : public engine::ResidencyControl {
     int k;
   };
 
-  FakeResidencyControl(int layers, int experts, int k, int slots)
-      : layers_(layers), experts_(experts), k_(k), slots_(slots) {}
+  FakeResidencyControl(int layers, int experts, int k, int slots);
+  ~FakeResidencyControl() override;
 
-  // Attaches `policy` (Attach is called) for ChooseVictims.
-  void set_policy(engine::OffloadPolicy* policy) {
-    policy_ = policy;
-    policy->Attach(this);
-  }
+  // Attaches `policy` (Attach is called); every hook goes to it.
+  void set_policy(engine::OffloadPolicy* policy);
   void set_prediction(int layer, std::vector<int> experts) {
     predictions_[layer] = std::move(experts);
   }
 
+  // The engine's part (see the header comment).
+  void BeginStep(int64_t step = 0);
+  // `counts` (default: 1 each) are the tokens routed to each expert.
+  void RunLayer(int layer, const std::vector<int>& experts,
+                const float* hidden = nullptr, int64_t n = 0,
+                std::vector<int> counts = {});
+  void EndStep();
+
+  // ResidencyControl.
   int num_layers() const override { return layers_; }
   int num_experts() const override { return experts_; }
   int experts_per_token() const override { return k_; }
   int capacity_slots() const override { return slots_; }
-  bool IsResident(engine::ExpertId id) const override {
-    return resident_.count(ToPair(id)) > 0;
-  }
-  bool Prefetch(engine::ExpertId id) override {
-    prefetches.push_back(ToPair(id));
-    return Load(ToPair(id));
-  }
-  bool Pin(engine::ExpertId id) override {
-    pin_calls.push_back(ToPair(id));
-    if (!IsResident(id) && !Load(ToPair(id))) return false;
-    pinned_.insert(ToPair(id));
-    return true;
-  }
-  void Unpin(engine::ExpertId id) override {
-    unpins.push_back(ToPair(id));
-    pinned_.erase(ToPair(id));
-  }
-  void Evict(engine::ExpertId id) override {
-    evict_calls.push_back(ToPair(id));
-    if (pinned_.count(ToPair(id)) || in_use_.count(ToPair(id))) return;
-    resident_.erase(ToPair(id));
-  }
+  bool IsResident(engine::ExpertId id) const override;
+  bool Prefetch(engine::ExpertId id) override;
+  bool Pin(engine::ExpertId id) override;
+  void Unpin(engine::ExpertId id) override;
+  void Evict(engine::ExpertId id) override;
   std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
-                                  int k) override {
-    predict_calls.push_back({layer, hidden, n, k});
-    auto it = predictions_.find(layer);
-    return it == predictions_.end() ? std::vector<int>{} : it->second;
-  }
+                                  int k) override;
 
-  // The engine's acquire of one routed expert: OnAccess, then load on a miss.
-  void Acquire(engine::ExpertId id) {
-    policy_->OnAccess(id);
-    if (!IsResident(id)) {
-      ++misses;
-      Load(ToPair(id));
-    }
-    in_use_.insert(ToPair(id));
-  }
-  // One MoE layer as the engine runs it: OnRoute, Acquire each, release all,
-  // OnLayerDone.
-  void RunLayer(int layer, const std::vector<int>& experts,
-                const float* hidden = nullptr, int64_t n = 0) {
-    std::vector<int> counts(experts.size(), 1);
-    policy_->OnRoute(layer, experts, counts, hidden, n);
-    for (int e : experts) Acquire({layer, e});
-    in_use_.clear();
-    policy_->OnLayerDone(layer);
-  }
-
-  const std::set<Id>& resident() const { return resident_; }
-  const std::set<Id>& pinned() const { return pinned_; }
+  std::set<Id> resident() const;
+  std::set<Id> pinned() const;
+  // The accounting's counters (hits, misses, prefetch_*, ...) and slot
+  // counts, as ExpertResidency::stats() has them; no link fields.
+  engine::ResidencyStats stats() const;
+  int misses() const { return static_cast<int>(stats().misses); }
 
   std::vector<Id> prefetches, pin_calls, unpins, evict_calls;
-  std::vector<Id> victims;  // what ChooseVictims gave, in order
+  std::vector<Id> victims;  // evicted to make room, in order
   std::vector<PredictCall> predict_calls;
-  int misses = 0;
 
  private:
-  bool Load(Id id) {
-    if (resident_.count(id)) return false;
-    if (static_cast<int>(resident_.size()) >= slots_) {
-      std::vector<engine::ExpertId> candidates, chosen;
-      for (const Id& r : resident_) {
-        if (!pinned_.count(r) && !in_use_.count(r)) {
-          candidates.push_back({r.first, r.second});
-        }
-      }
-      if (candidates.empty()) return false;
-      policy_->ChooseVictims(candidates, 1, &chosen);
-      if (chosen.size() != 1) return false;
-      victims.push_back(ToPair(chosen[0]));
-      resident_.erase(ToPair(chosen[0]));
-    }
-    resident_.insert(id);
-    return true;
-  }
+  // SlotPool::Loader: the load is done at once.
+  void StartLoad(int slot, engine::ExpertId id) override;
+  // SlotPool::Observer: records victims.
+  void OnEvicted(engine::ExpertId id, bool prefetched_unused,
+                 bool demand_unused) override;
+  void Deliver() { hooks_.Deliver(policy_); }
 
   const int layers_, experts_, k_, slots_;
   engine::OffloadPolicy* policy_ = nullptr;
   std::map<int, std::vector<int>> predictions_;
-  std::set<Id> resident_, pinned_, in_use_;
+  engine::ResidencyAccounting accounting_;
+  engine::HookQueue hooks_;
+  std::unique_ptr<engine::SlotPool> pool_;  // Made by set_policy.
+  bool in_evict_ = false;
+  int64_t step_ = 0;
+  std::vector<uint32_t> activations_;
 };
 
 }  // namespace moeserve::policies::testing

@@ -1,0 +1,151 @@
+#include "policies/internal/fake_residency_control.h"
+
+#include <algorithm>
+
+namespace moeserve::policies::testing {
+
+using engine::ExpertId;
+using engine::SlotPool;
+
+FakeResidencyControl::FakeResidencyControl(int layers, int experts, int k,
+                                           int slots)
+    : layers_(layers),
+      experts_(experts),
+      k_(k),
+      slots_(slots),
+      accounting_(slots, /*slot_bytes=*/1),
+      activations_(layers * experts, 0) {}
+
+FakeResidencyControl::~FakeResidencyControl() = default;
+
+void FakeResidencyControl::set_policy(engine::OffloadPolicy* policy) {
+  policy_ = policy;
+  SlotPool::Loader* loader = this;
+  SlotPool::Observer* recorder = this;
+  pool_ = std::make_unique<SlotPool>(
+      layers_, experts_, slots_, policy, loader,
+      std::vector<SlotPool::Observer*>{&accounting_, &hooks_, recorder});
+  policy->Attach(this);
+}
+
+void FakeResidencyControl::StartLoad(int slot, ExpertId) {
+  pool_->Complete(slot, absl::OkStatus());
+}
+
+void FakeResidencyControl::OnEvicted(ExpertId id, bool, bool) {
+  if (!in_evict_) victims.push_back(ToPair(id));
+}
+
+// ---------------------------------------------------------------- engine
+
+void FakeResidencyControl::BeginStep(int64_t step) {
+  step_ = step;
+  std::fill(activations_.begin(), activations_.end(), 0);
+  Deliver();
+  policy_->OnStepBegin({.step = step});
+}
+
+void FakeResidencyControl::RunLayer(int layer, const std::vector<int>& experts,
+                                    const float* hidden, int64_t n,
+                                    std::vector<int> counts) {
+  if (counts.empty()) counts.assign(experts.size(), 1);
+  pool_->Protect(layer, experts);
+  for (size_t i = 0; i < experts.size() && i < counts.size(); ++i) {
+    if (counts[i] > 0)
+      activations_[layer * experts_ + experts[i]] +=
+          static_cast<uint32_t>(counts[i]);
+  }
+  Deliver();
+  policy_->OnRoute(layer, experts, counts, hidden, n);
+  for (int e : experts) {
+    pool_->LoadNoWait({layer, e}, SlotPool::LoadKind::kDemand);
+  }
+  for (int e : experts) {
+    policy_->OnAccess({layer, e});
+    const bool acquired = pool_->Acquire({layer, e}).ok();
+    Deliver();
+    if (acquired) pool_->Release({layer, e});
+  }
+  pool_->Unprotect();
+  Deliver();
+  policy_->OnLayerDone(layer);
+}
+
+void FakeResidencyControl::EndStep() {
+  Deliver();
+  policy_->OnStepEnd({.step = step_,
+                      .num_layers = layers_,
+                      .num_experts = experts_,
+                      .activations = activations_});
+}
+
+// ---------------------------------------------------------------- control
+
+bool FakeResidencyControl::IsResident(ExpertId id) const {
+  return pool_->IsResident(id);
+}
+
+bool FakeResidencyControl::Prefetch(ExpertId id) {
+  prefetches.push_back(ToPair(id));
+  return pool_->LoadNoWait(id, SlotPool::LoadKind::kPrefetch);
+}
+
+bool FakeResidencyControl::Pin(ExpertId id) {
+  pin_calls.push_back(ToPair(id));
+  return pool_->Pin(id);
+}
+
+void FakeResidencyControl::Unpin(ExpertId id) {
+  unpins.push_back(ToPair(id));
+  pool_->Unpin(id);
+}
+
+void FakeResidencyControl::Evict(ExpertId id) {
+  evict_calls.push_back(ToPair(id));
+  in_evict_ = true;
+  pool_->Evict(id);
+  in_evict_ = false;
+}
+
+std::vector<int> FakeResidencyControl::PredictExperts(int layer,
+                                                      const float* hidden,
+                                                      int64_t n, int k) {
+  predict_calls.push_back({layer, hidden, n, k});
+  auto it = predictions_.find(layer);
+  return it == predictions_.end() ? std::vector<int>{} : it->second;
+}
+
+// ---------------------------------------------------------------- views
+
+std::set<Id> FakeResidencyControl::resident() const {
+  std::set<Id> out;
+  for (const SlotPool::SlotView& s : pool_->slots()) {
+    if (s.state != SlotPool::State::kEmpty) out.insert(ToPair(s.id));
+  }
+  return out;
+}
+
+std::set<Id> FakeResidencyControl::pinned() const {
+  std::set<Id> out;
+  for (const SlotPool::SlotView& s : pool_->slots()) {
+    if (s.state != SlotPool::State::kEmpty && s.pins > 0) {
+      out.insert(ToPair(s.id));
+    }
+  }
+  return out;
+}
+
+engine::ResidencyStats FakeResidencyControl::stats() const {
+  engine::ResidencyStats st;
+  accounting_.FillCounters(&st);
+  const SlotPool::Counts c = pool_->counts();
+  st.prefetched_unused_resident = c.prefetched_unused;
+  st.slots = slots_;
+  st.slots_empty = c.empty;
+  st.slots_loading = c.loading;
+  st.slots_ready = c.ready;
+  st.slots_in_use = c.in_use;
+  return st;
+}
+
+}  // namespace moeserve::policies::testing
