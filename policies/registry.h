@@ -3,7 +3,9 @@
 //
 // Policies register a factory under a name from their own .cc with
 // MOESERVE_REGISTER_POLICY; the server and the bench create them by name
-// from a string config map. Adding a policy touches no central file; the
+// from a string config map. A registration may also carry a test config
+// (PolicyTestConfig), so tests that run every registered policy need no
+// per-policy list either. Adding a policy touches no central file; the
 // policy libraries are alwayslink so registration survives linking (depend
 // on //policies:all_policies).
 //
@@ -47,6 +49,13 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> CreatePolicy(
 // Registered names, sorted.
 std::vector<std::string> RegisteredPolicies();
 
+// The config the policy registered for tests that run every registered
+// policy (tests/policy_invariance_test, the fake-vs-residency test): one
+// under which it shows all of its behaviour within a few engine steps.
+// Empty when it registered none (its defaults already do) or `name` is
+// unknown.
+PolicyConfig PolicyTestConfig(std::string_view name);
+
 // Parses "k1=v1,k2=v2" (whitespace around keys and values trimmed; empty
 // text -> empty config). INVALID_ARGUMENT for an entry without '=', an empty
 // key, or a repeated key.
@@ -70,9 +79,11 @@ absl::StatusOr<double> GetDoubleConfig(const PolicyConfig& config,
                                        double max_value);
 
 namespace internal {
-// Registers `factory` as `name`. Returns true; for static initialisers.
-// Aborts on a duplicate name (a link-time mistake, found at startup).
-bool RegisterPolicy(std::string_view name, PolicyFactory factory);
+// Registers `factory` (and `test_config`, see PolicyTestConfig) as `name`.
+// Returns true; for static initialisers. Aborts on a duplicate name (a
+// link-time mistake, found at startup).
+bool RegisterPolicy(std::string_view name, PolicyFactory factory,
+                    PolicyConfig test_config = {});
 }  // namespace internal
 
 #define MOESERVE_POLICY_CONCAT_INNER_(a, b) a##b
@@ -80,10 +91,13 @@ bool RegisterPolicy(std::string_view name, PolicyFactory factory);
 
 // In a policy's .cc, at namespace scope:
 //   MOESERVE_REGISTER_POLICY("lru", LruPolicy::Create);
-#define MOESERVE_REGISTER_POLICY(name, factory)               \
+// or, with a test config (PolicyTestConfig):
+//   MOESERVE_REGISTER_POLICY("lfu_static", LfuStaticPolicy::Create,
+//                            {{"profile_steps", "2"}});
+#define MOESERVE_REGISTER_POLICY(name, ...)                   \
   [[maybe_unused]] static const bool MOESERVE_POLICY_CONCAT_( \
       moeserve_policy_registered_, __COUNTER__) =             \
-      ::moeserve::policies::internal::RegisterPolicy(name, factory)
+      ::moeserve::policies::internal::RegisterPolicy(name, __VA_ARGS__)
 
 }  // namespace moeserve::policies
 

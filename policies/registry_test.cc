@@ -33,6 +33,17 @@ TEST(RegistryTest, CreatesEachByNameWithDefaults) {
   }
 }
 
+TEST(RegistryTest, TestConfigsAreValidConfigs) {
+  EXPECT_THAT(PolicyTestConfig("lfu_static"),
+              UnorderedElementsAre(Pair("profile_steps", "2")));
+  EXPECT_THAT(PolicyTestConfig("lru"), IsEmpty());
+  EXPECT_THAT(PolicyTestConfig("no_such_policy"), IsEmpty());
+  for (const std::string& name : RegisteredPolicies()) {
+    auto policy = CreatePolicy(name, PolicyTestConfig(name));
+    EXPECT_TRUE(policy.ok()) << name << ": " << policy.status();
+  }
+}
+
 TEST(RegistryTest, UnknownNameIsNotFoundListingTheNames) {
   auto policy = CreatePolicy("belady", {});
   EXPECT_EQ(policy.status().code(), absl::StatusCode::kNotFound);
