@@ -210,9 +210,8 @@ void LfuStaticPolicy::OnStepEnd(const engine::StepStats& stats) {
 
 void LfuStaticPolicy::OnLayerDone(int layer) {
   if (control_ == nullptr) return;
-  for (int e = 0; e < control_->num_experts(); ++e) {
-    const engine::ExpertId id{layer, e};
-    if (!IsPinned(id) && control_->IsResident(id)) control_->Evict(id);
+  for (int e : loaded_.OfLayer(layer)) {
+    if (!IsPinned({layer, e})) control_->Evict({layer, e});
   }
 }
 

@@ -4,8 +4,9 @@
 //
 // Pins the top-N% most used experts, by a profiled activation count, for the
 // life of the policy; every other expert is handled as on_demand: fetched
-// when routed, and evicted in OnLayerDone(layer) (Evict on each resident,
-// non-pinned expert of that layer).
+// when routed, and evicted in OnLayerDone(layer) (Evict, in ascending order,
+// on each non-pinned expert of that layer that OnLoaded reported and
+// OnEvicted has not).
 //   - With `profile`: the counts come from that file; the pins are made at
 //     the first OnStepBegin.
 //   - Without: the policy counts StepStats::activations over the first
@@ -43,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "policies/internal/loaded_experts.h"
 #include "policies/registry.h"
 
 namespace moeserve::policies {
@@ -80,6 +82,8 @@ class LfuStaticPolicy : public engine::OffloadPolicy {
   void Attach(engine::ResidencyControl* control) override;
   void OnStepBegin(const engine::StepInfo& info) override;
   void OnLayerDone(int layer) override;
+  void OnLoaded(engine::ExpertId id) override { loaded_.OnLoaded(id); }
+  void OnEvicted(engine::ExpertId id) override { loaded_.OnEvicted(id); }
   void OnStepEnd(const engine::StepStats& stats) override;
   void ChooseVictims(std::span<const engine::ExpertId> candidates, int count,
                      std::vector<engine::ExpertId>* victims) override;
@@ -104,6 +108,7 @@ class LfuStaticPolicy : public engine::OffloadPolicy {
   bool pins_made_ = false;
   std::vector<engine::ExpertId> pinned_;
   std::vector<bool> is_pinned_;  // [layer * num_experts + expert]
+  internal::LoadedExperts loaded_;
 };
 
 }  // namespace moeserve::policies

@@ -13,10 +13,7 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> OnDemandPolicy::Create(
 
 void OnDemandPolicy::OnLayerDone(int layer) {
   if (control_ == nullptr) return;
-  for (int e = 0; e < control_->num_experts(); ++e) {
-    const engine::ExpertId id{layer, e};
-    if (control_->IsResident(id)) control_->Evict(id);
-  }
+  for (int e : loaded_.OfLayer(layer)) control_->Evict({layer, e});
 }
 
 void OnDemandPolicy::ChooseVictims(std::span<const engine::ExpertId> candidates,

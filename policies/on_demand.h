@@ -1,9 +1,10 @@
 // on_demand: MoE-OnDemand (seeds 000 §II-A, the baseline of §IV).
 //
 // The routed experts are fetched when the router asks for them (the
-// engine's own acquire after OnRoute; this policy issues no prefetch), and
-// nothing is kept beyond the layer: OnLayerDone(layer) calls Evict on every
-// resident expert of that layer (the residency keeps ones in use or pinned).
+// engine's own demand loads after OnRoute; this policy issues no prefetch),
+// and nothing is kept beyond the layer: OnLayerDone(layer) calls Evict, in
+// ascending order, on every expert of that layer that OnLoaded reported and
+// OnEvicted has not (the residency keeps ones in use or pinned).
 // ChooseVictims (needed only when one layer's experts overflow the fast
 // tier): lowest (layer, expert) first.
 //
@@ -20,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "policies/internal/loaded_experts.h"
 #include "policies/registry.h"
 
 namespace moeserve::policies {
@@ -33,12 +35,15 @@ class OnDemandPolicy : public engine::OffloadPolicy {
   void Attach(engine::ResidencyControl* control) override {
     control_ = control;
   }
+  void OnLoaded(engine::ExpertId id) override { loaded_.OnLoaded(id); }
+  void OnEvicted(engine::ExpertId id) override { loaded_.OnEvicted(id); }
   void OnLayerDone(int layer) override;
   void ChooseVictims(std::span<const engine::ExpertId> candidates, int count,
                      std::vector<engine::ExpertId>* victims) override;
 
  private:
   engine::ResidencyControl* control_ = nullptr;  // not owned
+  internal::LoadedExperts loaded_;
 };
 
 }  // namespace moeserve::policies

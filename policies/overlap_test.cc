@@ -41,7 +41,7 @@ TEST(OverlapTest, PrefetchesExactlyThePredictedExpertsOfTheNextLayer) {
   EXPECT_THAT(fake.evict_calls, IsEmpty());
 
   fake.RunLayer(2, {3, 6}, kHidden, 2);  // both hit
-  EXPECT_EQ(fake.misses(), 2);             // only layer 1's two
+  EXPECT_EQ(fake.misses(), 2);           // only layer 1's two
 }
 
 TEST(OverlapTest, NothingForTheLastLayer) {
