@@ -1,6 +1,8 @@
 // The offload invariant (DESIGN.md): a policy decides only where expert
 // weights are and when they move, never what is computed. Greedy output must
-// be identical for every policy x fast-tier budget x link speed x slow tier,
+// be identical for every registered policy (with the test config its
+// registration supplies, policies::PolicyTestConfig; no list here) x
+// fast-tier budget x link speed x slow tier,
 // on the trained demo model and on an architecture fixture with a shared
 // expert (qwen2_moe), with several requests batched together, and for every
 // place the fast tier can live:
@@ -24,6 +26,7 @@
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
+#include "policies/registry.h"
 
 namespace moeserve {
 namespace {
@@ -157,7 +160,7 @@ TEST_P(PolicyInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
   engine::EngineSpec spec;
   spec.name = policy;
   spec.policy = policy;
-  if (policy == "lfu_static") spec.policy_config = {{"profile_steps", "2"}};
+  spec.policy_config = policies::PolicyTestConfig(policy);
   const uint64_t blob = f.weights->expert({0, 0}).bytes;
   // "layer": room for exactly one token's top-k blobs of one layer.
   spec.expert_cache_ratio = budget == "25%" ? 0.25 : 1.0;
@@ -187,11 +190,15 @@ std::string Name(const ::testing::TestParamInfo<Params>& info) {
          tier + "_" + where;
 }
 
+// The matrix below is empty if no policy is linked in.
+TEST(PolicyInvarianceMatrixTest, SomePolicyIsRegistered) {
+  EXPECT_FALSE(policies::RegisteredPolicies().empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Matrix, PolicyInvarianceTest,
     ::testing::Combine(::testing::Values("mixtral_demo", "qwen2_moe"),
-                       ::testing::Values("on_demand", "lru", "lfu_static",
-                                         "overlap"),
+                       ::testing::ValuesIn(policies::RegisteredPolicies()),
                        ::testing::Values("layer", "25%", "100%"),
                        ::testing::Bool(), ::testing::Values("host", "disk"),
                        ::testing::Values("cpu", "cpu_dev", "cuda")),
