@@ -90,9 +90,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
 
 Engine::~Engine() {
   {
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  work_cv_.SignalAll();
   // Not joinable when Create() failed before starting the scheduler.
   if (thread_.joinable()) thread_.join();
 }
@@ -114,7 +115,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
   seq->request = std::move(request);
   seq->arrival = absl::Now();
   std::shared_ptr<RequestStream> stream = seq->stream;
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("engine is shutting down");
   if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -130,11 +131,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
     }
   }
   waiting_.push_back(std::move(seq));
+  work_cv_.Signal();
   return stream;
 }
 
 bool Engine::Abort(const std::string& request_id) {
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   auto it = in_flight_.find(request_id);
   if (it == in_flight_.end()) return false;
   std::shared_ptr<RequestStream> stream = it->second.lock();
@@ -144,7 +146,7 @@ bool Engine::Abort(const std::string& request_id) {
 }
 
 EngineStats Engine::stats() const {
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   return {running_count_, static_cast<int>(waiting_.size()), kv_->free_blocks(),
           kv_->num_blocks(), preemptions_};
 }
@@ -173,7 +175,7 @@ void Engine::Loop() {
   }
   // Shutting down: everything still queued or running is cancelled.
   for (auto& seq : running_) Finish(seq.get(), FinishReason::kCancelled, {});
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   for (auto& seq : waiting_) {
     GenerationEvent event;
     event.finish = FinishReason::kCancelled;
@@ -184,7 +186,9 @@ void Engine::Loop() {
 // Why `seq` must end now, or kNone. The client's deadline comes first: when
 // it passes gRPC also cancels the call, and the finish must say "deadline".
 FinishReason Engine::Expired(const Sequence& seq, absl::Time now) {
-  if (now >= seq.request.rpc_deadline) return FinishReason::kDeadline;
+  if (now >= seq.request.rpc_deadline || seq.stream->expired()) {
+    return FinishReason::kDeadline;
+  }
   if (seq.stream->cancelled()) return FinishReason::kCancelled;
   if (now >= seq.request.deadline) return FinishReason::kTimeLimit;
   return FinishReason::kNone;
@@ -203,7 +207,7 @@ void Engine::Admit() {
   // after they reach the front of the queue.
   std::vector<std::unique_ptr<Sequence>> expired;
   {
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if (Expired(**it, now) != FinishReason::kNone) {
         expired.push_back(std::move(*it));
@@ -214,7 +218,7 @@ void Engine::Admit() {
     }
   }
   for (auto& seq : expired) FinishExpired(seq.get(), Expired(*seq, now));
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   while (!waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_num_seqs) {
     Sequence* seq = waiting_.front().get();
@@ -231,11 +235,10 @@ void Engine::Admit() {
 
 bool Engine::Step() {
   {
-    absl::MutexLock lock(&mu_);
-    auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    base::MutexLock lock(&mu_);
+    work_cv_.Wait(&mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || !waiting_.empty() || !running_.empty();
-    };
-    mu_.Await(absl::Condition(&has_work));
+    });
     if (stopping_) return false;
   }
   Admit();
@@ -279,7 +282,7 @@ void Engine::DropFinishedOrCancelled() {
   auto end = std::remove_if(running_.begin(), running_.end(),
                             [](const auto& s) { return s->finished; });
   running_.erase(end, running_.end());
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   running_count_ = static_cast<int>(running_.size());
 }
 
@@ -328,7 +331,7 @@ void Engine::Preempt(Sequence* seq) {
                          [seq](const auto& s) { return s.get() == seq; });
   std::unique_ptr<Sequence> owned = std::move(*it);
   running_.erase(it);
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   waiting_.push_front(std::move(owned));
   ++preemptions_;
   if (metrics_ != nullptr) metrics_->CountPreemption();
@@ -426,7 +429,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
   // The id is free again before the client can see the last event, so a
   // client may reuse it (or Abort it) as soon as its stream ends.
   {
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     if (!seq->request.request_id.empty()) {
       in_flight_.erase(seq->request.request_id);
     }

@@ -23,7 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "engine/engine_metrics.h"
 #include "engine/expert_provider.h"
 #include "engine/generation.h"
@@ -125,7 +125,9 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<float> logits_;
 
-  mutable absl::Mutex mu_;
+  mutable base::Mutex mu_;
+  // Signalled when work arrives (Submit) or the engine stops.
+  base::CondVar work_cv_;
   std::deque<std::unique_ptr<Sequence>> waiting_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::weak_ptr<RequestStream>> in_flight_
       ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,7 @@
 #ifndef MOESERVE_ENGINE_GENERATION_H_
 #define MOESERVE_ENGINE_GENERATION_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -10,8 +11,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "engine/sampling/sampler.h"
 
 namespace moeserve::engine {
@@ -76,20 +77,26 @@ class RequestStream {
  public:
   void Push(GenerationEvent event) ABSL_LOCKS_EXCLUDED(mu_, listener_mu_) {
     {
-      absl::MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       events_.push_back(std::move(event));
     }
+    pushed_.Signal();
     Notify();
   }
 
   // Waits up to `timeout` for the next event; false if none came.
   bool Pop(GenerationEvent* event, absl::Duration timeout)
       ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return !events_.empty();
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) return false;
+    // Bounded so an infinite timeout cannot overflow the clock arithmetic.
+    const auto wait =
+        absl::ToChronoNanoseconds(std::min(timeout, absl::Hours(24 * 365)));
+    base::MutexLock lock(&mu_);
+    if (!pushed_.WaitFor(&mu_, wait,
+                         [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                           return !events_.empty();
+                         })) {
+      return false;
+    }
     *event = std::move(events_.front());
     events_.pop_front();
     return true;
@@ -97,7 +104,7 @@ class RequestStream {
 
   // The next event if one is queued; false otherwise. Never blocks.
   bool TryPop(GenerationEvent* event) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     if (events_.empty()) return false;
     *event = std::move(events_.front());
     events_.pop_front();
@@ -109,11 +116,11 @@ class RequestStream {
   // SetListener(nullptr) returns, no listener call is running or will run.
   void SetListener(std::function<void()> on_event)
       ABSL_LOCKS_EXCLUDED(mu_, listener_mu_) {
-    absl::MutexLock listener_lock(&listener_mu_);
+    base::MutexLock listener_lock(&listener_mu_);
     listener_ = std::move(on_event);
     bool pending;
     {
-      absl::MutexLock lock(&mu_);
+      base::MutexLock lock(&mu_);
       pending = !events_.empty();
     }
     if (listener_ && pending) listener_();
@@ -122,25 +129,42 @@ class RequestStream {
   // The consumer is gone (client cancelled, deadline, Abort): the engine
   // stops work on the request at its next step and frees its resources.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     cancelled_ = true;
   }
   bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     return cancelled_;
+  }
+
+  // As Cancel, because the client's deadline ran out: the request finishes
+  // kDeadline. (gRPC's client-side timer usually fires before the server's,
+  // so the server first hears of a deadline as a cancellation.)
+  void Expire() ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
+    cancelled_ = expired_ = true;
+  }
+  bool expired() const ABSL_LOCKS_EXCLUDED(mu_) {
+    base::MutexLock lock(&mu_);
+    return expired_;
   }
 
  private:
   void Notify() ABSL_LOCKS_EXCLUDED(listener_mu_) {
-    absl::MutexLock listener_lock(&listener_mu_);
+    base::MutexLock listener_lock(&listener_mu_);
     if (listener_) listener_();
   }
 
-  absl::Mutex listener_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // base::Mutex, not absl::Mutex: this is the hand-off between the engine
+  // and gRPC threads, and Debian's Abseil is not TSan-instrumented (TSan
+  // cannot see an absl::Mutex; it sees std::mutex).
+  base::Mutex listener_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::function<void()> listener_ ABSL_GUARDED_BY(listener_mu_);
-  mutable absl::Mutex mu_;
+  mutable base::Mutex mu_;
+  base::CondVar pushed_;
   std::deque<GenerationEvent> events_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool expired_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace moeserve::engine

@@ -81,7 +81,7 @@ absl::Status KvCache::Grow(BlockTable* table, int64_t num_tokens) {
   const int64_t needed = (num_tokens + block_size_ - 1) / block_size_ -
                          static_cast<int64_t>(table->size());
   if (needed <= 0) return absl::OkStatus();
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   if (needed > static_cast<int64_t>(free_.size())) {
     return absl::ResourceExhaustedError(
         absl::StrCat("KV cache: ", needed, " more blocks needed, ",
@@ -95,13 +95,13 @@ absl::Status KvCache::Grow(BlockTable* table, int64_t num_tokens) {
 }
 
 void KvCache::Release(BlockTable* table) {
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   free_.insert(free_.end(), table->rbegin(), table->rend());
   table->clear();
 }
 
 int64_t KvCache::free_blocks() const {
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   return static_cast<int64_t>(free_.size());
 }
 

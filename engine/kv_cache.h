@@ -20,7 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "engine/model_config.h"
 #include "kernels/backend.h"
 
@@ -75,7 +75,7 @@ class KvCache {
   std::vector<float> host_pool_;
   float* pool_ = nullptr;
 
-  mutable absl::Mutex mu_;
+  mutable base::Mutex mu_;
   std::vector<int32_t> free_ ABSL_GUARDED_BY(mu_);
 };
 

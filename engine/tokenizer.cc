@@ -4,8 +4,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engine/internal/spm_wrapper.h"
 #include "base/status_macros.h"
+#include "engine/internal/spm_wrapper.h"
 
 namespace moeserve::engine {
 namespace {
@@ -43,7 +43,8 @@ bool EndsWithIncompleteUtf8(absl::string_view text) {
   return cont < need;
 }
 
-Tokenizer::Tokenizer() : spm_(std::make_unique<internal::SpmWrapper>()) {}
+Tokenizer::Tokenizer(std::unique_ptr<internal::PieceModel> model)
+    : spm_(std::move(model)) {}
 Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
@@ -53,12 +54,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
     return absl::NotFoundError(
         absl::StrCat(path, ": tokenizer model not found"));
   }
-  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  auto spm = std::make_unique<internal::SpmWrapper>();
   std::string error;
-  if (!t->spm_->Load(path, &error)) {
+  if (!spm->Load(path, &error)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a sentencepiece model: ", error));
   }
+  return FromPieceModel(std::move(spm));
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::FromPieceModel(
+    std::unique_ptr<internal::PieceModel> model) {
+  std::unique_ptr<Tokenizer> t(new Tokenizer(std::move(model)));
   t->FindAnchor();
   return t;
 }
@@ -141,9 +148,9 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Next(int32_t id) {
   MOESERVE_RETURN_IF_ERROR(tokenizer_->CheckIds({id}));
   ids_.push_back(id);
   MOESERVE_ASSIGN_OR_RETURN(std::string prefix,
-                          DecodeRange(prefix_offset_, read_offset_));
+                            DecodeRange(prefix_offset_, read_offset_));
   MOESERVE_ASSIGN_OR_RETURN(std::string text,
-                          DecodeRange(prefix_offset_, ids_.size()));
+                            DecodeRange(prefix_offset_, ids_.size()));
   if (text.size() <= prefix.size() || IsUnstable(text) ||
       !absl::StartsWith(text, prefix)) {
     return std::string();
@@ -155,9 +162,9 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Next(int32_t id) {
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Flush() {
   MOESERVE_ASSIGN_OR_RETURN(std::string prefix,
-                          DecodeRange(prefix_offset_, read_offset_));
+                            DecodeRange(prefix_offset_, read_offset_));
   MOESERVE_ASSIGN_OR_RETURN(std::string text,
-                          DecodeRange(prefix_offset_, ids_.size()));
+                            DecodeRange(prefix_offset_, ids_.size()));
   prefix_offset_ = read_offset_ = ids_.size();
   if (text.size() <= prefix.size()) return std::string();
   return text.substr(prefix.size());

@@ -21,7 +21,7 @@
 namespace moeserve::engine {
 
 namespace internal {
-class SpmWrapper;
+class PieceModel;
 }
 
 class Tokenizer {
@@ -33,6 +33,10 @@ class Tokenizer {
   // Loads `<model_dir>/tokenizer.model`.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFromModelDir(
       const std::string& model_dir);
+  // A tokenizer over another vocabulary implementation (tests: see
+  // engine/testing/fake_tokenizer.h).
+  static std::unique_ptr<Tokenizer> FromPieceModel(
+      std::unique_ptr<internal::PieceModel> model);
 
   ~Tokenizer();
 
@@ -51,12 +55,12 @@ class Tokenizer {
   int32_t vocab_size() const;
 
  private:
-  Tokenizer();
+  explicit Tokenizer(std::unique_ptr<internal::PieceModel> model);
   friend class IncrementalDetokenizer;
   absl::Status CheckIds(const std::vector<int32_t>& ids) const;
   void FindAnchor();
 
-  std::unique_ptr<internal::SpmWrapper> spm_;
+  std::unique_ptr<internal::PieceModel> spm_;
   // A normal piece without a leading "▁" and its text; -1 if none exists.
   int32_t anchor_id_ = -1;
   std::string anchor_text_;

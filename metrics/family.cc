@@ -133,21 +133,21 @@ absl::Status CallbackGaugeFamily::SetCallback(
     return absl::InvalidArgumentError(absl::StrCat(name(), ": empty callback"));
   }
   std::string labels = internal::RenderLabels(label_names(), label_values);
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   callbacks_[label_values] = Entry{std::move(labels), std::move(fn)};
   return absl::OkStatus();
 }
 
 void CallbackGaugeFamily::RemoveCallback(
     const std::vector<std::string>& label_values) {
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   callbacks_.erase(label_values);
 }
 
 void CallbackGaugeFamily::AppendSamples(std::string* out) const {
   // Held while the callbacks run: that is what lets RemoveCallback()
   // guarantee no call is in flight once it returns.
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   for (const auto& [values, entry] : callbacks_) {
     internal::AppendSample(name(), entry.labels, entry.fn(), out);
   }

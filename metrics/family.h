@@ -20,7 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "base/status_macros.h"
 #include "metrics/exposition.h"
 #include "metrics/metric.h"
@@ -73,7 +73,7 @@ class LabeledFamily : public Family {
   absl::StatusOr<T*> WithLabels(const std::vector<std::string>& label_values)
       ABSL_LOCKS_EXCLUDED(mu_) {
     MOESERVE_RETURN_IF_ERROR(CheckArity(label_values));
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     auto [it, inserted] = children_.try_emplace(label_values);
     if (inserted) {
       it->second.labels = internal::RenderLabels(label_names(), label_values);
@@ -98,7 +98,7 @@ class LabeledFamily : public Family {
                            std::string* out) const = 0;
 
   void AppendSamples(std::string* out) const override ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&mu_);
     for (const auto& [values, child] : children_) {
       AppendChild(child.labels, *child.metric, out);
     }
@@ -110,7 +110,7 @@ class LabeledFamily : public Family {
     std::unique_ptr<T> metric;
   };
 
-  mutable absl::Mutex mu_;
+  mutable base::Mutex mu_;
   // Ordered by label values so the exposition is deterministic.
   std::map<std::vector<std::string>, Child> children_ ABSL_GUARDED_BY(mu_);
 };
@@ -184,7 +184,7 @@ class CallbackGaugeFamily final : public Family {
 
   void AppendSamples(std::string* out) const override ABSL_LOCKS_EXCLUDED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable base::Mutex mu_;
   std::map<std::vector<std::string>, Entry> callbacks_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -83,7 +83,7 @@ absl::StatusOr<HistogramFamily*> Registry::AddHistogram(
 
 std::string Registry::Serialize() const {
   std::string out;
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   for (const auto& [name, family] : families_) family->AppendTo(&out);
   return out;
 }
@@ -96,7 +96,7 @@ absl::StatusOr<F*> Registry::Insert(std::unique_ptr<F> family) {
 }
 
 absl::StatusOr<Family*> Registry::InsertBase(std::unique_ptr<Family> family) {
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   auto it = families_.find(family->name());
   if (it != families_.end()) {
     if (it->second->SameShape(*family)) return it->second.get();

@@ -30,7 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "metrics/family.h"
 #include "metrics/metric.h"
 
@@ -85,7 +85,7 @@ class Registry {
   bool IsHistogram(absl::string_view name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable base::Mutex mu_;
   std::map<std::string, std::unique_ptr<Family>, std::less<>> families_
       ABSL_GUARDED_BY(mu_);
 };

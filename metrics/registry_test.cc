@@ -293,11 +293,6 @@ TEST(RegistryConcurrencyTest, HotPathSumsExactlyWhileScraping) {
 
 // Threads racing to create and look up the same and different children.
 TEST(RegistryConcurrencyTest, ConcurrentWithLabelsAgree) {
-#if defined(__SANITIZE_THREAD__)
-  // Debian's libabsl is not built with TSan, so TSan cannot see absl::Mutex
-  // ordering and reports the mutex-guarded child map as racy.
-  GTEST_SKIP() << "absl::Mutex is uninstrumented under TSan";
-#endif
   constexpr int kThreads = 8;
   Registry registry;
   std::vector<Counter*> shared(kThreads);

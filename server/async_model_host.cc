@@ -11,26 +11,30 @@ AsyncModelHost::AsyncModelHost(std::vector<std::string> engine_names,
     : engine_names_(std::move(engine_names)) {
   thread_ = std::thread([this, load = std::move(load)] {
     absl::StatusOr<std::unique_ptr<ModelHost>> host = load();
-    absl::MutexLock lock(&mu_);
-    done_ = true;
-    if (host.ok()) {
-      host_ = *std::move(host);
-    } else {
-      load_status_ = host.status();
+    {
+      base::MutexLock lock(&mu_);
+      done_ = true;
+      if (host.ok()) {
+        host_ = *std::move(host);
+      } else {
+        load_status_ = host.status();
+      }
     }
+    loaded_.SignalAll();
   });
 }
 
 AsyncModelHost::~AsyncModelHost() { thread_.join(); }
 
 absl::Status AsyncModelHost::WaitUntilLoaded() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(&done_));
+  base::MutexLock lock(&mu_);
+  loaded_.Wait(&mu_,
+               [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
   return load_status_;
 }
 
 ModelHost* AsyncModelHost::Loaded(absl::Status* why) const {
-  absl::MutexLock lock(&mu_);
+  base::MutexLock lock(&mu_);
   if (host_ != nullptr) return host_.get();
   *why = done_ ? absl::UnavailableError(absl::StrCat("no model is loaded: ",
                                                      load_status_.ToString()))

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "server/model_host.h"
 
 namespace moeserve::server {
@@ -48,7 +48,10 @@ class AsyncModelHost final : public ModelHost {
   ModelHost* Loaded(absl::Status* why) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::vector<std::string> engine_names_;
-  mutable absl::Mutex mu_;
+  // base::Mutex: gRPC threads read what the loader thread wrote, and TSan
+  // sees std::mutex, not Debian's uninstrumented absl::Mutex.
+  mutable base::Mutex mu_;
+  base::CondVar loaded_;  // signalled once done_ is set
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status load_status_ ABSL_GUARDED_BY(mu_);
   // Set once (never reset before destruction), so a raw pointer read under

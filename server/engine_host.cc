@@ -39,10 +39,16 @@ v1::FinishReason ToProto(FinishReason reason) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
+// How far ahead of our clock the client's deadline timer may fire (its
+// cancellation crosses the network; ours does not). Generous next to a
+// loopback or LAN hop, small next to any deadline a client would set.
+constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(250);
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
-    const ServerOptions& options, metrics::Registry* registry) {
+    const ServerOptions& options, metrics::Registry* registry,
+    std::unique_ptr<engine::Tokenizer> tokenizer) {
   auto host = std::unique_ptr<EngineHost>(new EngineHost(options));
   // A disk slow tier preads experts from the model files: no RAM for them
   // unless another engine keeps them in host memory.
@@ -51,8 +57,13 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
       engine::ModelWeights::Load(
           options.model_dir,
           {.pack_experts = engine::NeedsPackedExperts(options.engines)}));
-  MOESERVE_ASSIGN_OR_RETURN(
-      host->tokenizer_, engine::Tokenizer::LoadFromModelDir(options.model_dir));
+  if (tokenizer != nullptr) {
+    host->tokenizer_ = std::move(tokenizer);
+  } else {
+    MOESERVE_ASSIGN_OR_RETURN(
+        host->tokenizer_,
+        engine::Tokenizer::LoadFromModelDir(options.model_dir));
+  }
   const int threads =
       options.threads > 0
           ? options.threads
@@ -79,7 +90,10 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
                  named.built.expert_cache_bytes >> 20, spec.slow_tier);
     host->engines_.push_back(std::move(named));
   }
-  host->rng_.seed(std::random_device()());
+  {
+    base::MutexLock lock(&host->rng_mu_);
+    host->rng_.seed(std::random_device()());
+  }
   spdlog::info(
       "model {} ({}, {} layers x {} experts) served by {} engine(s) on {}",
       options.model_dir, host->weights_->config().model_type,
@@ -178,7 +192,7 @@ absl::StatusOr<EngineHost::NamedEngine*> EngineHost::PickEngine(
   if (options_.ab.empty()) return &engines_[0];
   double u;
   {
-    absl::MutexLock lock(&rng_mu_);
+    base::MutexLock lock(&rng_mu_);
     u = std::uniform_real_distribution<double>(0, 1)(rng_);
   }
   for (NamedEngine& e : engines_) {
@@ -249,9 +263,11 @@ void EngineHost::FillLogprobs(const engine::GenerationEvent& event,
 class EngineHost::EngineCall final : public GenerateCall {
  public:
   EngineCall(const EngineHost* host, std::shared_ptr<engine::RequestStream> s,
-             std::string request_id, std::string engine, uint64_t seed)
+             absl::Time deadline, std::string request_id, std::string engine,
+             uint64_t seed)
       : host_(host),
         stream_(std::move(s)),
+        deadline_(deadline),
         request_id_(std::move(request_id)),
         engine_(std::move(engine)),
         seed_(seed) {}
@@ -264,7 +280,16 @@ class EngineHost::EngineCall final : public GenerateCall {
   void SetListener(std::function<void()> on_ready) override {
     stream_->SetListener(std::move(on_ready));
   }
-  void Cancel() override { stream_->Cancel(); }
+  // gRPC cancels a call whose deadline passed, usually first on the
+  // client's clock, which runs ahead of ours by the transport delay: a
+  // cancellation that close to the deadline is the deadline.
+  void Cancel() override {
+    if (absl::Now() >= deadline_ - kDeadlineSlack) {
+      stream_->Expire();
+    } else {
+      stream_->Cancel();
+    }
+  }
 
   bool Next(v1::GenerateResponse* response,
             absl::Status* final_status) override {
@@ -299,6 +324,7 @@ class EngineHost::EngineCall final : public GenerateCall {
 
   const EngineHost* const host_;
   const std::shared_ptr<engine::RequestStream> stream_;
+  const absl::Time deadline_;
   const std::string request_id_;
   const std::string engine_;
   const uint64_t seed_;
@@ -313,7 +339,7 @@ absl::StatusOr<std::unique_ptr<GenerateCall>> EngineHost::StartGenerate(
   if (request.sampling().has_seed()) {
     r.sampling.seed = request.sampling().seed();
   } else {
-    absl::MutexLock lock(&rng_mu_);
+    base::MutexLock lock(&rng_mu_);
     r.sampling.seed = rng_();
   }
   r.request_id = request.request_id().empty()
@@ -324,8 +350,9 @@ absl::StatusOr<std::unique_ptr<GenerateCall>> EngineHost::StartGenerate(
   const uint64_t seed = r.sampling.seed;
   MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestStream> stream,
                             engine->engine()->Submit(std::move(r)));
-  return std::unique_ptr<GenerateCall>(new EngineCall(
-      this, std::move(stream), std::move(request_id), engine->name(), seed));
+  return std::unique_ptr<GenerateCall>(
+      new EngineCall(this, std::move(stream), deadline, std::move(request_id),
+                     engine->name(), seed));
 }
 
 bool EngineHost::Abort(std::string_view request_id) {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "engine/builder/engine_builder.h"
 #include "engine/engine.h"
 #include "engine/model_weights.h"
@@ -35,8 +35,11 @@ class EngineHost final : public ModelHost {
   // Loads options.model_dir, builds the engines (engine::BuildEngine, one
   // per options.engines) and warms each one up. Engine
   // metrics go to `registry` (may be null; must outlive the host).
+  // `tokenizer`: null loads <model_dir>/tokenizer.model; tests that cannot
+  // load sentencepiece pass engine/testing's fake.
   static absl::StatusOr<std::unique_ptr<EngineHost>> Create(
-      const ServerOptions& options, metrics::Registry* registry);
+      const ServerOptions& options, metrics::Registry* registry,
+      std::unique_ptr<engine::Tokenizer> tokenizer = nullptr);
   ~EngineHost() override;
 
   absl::Status CheckReady() const override { return absl::OkStatus(); }
@@ -71,7 +74,7 @@ class EngineHost final : public ModelHost {
   std::vector<NamedEngine> engines_;  // [0] is the default (--policy)
   std::atomic<uint64_t> next_request_ = 0;
 
-  absl::Mutex rng_mu_;
+  base::Mutex rng_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);
 };
 

@@ -145,9 +145,9 @@ absl::StatusOr<std::vector<AbArm>> ReadAb(
   std::vector<AbArm> arms;
   double total = 0;
   for (const auto& [name, value] : ab.items()) {
-    const bool known =
-        std::any_of(engines.begin(), engines.end(),
-                    [&name](const EngineSpec& s) { return s.name == name; });
+    const bool known = std::any_of(
+        engines.begin(), engines.end(),
+        [&key = name](const EngineSpec& s) { return s.name == key; });
     if (!known) {
       return absl::InvalidArgumentError(
           absl::StrCat("ab: '", name, "' is not one of the engines"));
@@ -213,9 +213,9 @@ absl::StatusOr<EnginesConfig> ParseEnginesConfig(absl::string_view text,
   if (json_util::HasNonNull(root, "default")) {
     MOESERVE_ASSIGN_OR_RETURN(std::string name,
                               json_util::GetString(root, "default"));
-    auto it =
-        std::find_if(config.engines.begin(), config.engines.end(),
-                     [&name](const EngineSpec& s) { return s.name == name; });
+    auto it = std::find_if(
+        config.engines.begin(), config.engines.end(),
+        [&key = name](const EngineSpec& s) { return s.name == key; });
     if (it == config.engines.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("default: '", name, "' is not one of the engines"));

@@ -7,8 +7,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/mutex.h"
 #include "server/grpc_status.h"
 
 namespace moeserve::server {
@@ -24,12 +24,60 @@ absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
 
 }  // namespace
 
+// The GenerateCall a reactor owns, shared with the threads gRPC runs its
+// reactions on and the engine thread that runs the listener. Reactions
+// reach the call only through here, under mu_, so every access is ordered
+// by a lock TSan and clang can see. Lock order: the stream's listener lock
+// (held while the listener runs), then mu_, then the stream's own lock.
+class ReactorCall {
+ public:
+  // Owns `call` and registers `on_ready` on it; `on_ready` may run at once.
+  void Start(std::unique_ptr<GenerateCall> call, std::function<void()> on_ready)
+      ABSL_LOCKS_EXCLUDED(mu) {
+    GenerateCall* raw = call.get();
+    {
+      base::MutexLock lock(&mu);
+      call_ = std::move(call);
+    }
+    raw->SetListener(std::move(on_ready));  // the pointer stays valid: only
+                                            // the reactor's destructor frees it
+  }
+
+  // OnCancel: the engine drops the request at its next step (finish reason
+  // CANCELLED, or DEADLINE past the deadline) and its last message follows.
+  void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    client_gone_ = true;
+    if (call_ != nullptr) call_->Cancel();
+  }
+
+  // OnDone: after this the listener never runs again.
+  void Detach() ABSL_LOCKS_EXCLUDED(mu) {
+    GenerateCall* raw;
+    {
+      base::MutexLock lock(&mu);
+      raw = call_.get();
+    }
+    if (raw != nullptr) raw->SetListener(nullptr);  // not under mu: lock order
+  }
+
+  bool NextLocked(v1::GenerateResponse* response, absl::Status* final_status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return call_->Next(response, final_status);
+  }
+  bool client_gone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return client_gone_;
+  }
+
+  base::Mutex mu;
+
+ private:
+  std::unique_ptr<GenerateCall> call_ ABSL_GUARDED_BY(mu);
+  bool client_gone_ ABSL_GUARDED_BY(mu) = false;
+};
+
 // Streams one generation: each message is written when the engine pushes it
 // (one write in flight at a time, as gRPC requires); Finish after the last.
-// Deletes itself in OnDone, after clearing the stream's listener.
-//
-// Lock order: the stream's listener lock (held while OnReady runs), then
-// mu_, then the stream's own lock (taken inside Next).
+// Deletes itself in OnDone, after detaching from the stream's listener.
 class GenerateStreamReactor final
     : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
@@ -43,61 +91,58 @@ class GenerateStreamReactor final
       Finish(service_->Finish("Generate", call.status()));
       return;
     }
-    call_ = *std::move(call);
-    call_->SetListener([this] { OnReady(); });
+    call_.Start(*std::move(call), [this] { OnReady(); });
   }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&call_.mu);
     writing_ = false;
-    if (!ok) {  // the client is gone; stop the engine work
-      client_gone_ = true;
-      call_->Cancel();
-    }
+    if (!ok) call_.CancelLocked();  // the client is gone
     WriteNextLocked();
   }
 
   void OnCancel() override {
-    // Client gone or deadline passed: the engine drops the request at its
-    // next step (finish reason CANCELLED or DEADLINE) and its last message
-    // ends the RPC.
-    if (call_ == nullptr) return;
-    absl::MutexLock lock(&mu_);
-    client_gone_ = true;
-    call_->Cancel();
+    base::MutexLock lock(&call_.mu);
+    call_.CancelLocked();
   }
 
   void OnDone() override {
-    if (call_ != nullptr) call_->SetListener(nullptr);
+    call_.Detach();
+    {
+      // Every reaction's critical section happens before the delete (TSan
+      // cannot see gRPC's own ordering: Debian's gRPC is uninstrumented).
+      base::MutexLock lock(&call_.mu);
+    }
     delete this;
   }
 
  private:
   void OnReady() {
-    absl::MutexLock lock(&mu_);
+    base::MutexLock lock(&call_.mu);
     WriteNextLocked();
   }
 
   // Writes the next ready message, or ends the RPC after the last one.
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_.mu) {
     if (writing_ || finished_) return;
     if (last_written_) {
-      FinishLocked(client_gone_ ? absl::CancelledError("client went away")
-                                : absl::OkStatus());
+      FinishLocked(call_.client_gone()
+                       ? absl::CancelledError("client went away")
+                       : absl::OkStatus());
       return;
     }
     absl::Status final_status;
-    while (call_->Next(&response_, &final_status)) {
+    while (call_.NextLocked(&response_, &final_status)) {
       const bool last =
           response_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
       if (last && !final_status.ok()) {  // past the deadline: nobody reads
         FinishLocked(final_status);
         return;
       }
-      if (client_gone_) {  // drain what the engine still sends, unwritten
-        if (last) FinishLocked(absl::CancelledError("client went away"));
-        if (last) return;
-        continue;
+      if (call_.client_gone()) {  // drain what the engine still sends
+        if (!last) continue;
+        FinishLocked(absl::CancelledError("client went away"));
+        return;
       }
       last_written_ = last;
       writing_ = true;
@@ -107,19 +152,17 @@ class GenerateStreamReactor final
   }
 
   void FinishLocked(const absl::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_.mu) {
     finished_ = true;
     Finish(service_->Finish("Generate", status));
   }
 
   InferenceService* const service_;
-  std::unique_ptr<GenerateCall> call_;  // set once, in the constructor
-  absl::Mutex mu_;
-  v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
-  bool last_written_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  ReactorCall call_;
+  v1::GenerateResponse response_ ABSL_GUARDED_BY(call_.mu);
+  bool writing_ ABSL_GUARDED_BY(call_.mu) = false;
+  bool last_written_ ABSL_GUARDED_BY(call_.mu) = false;
+  bool finished_ ABSL_GUARDED_BY(call_.mu) = false;
 };
 
 // Gathers one generation into a unary response; Finish on the last message.
@@ -136,41 +179,44 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
       Finish(service_->Finish("GenerateUnary", call.status()));
       return;
     }
-    call_ = *std::move(call);
-    call_->SetListener([this] { OnReady(); });
+    call_.Start(*std::move(call), [this] { OnReady(); });
   }
 
   void OnCancel() override {
-    if (call_ == nullptr) return;
-    client_gone_.store(true);
-    call_->Cancel();
+    base::MutexLock lock(&call_.mu);
+    call_.CancelLocked();
   }
 
   void OnDone() override {
-    if (call_ != nullptr) call_->SetListener(nullptr);
+    call_.Detach();
+    {
+      // Every reaction's critical section happens before the delete (TSan
+      // cannot see gRPC's own ordering: Debian's gRPC is uninstrumented).
+      base::MutexLock lock(&call_.mu);
+    }
     delete this;
   }
 
  private:
-  // Runs under the stream's listener lock: calls never overlap.
   void OnReady() {
+    base::MutexLock lock(&call_.mu);
     if (finished_) return;
     v1::GenerateResponse r;
     absl::Status final_status;
-    while (call_->Next(&r, &final_status)) {
+    while (call_.NextLocked(&r, &final_status)) {
       Append(r);
-      if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-        finished_ = true;
-        if (final_status.ok() && client_gone_.load()) {
-          final_status = absl::CancelledError("client went away");
-        }
-        Finish(service_->Finish("GenerateUnary", final_status));
-        return;
+      if (r.finish_reason() == v1::FINISH_REASON_UNSPECIFIED) continue;
+      finished_ = true;
+      if (final_status.ok() && call_.client_gone()) {
+        final_status = absl::CancelledError("client went away");
       }
+      Finish(service_->Finish("GenerateUnary", final_status));
+      return;
     }
   }
 
-  void Append(const v1::GenerateResponse& r) {
+  void Append(const v1::GenerateResponse& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_.mu) {
     out_->set_request_id(r.request_id());
     out_->mutable_token_ids()->Add(r.token_ids().begin(), r.token_ids().end());
     out_->mutable_text()->append(r.text());
@@ -186,9 +232,8 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
 
   InferenceService* const service_;
   v1::GenerateUnaryResponse* const out_;
-  std::unique_ptr<GenerateCall> call_;  // set once, in the constructor
-  std::atomic<bool> client_gone_{false};
-  bool finished_ = false;  // only OnReady touches it
+  ReactorCall call_;
+  bool finished_ ABSL_GUARDED_BY(call_.mu) = false;
 };
 
 InferenceService::InferenceService(ModelHost* host, RequestLimits limits,

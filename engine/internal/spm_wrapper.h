@@ -15,27 +15,28 @@
 #include <string>
 #include <vector>
 
+#include "engine/internal/piece_model.h"
+
 namespace moeserve::engine::internal {
 
-class SpmWrapper {
+class SpmWrapper final : public PieceModel {
  public:
   SpmWrapper();
-  ~SpmWrapper();
+  ~SpmWrapper() override;
 
   // On failure returns false and sets *error.
   bool Load(const std::string& path, std::string* error);
   bool Encode(const std::string& text, std::vector<int>* ids,
-              std::string* error) const;
-  // REQUIRES: every id in [0, vocab_size()).
+              std::string* error) const override;
   bool Decode(const std::vector<int>& ids, std::string* text,
-              std::string* error) const;
-  std::string IdToPiece(int id) const;
-  int vocab_size() const;
-  int bos_id() const;  // -1 when the model has none.
-  int eos_id() const;
-  int unk_id() const;
-  bool IsControl(int id) const;
-  bool IsByte(int id) const;
+              std::string* error) const override;
+  std::string IdToPiece(int id) const override;
+  int vocab_size() const override;
+  int bos_id() const override;
+  int eos_id() const override;
+  int unk_id() const override;
+  bool IsControl(int id) const override;
+  bool IsByte(int id) const override;
 
  private:
   struct Impl;
