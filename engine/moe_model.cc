@@ -532,8 +532,9 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
     absl::Status status = backend_->GatherRows(st, h, rows, in);
     if (status.ok()) status = backend_->ExpertFfn(st, in, blob, ffn, ws, out);
     if (status.ok()) status = backend_->ScaleAddRows(st, out, rows, w, moe_out);
-    // No wait here: the provider keeps the blob until the stream has passed
-    // these ops (ExpertProvider, "Asynchronous devices").
+    // No wait here: the blob stays valid until the stream has passed these
+    // ops (ExpertProvider::Acquire, expert_provider.h; the offloaded fast
+    // tier fences the slot at Release, SlotMemory::MarkReleased).
     experts_->Release({layer, e});
     MOESERVE_RETURN_IF_ERROR(status);
   }
