@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "base/mutex.h"
+#include "server/generate_pump.h"
 #include "server/grpc_status.h"
 
 namespace moeserve::server {
@@ -24,216 +24,77 @@ absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
 
 }  // namespace
 
-// The GenerateCall a reactor owns, shared with the threads gRPC runs its
-// reactions on and the engine thread that runs the listener. Reactions
-// reach the call only through here, under mu_, so every access is ordered
-// by a lock TSan and clang can see. Lock order: the stream's listener lock
-// (held while the listener runs), then mu_, then the stream's own lock.
-class ReactorCall {
- public:
-  // Owns `call` and registers `on_ready` on it; `on_ready` may run at once.
-  void Start(std::unique_ptr<GenerateCall> call, std::function<void()> on_ready)
-      ABSL_LOCKS_EXCLUDED(mu) {
-    GenerateCall* raw = call.get();
-    {
-      base::MutexLock lock(&mu);
-      call_ = std::move(call);
-    }
-    raw->SetListener(std::move(on_ready));  // the pointer stays valid: only
-                                            // the reactor's destructor frees it
-  }
-
-  // OnCancel: the engine drops the request at its next step (finish reason
-  // CANCELLED, or DEADLINE past the deadline) and its last message follows.
-  void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    client_gone_ = true;
-    if (call_ != nullptr) call_->Cancel();
-  }
-
-  // OnDone: after this the listener never runs again.
-  void Detach() ABSL_LOCKS_EXCLUDED(mu) {
-    GenerateCall* raw;
-    {
-      base::MutexLock lock(&mu);
-      raw = call_.get();
-    }
-    if (raw != nullptr) raw->SetListener(nullptr);  // not under mu: lock order
-  }
-
-  bool NextLocked(v1::GenerateResponse* response, absl::Status* final_status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return call_->Next(response, final_status);
-  }
-  bool client_gone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return client_gone_;
-  }
-
-  base::Mutex mu;
-
- private:
-  std::unique_ptr<GenerateCall> call_ ABSL_GUARDED_BY(mu);
-  bool client_gone_ ABSL_GUARDED_BY(mu) = false;
-};
-
-// Streams one generation: each message is written when the engine pushes it
-// (one write in flight at a time, as gRPC requires); Finish after the last.
-// Deletes itself in OnDone, after detaching from the stream's listener.
+// A Generate call on gRPC's callback API: the pump does the work; this
+// adapts gRPC's reactions to it. Deletes itself in OnDone.
 class GenerateStreamReactor final
-    : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+    : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+      public StreamTransport {
  public:
   GenerateStreamReactor(InferenceService* service,
                         grpc::CallbackServerContext* context,
                         const v1::GenerateRequest& request)
-      : service_(service) {
+      : service_(service), pump_(this) {
     absl::StatusOr<std::unique_ptr<GenerateCall>> call =
         service_->StartCall(*context, request);
     if (!call.ok()) {
-      Finish(service_->Finish("Generate", call.status()));
+      Finish(call.status());
       return;
     }
-    call_.Start(*std::move(call), [this] { OnReady(); });
+    pump_.Start(*std::move(call));
   }
 
-  void OnWriteDone(bool ok) override {
-    base::MutexLock lock(&call_.mu);
-    writing_ = false;
-    if (!ok) call_.CancelLocked();  // the client is gone
-    WriteNextLocked();
+  // StreamTransport (called by the pump with its lock held).
+  void StartWrite(const v1::GenerateResponse* response) override {
+    grpc::ServerWriteReactor<v1::GenerateResponse>::StartWrite(response);
+  }
+  void Finish(const absl::Status& status) override {
+    grpc::ServerWriteReactor<v1::GenerateResponse>::Finish(
+        service_->Finish("Generate", status));
   }
 
-  void OnCancel() override {
-    base::MutexLock lock(&call_.mu);
-    call_.CancelLocked();
-  }
-
+  // gRPC reactions.
+  void OnWriteDone(bool ok) override { pump_.OnWriteDone(ok); }
+  void OnCancel() override { pump_.OnCancel(); }
   void OnDone() override {
-    call_.Detach();
-    {
-      // Every reaction's critical section happens before the delete (TSan
-      // cannot see gRPC's own ordering: Debian's gRPC is uninstrumented).
-      base::MutexLock lock(&call_.mu);
-    }
+    pump_.Detach();
     delete this;
   }
 
  private:
-  void OnReady() {
-    base::MutexLock lock(&call_.mu);
-    WriteNextLocked();
-  }
-
-  // Writes the next ready message, or ends the RPC after the last one.
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_.mu) {
-    if (writing_ || finished_) return;
-    if (last_written_) {
-      FinishLocked(call_.client_gone()
-                       ? absl::CancelledError("client went away")
-                       : absl::OkStatus());
-      return;
-    }
-    absl::Status final_status;
-    while (call_.NextLocked(&response_, &final_status)) {
-      const bool last =
-          response_.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
-      if (last && !final_status.ok()) {  // past the deadline: nobody reads
-        FinishLocked(final_status);
-        return;
-      }
-      if (call_.client_gone()) {  // drain what the engine still sends
-        if (!last) continue;
-        FinishLocked(absl::CancelledError("client went away"));
-        return;
-      }
-      last_written_ = last;
-      writing_ = true;
-      StartWrite(&response_);
-      return;
-    }
-  }
-
-  void FinishLocked(const absl::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_.mu) {
-    finished_ = true;
-    Finish(service_->Finish("Generate", status));
-  }
-
   InferenceService* const service_;
-  ReactorCall call_;
-  v1::GenerateResponse response_ ABSL_GUARDED_BY(call_.mu);
-  bool writing_ ABSL_GUARDED_BY(call_.mu) = false;
-  bool last_written_ ABSL_GUARDED_BY(call_.mu) = false;
-  bool finished_ ABSL_GUARDED_BY(call_.mu) = false;
+  GenerateStreamPump pump_;
 };
 
-// Gathers one generation into a unary response; Finish on the last message.
-class GenerateUnaryReactor final : public grpc::ServerUnaryReactor {
+// A GenerateUnary call on gRPC's callback API, as above.
+class GenerateUnaryReactor final : public grpc::ServerUnaryReactor,
+                                   public UnaryTransport {
  public:
   GenerateUnaryReactor(InferenceService* service,
                        grpc::CallbackServerContext* context,
                        const v1::GenerateRequest& request,
                        v1::GenerateUnaryResponse* response)
-      : service_(service), out_(response) {
+      : service_(service), pump_(this, response) {
     absl::StatusOr<std::unique_ptr<GenerateCall>> call =
         service_->StartCall(*context, request);
     if (!call.ok()) {
-      Finish(service_->Finish("GenerateUnary", call.status()));
+      Finish(call.status());
       return;
     }
-    call_.Start(*std::move(call), [this] { OnReady(); });
+    pump_.Start(*std::move(call));
   }
 
-  void OnCancel() override {
-    base::MutexLock lock(&call_.mu);
-    call_.CancelLocked();
+  void Finish(const absl::Status& status) override {
+    grpc::ServerUnaryReactor::Finish(service_->Finish("GenerateUnary", status));
   }
-
+  void OnCancel() override { pump_.OnCancel(); }
   void OnDone() override {
-    call_.Detach();
-    {
-      // Every reaction's critical section happens before the delete (TSan
-      // cannot see gRPC's own ordering: Debian's gRPC is uninstrumented).
-      base::MutexLock lock(&call_.mu);
-    }
+    pump_.Detach();
     delete this;
   }
 
  private:
-  void OnReady() {
-    base::MutexLock lock(&call_.mu);
-    if (finished_) return;
-    v1::GenerateResponse r;
-    absl::Status final_status;
-    while (call_.NextLocked(&r, &final_status)) {
-      Append(r);
-      if (r.finish_reason() == v1::FINISH_REASON_UNSPECIFIED) continue;
-      finished_ = true;
-      if (final_status.ok() && call_.client_gone()) {
-        final_status = absl::CancelledError("client went away");
-      }
-      Finish(service_->Finish("GenerateUnary", final_status));
-      return;
-    }
-  }
-
-  void Append(const v1::GenerateResponse& r)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_.mu) {
-    out_->set_request_id(r.request_id());
-    out_->mutable_token_ids()->Add(r.token_ids().begin(), r.token_ids().end());
-    out_->mutable_text()->append(r.text());
-    for (const auto& lp : r.logprobs()) *out_->add_logprobs() = lp;
-    if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
-      out_->set_finish_reason(r.finish_reason());
-      *out_->mutable_usage() = r.usage();
-      out_->set_seed(r.seed());
-      out_->set_policy(r.policy());
-      out_->set_error_message(r.error_message());
-    }
-  }
-
   InferenceService* const service_;
-  v1::GenerateUnaryResponse* const out_;
-  ReactorCall call_;
-  bool finished_ ABSL_GUARDED_BY(call_.mu) = false;
+  GenerateUnaryPump pump_;
 };
 
 InferenceService::InferenceService(ModelHost* host, RequestLimits limits,

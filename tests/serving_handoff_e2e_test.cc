@@ -1,14 +1,13 @@
-// The hand-off between gRPC and the engine, in one process so that
-// ThreadSanitizer (`bazel test --config=tsan //tests:serving_handoff_e2e_test`)
-// sees both sides: real gRPC streams and unary calls on a loopback port,
+// The hand-off between gRPC and the engine, in one process: real gRPC
+// streams and unary calls on a loopback port,
 // served by the callback reactors, the EngineHost and two engine instances'
 // schedulers, with clients that finish, cancel mid-stream, run out their
 // deadline and are aborted by id, all at once and several rounds over.
 // Afterwards every engine is idle, and every request was counted under the
 // finish reason it should have.
 //
-// The tokenizer is engine/testing's fake: the sentencepiece plugin cannot be
-// loaded next to gRPC's protobuf in a TSan build.
+// The tokenizer is engine/testing's fake, as in serving_handoff_test (its
+// TSan twin, where the gRPC transport is replaced by one TSan can see).
 #include <atomic>
 #include <fstream>
 #include <map>
@@ -34,20 +33,6 @@
 #include "server/inference_service.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
-
-// Debian's gRPC, Abseil and civetweb are not built with TSan: it cannot see
-// their internal synchronisation (epoll, absl::Mutex), so races it infers
-// between their own threads inside them are noise. Calls from our code into
-// them, and our own state, stay checked.
-extern "C" const char* __tsan_default_suppressions() {
-  return "called_from_lib:libgrpc.so\n"
-         "called_from_lib:libgrpc++.so\n"
-         "called_from_lib:libgpr.so\n"
-         "called_from_lib:libabsl_synchronization.so\n"
-         "called_from_lib:libabsl_graphcycles_internal.so\n"
-         "called_from_lib:libcivetweb.so\n"
-         "race:grpc_tcp_create\n";
-}
 
 namespace moeserve {
 namespace {

@@ -1,0 +1,118 @@
+#include "server/generate_pump.h"
+
+#include <utility>
+
+namespace moeserve::server {
+namespace {
+
+absl::Status ClientGone() { return absl::CancelledError("client went away"); }
+
+bool IsLast(const v1::GenerateResponse& r) {
+  return r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
+}
+
+}  // namespace
+
+void PumpBase::StartPump(std::unique_ptr<GenerateCall> call) {
+  GenerateCall* raw = call.get();
+  {
+    base::MutexLock lock(&mu_);
+    call_ = std::move(call);
+  }
+  // Not under mu_ (lock order). `raw` stays valid: only the pump's
+  // destruction frees it, after Detach.
+  raw->SetListener([this] { OnReady(); });
+}
+
+void PumpBase::OnCancel() {
+  base::MutexLock lock(&mu_);
+  client_gone_ = true;
+  if (call_ != nullptr) call_->Cancel();
+}
+
+void PumpBase::Detach() {
+  GenerateCall* raw;
+  {
+    base::MutexLock lock(&mu_);
+    raw = call_.get();
+  }
+  if (raw != nullptr) raw->SetListener(nullptr);  // not under mu_: lock order
+  // An empty critical section: every reaction's happens before our return
+  // (TSan cannot see the transport's own ordering when it is gRPC's).
+  base::MutexLock lock(&mu_);
+}
+
+void GenerateStreamPump::OnWriteDone(bool ok) {
+  base::MutexLock lock(&mu_);
+  writing_ = false;
+  if (!ok) {  // the client is gone: stop the engine work
+    client_gone_ = true;
+    call_->Cancel();
+  }
+  WriteNextLocked();
+}
+
+void GenerateStreamPump::OnReady() {
+  base::MutexLock lock(&mu_);
+  WriteNextLocked();
+}
+
+void GenerateStreamPump::WriteNextLocked() {
+  if (writing_ || finished_) return;
+  if (last_written_) {
+    FinishLocked(client_gone_ ? ClientGone() : absl::OkStatus());
+    return;
+  }
+  absl::Status final_status;
+  while (call_->Next(&response_, &final_status)) {
+    const bool last = IsLast(response_);
+    if (last && !final_status.ok()) {  // past the deadline: nobody reads it
+      FinishLocked(final_status);
+      return;
+    }
+    if (client_gone_) {  // drain what the engine still sends, unwritten
+      if (!last) continue;
+      FinishLocked(ClientGone());
+      return;
+    }
+    last_written_ = last;
+    writing_ = true;
+    transport_->StartWrite(&response_);
+    return;
+  }
+}
+
+void GenerateStreamPump::FinishLocked(const absl::Status& status) {
+  finished_ = true;
+  transport_->Finish(status);
+}
+
+void GenerateUnaryPump::OnReady() {
+  base::MutexLock lock(&mu_);
+  if (finished_) return;
+  v1::GenerateResponse r;
+  absl::Status final_status;
+  while (call_->Next(&r, &final_status)) {
+    AppendLocked(r);
+    if (!IsLast(r)) continue;
+    finished_ = true;
+    if (final_status.ok() && client_gone_) final_status = ClientGone();
+    transport_->Finish(final_status);
+    return;
+  }
+}
+
+void GenerateUnaryPump::AppendLocked(const v1::GenerateResponse& r) {
+  out_->set_request_id(r.request_id());
+  out_->mutable_token_ids()->Add(r.token_ids().begin(), r.token_ids().end());
+  out_->mutable_text()->append(r.text());
+  for (const auto& lp : r.logprobs()) *out_->add_logprobs() = lp;
+  if (!IsLast(r)) return;
+  out_->set_finish_reason(r.finish_reason());
+  *out_->mutable_usage() = r.usage();
+  out_->set_seed(r.seed());
+  out_->set_policy(r.policy());
+  out_->set_error_message(r.error_message());
+}
+
+}  // namespace moeserve::server

@@ -1,0 +1,115 @@
+// GenerateStreamPump and GenerateUnaryPump: what a Generate / GenerateUnary
+// call does between the engine and the transport, without gRPC types, so
+// that the same code runs under the gRPC reactors (inference_service.cc)
+// and under a test transport that ThreadSanitizer can see whole (Debian's
+// gRPC is not TSan-instrumented).
+//
+// A pump owns the call's GenerateCall, registers a listener on it (run on
+// the engine's thread each time a message is ready) and turns messages into
+// transport writes: at most one write in flight (gRPC's rule), the last
+// message followed by exactly one Finish. The transport reports completed
+// writes (OnWriteDone) and cancellation (OnCancel) from its own threads.
+// Before the transport frees the pump it calls Detach(); after that the
+// listener never runs again.
+//
+// Lock order: the stream's listener lock (held while the listener runs),
+// then the pump's mu_, then the stream's own lock (inside Next). Transport
+// methods are called with mu_ held: they must not call back into the pump.
+#ifndef MOESERVE_SERVER_GENERATE_PUMP_H_
+#define MOESERVE_SERVER_GENERATE_PUMP_H_
+
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "base/mutex.h"
+#include "proto/moeserve.pb.h"
+#include "server/model_host.h"
+
+namespace moeserve::server {
+
+// The transport side of a streaming call.
+class StreamTransport {
+ public:
+  virtual ~StreamTransport() = default;
+  // Sends `*response` (valid until the pump's OnWriteDone).
+  virtual void StartWrite(const v1::GenerateResponse* response) = 0;
+  // Ends the call; called once.
+  virtual void Finish(const absl::Status& status) = 0;
+};
+
+// The transport side of a unary call.
+class UnaryTransport {
+ public:
+  virtual ~UnaryTransport() = default;
+  // Ends the call; the response given to the pump is complete. Called once.
+  virtual void Finish(const absl::Status& status) = 0;
+};
+
+// Shared by both pumps: the call, its lock and whether the client left.
+class PumpBase {
+ public:
+  // Transport: the client cancelled, or its deadline passed. The engine
+  // drops the request at its next step (finish reason CANCELLED, or
+  // DEADLINE near the deadline) and its last message ends the call.
+  void OnCancel() ABSL_LOCKS_EXCLUDED(mu_);
+  // Transport, before freeing the pump: no listener call runs afterwards,
+  // and every earlier reaction happens before this returns.
+  void Detach() ABSL_LOCKS_EXCLUDED(mu_);
+
+ protected:
+  // Owns `call` and registers OnReady as its listener (may run at once).
+  void StartPump(std::unique_ptr<GenerateCall> call) ABSL_LOCKS_EXCLUDED(mu_);
+  virtual void OnReady() ABSL_LOCKS_EXCLUDED(mu_) = 0;
+
+  base::Mutex mu_;
+  std::unique_ptr<GenerateCall> call_ ABSL_GUARDED_BY(mu_);
+  bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class GenerateStreamPump final : public PumpBase {
+ public:
+  // `transport` must outlive the pump.
+  explicit GenerateStreamPump(StreamTransport* transport)
+      : transport_(transport) {}
+
+  void Start(std::unique_ptr<GenerateCall> call) { StartPump(std::move(call)); }
+  // Transport: the write started last completed (`ok`: it reached the
+  // client; false: the client is gone).
+  void OnWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void OnReady() override ABSL_LOCKS_EXCLUDED(mu_);
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked(const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  StreamTransport* const transport_;
+  v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool last_written_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class GenerateUnaryPump final : public PumpBase {
+ public:
+  // `transport` and `response` must outlive the pump; `response` is filled
+  // before transport->Finish.
+  GenerateUnaryPump(UnaryTransport* transport,
+                    v1::GenerateUnaryResponse* response)
+      : transport_(transport), out_(response) {}
+
+  void Start(std::unique_ptr<GenerateCall> call) { StartPump(std::move(call)); }
+
+ private:
+  void OnReady() override ABSL_LOCKS_EXCLUDED(mu_);
+  void AppendLocked(const v1::GenerateResponse& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  UnaryTransport* const transport_;
+  v1::GenerateUnaryResponse* const out_;
+};
+
+}  // namespace moeserve::server
+
+#endif  // MOESERVE_SERVER_GENERATE_PUMP_H_
