@@ -45,7 +45,7 @@ run_bazel_tests --config=asan -- "${SANITIZED[@]}"
 run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
   //engine/offload:link_transport_test //engine/offload:slot_pool_test \
   //kernels/cpu:thread_pool_test //base:mutex_test //metrics:registry_test \
-  //tests:serving_handoff_test
+  //server:serving_handoff_test
 
 # clang's thread-safety analysis over the libraries with shared state: a
 # build (--config=clang_tsa, see .bazelrc), counted as one test. It runs in
@@ -57,8 +57,7 @@ if command -v clang >/dev/null 2>&1; then
   tsa_base="${HOME}/.cache/moeserve-clang-tsa"
   if bazel --output_base="$tsa_base" build --keep_going --config=clang_tsa -- \
     //base/... //kernels/... //metrics/... //engine:all //engine/offload/... \
-    //engine/builder/... //policies/... //server/... //tools/loadgen/... \
-    //tests:serving_handoff_test; then
+    //engine/builder/... //policies/... //server/... //tools/loadgen/...; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))

@@ -1,5 +1,5 @@
 // The engine <-> transport hand-off under ThreadSanitizer
-// (`bazel test --config=tsan //tests:serving_handoff_test`, run by the
+// (`bazel test --config=tsan //server:serving_handoff_test`, run by the
 // README test command): the same pumps the gRPC reactors use
 // (server/generate_pump.h), driven by a transport that behaves as gRPC's
 // callback API does (writes complete later on transport threads, one in
@@ -7,7 +7,7 @@
 // OnDone once everything is over) but that TSan sees whole: Debian's gRPC is
 // not TSan-instrumented, and its inline templates synchronised through its
 // uninstrumented core make TSan report hundreds of races that are not
-// (tests/serving_handoff_e2e_test runs the real gRPC path, without TSan).
+// (server/grpc_handoff_test runs the real gRPC path, without TSan).
 //
 // Everything below the transport is the server's real code: EngineHost,
 // GenerateCall, RequestStream, two engine instances' schedulers, the
