@@ -1,7 +1,8 @@
 // EngineHost: the ModelHost that serves a loaded model. It owns the model
 // weights and tokenizer (read-only, shared by every engine instance), the
-// compute backend, and one Engine per configured engine name (--policy and
-// the --ab arms), each with its own KV cache and scheduler.
+// compute backend, and one Engine per engine spec (from --policy and the
+// --ab arms, --engines or --engines_config; built by engine::BuildEngine),
+// each with its own policy settings, fast tier, KV cache and scheduler.
 //
 // It translates between the public API (proto messages) and the engine's
 // vocabulary (engine/generation.h): tokenizes prompts, resolves sampling

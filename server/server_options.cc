@@ -20,8 +20,9 @@ ABSL_FLAG(std::string, model_dir, "models/demo",
           "Hugging Face model directory (config.json, *.safetensors, "
           "tokenizer.model). Relative paths resolve against the working "
           "directory.");
-ABSL_FLAG(std::string, policy, "lru",
-          "Offload policy of the default engine instance.");
+ABSL_FLAG(std::string, policy, "",
+          "Offload policy of the default engine instance (empty: lru). Not "
+          "with --engines_config, whose \"default\" names that engine.");
 ABSL_FLAG(std::string, ab, "",
           "Weighted A/B split over engine instances, e.g. "
           "lru=0.5,overlap=0.5. Empty: every request without a policy goes "
@@ -214,6 +215,11 @@ absl::Status ResolveFromFile(const EngineFlags& flags, ServerOptions* options) {
     return FlagError("engines_config",
                      "give --engines or --engines_config, not both");
   }
+  if (flags.policy_given) {
+    return FlagError("engines_config",
+                     "--policy names the default engine of the flag forms; "
+                     "with --engines_config say \"default\" in the file");
+  }
   if (!absl::StripAsciiWhitespace(flags.policy_config).empty()) {
     return FlagError("engines_config",
                      "--policy_config is for the --policy engine; with "
@@ -234,6 +240,15 @@ absl::Status ResolveFromFile(const EngineFlags& flags, ServerOptions* options) {
     absl::StatusOr<std::vector<AbArm>> ab = ParseAbSplit(flags.ab);
     if (!ab.ok()) return ab.status();
     options->ab = *std::move(ab);
+    const std::vector<std::string> names = options->EngineNames();
+    for (const AbArm& arm : options->ab) {
+      if (std::find(names.begin(), names.end(), arm.policy) == names.end()) {
+        return FlagError("ab", absl::StrCat("'", arm.policy,
+                                            "' is not an engine of "
+                                            "--engines_config=",
+                                            flags.engines_config));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -369,6 +384,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
     return FlagError("link_gbps", "link emulation values must be >= 0");
   }
   flags.policy = absl::GetFlag(FLAGS_policy);
+  flags.policy_given = !flags.policy.empty();
+  if (flags.policy.empty()) flags.policy = "lru";
   flags.policy_config = absl::GetFlag(FLAGS_policy_config);
   flags.ab = absl::GetFlag(FLAGS_ab);
   flags.engines = absl::GetFlag(FLAGS_engines);

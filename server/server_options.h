@@ -57,6 +57,7 @@ struct ServerOptions {
 // The flags that decide the engine instances, as given.
 struct EngineFlags {
   std::string policy = "lru";   // --policy
+  bool policy_given = false;    // --policy was on the command line
   std::string policy_config;    // --policy_config (the --policy engine only)
   std::string ab;               // --ab
   std::string engines;          // --engines

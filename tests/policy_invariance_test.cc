@@ -11,7 +11,7 @@
 //             copy stream, per-slot release events) on the CPU backend,
 //   cuda      VRAM slots on a GPU; skipped without one. Its baseline is the
 //             CUDA run with every expert resident (CUDA-vs-CPU agreement is
-//             //engine:cuda_parity_test's job).
+//             //tests:cuda_parity_test's job).
 #include <fstream>
 #include <sstream>
 #include <string>

@@ -1,0 +1,200 @@
+// --engines_config parsing and the flag forms' resolution into engine specs:
+// inheritance of the server-wide flags, the default engine, A/B weights,
+// policy_config values, and every refusal naming engine and key.
+#include "server/engines_config.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/server_options.h"
+
+namespace moeserve::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+engine::EngineSpec Defaults() {
+  engine::EngineSpec d;
+  d.expert_cache_ratio = 0.5;
+  d.slow_tier = "disk";
+  d.max_num_seqs = 16;
+  d.link.gbps = 4;
+  return d;
+}
+
+TEST(EnginesConfigTest, EnginesInheritTheFlagsAndOverrideWhatTheyName) {
+  absl::StatusOr<EnginesConfig> c = ParseEnginesConfig(R"({
+    "engines": [
+      {"name": "pinned", "policy": "lfu_static",
+       "policy_config": {"top_percent": 5, "profile_steps": 16},
+       "expert_cache_mb": 64},
+      {"name": "lru", "max_num_seqs": 4, "slow_tier": "host",
+       "link_gbps": 0, "kv_cache_mb": 32}
+    ],
+    "ab": {"pinned": 1, "lru": 3},
+    "default": "lru"
+  })",
+                                                       Defaults());
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->engines.size(), 2u);
+  const engine::EngineSpec& lru = c->engines[0];  // "default" comes first
+  const engine::EngineSpec& pinned = c->engines[1];
+  EXPECT_EQ(lru.name, "lru");
+  EXPECT_EQ(lru.policy, "lru");  // the name, when no policy is given
+  EXPECT_EQ(lru.max_num_seqs, 4);
+  EXPECT_EQ(lru.slow_tier, "host");
+  EXPECT_EQ(lru.link.gbps, 0);
+  EXPECT_EQ(lru.kv_cache_bytes, 32u << 20);
+  EXPECT_DOUBLE_EQ(lru.expert_cache_ratio, 0.5);  // the flag's
+  EXPECT_EQ(pinned.policy_config,
+            (std::map<std::string, std::string>{{"profile_steps", "16"},
+                                                {"top_percent", "5"}}));
+  EXPECT_EQ(pinned.expert_cache_mb, 64);
+  EXPECT_EQ(pinned.slow_tier, "disk");  // the flag's
+  EXPECT_EQ(pinned.max_num_seqs, 16);
+  ASSERT_EQ(c->ab.size(), 2u);
+  EXPECT_DOUBLE_EQ(c->ab[0].weight + c->ab[1].weight, 1.0);
+  for (const AbArm& arm : c->ab) {
+    EXPECT_DOUBLE_EQ(arm.weight, arm.policy == "lru" ? 0.75 : 0.25);
+  }
+}
+
+TEST(EnginesConfigTest, RefusalsNameTheEngineAndTheKey) {
+  struct Case {
+    const char* json;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"engines": [{"name": "lru", "policy_config": {"top_percent": 5}}]})",
+       "engine 'lru': policy_config: policy 'lru': unknown config key "
+       "'top_percent'"},
+      {R"({"engines": [{"name": "a", "policy": "lru", "ratio": 1}]})",
+       "engine 'a': unknown key 'ratio'"},
+      {R"({"engines": [{"name": "a", "policy": "lru", "max_num_seqs": 0}]})",
+       "engine 'a': max_num_seqs: must be >= 1"},
+      {R"({"engines": [{"name": "a", "policy": "lru",
+                        "expert_cache_ratio": 0.5, "expert_cache_mb": 8}]})",
+       "engine 'a': expert_cache_ratio: give expert_cache_ratio or "
+       "expert_cache_mb, not both"},
+      {R"({"engines": [{"name": "a", "policy": "lru", "drafter": "self"}]})",
+       "engine 'a': drafter: 'self' is not available"},
+      {R"({"engines": [{"name": "a", "policy": "lru",
+                        "policy_config": {"k": [1]}}]})",
+       "policy_config: key 'k' must be a string, number or boolean"},
+      {R"({"engines": [{"name": "Bad"}]})", "name: 'Bad' is not"},
+      {R"({"engines": [{"policy": "lru"}]})", "engines[0]: "},
+      {R"({"engines": [{"name": "lru"}, {"name": "lru"}]})",
+       "engines[1]: engine name 'lru' appears twice"},
+      {R"({"engines": [{"name": "a", "policy": "nope"}]})",
+       "engine 'a': policy: unknown offload policy 'nope'"},
+      {R"({"engines": [{"name": "lru"}], "ab": {"lru": -1}})",
+       "ab: weight of 'lru' must be a number >= 0"},
+      {R"({"engines": [{"name": "lru"}], "ab": {"lru": 0}})",
+       "ab: weights sum to 0"},
+      {R"({"engines": [{"name": "lru"}], "ab": {"x": 1}})",
+       "ab: 'x' is not one of the engines"},
+      {R"({"engines": [{"name": "lru"}], "default": "x"})",
+       "default: 'x' is not one of the engines"},
+      {R"({"engines": []})", "engines: must be a non-empty array"},
+      {R"({"engine": []})", "unknown key 'engine'"},
+      {R"([1])", "the top level must be an object"},
+      {R"({"engines": )", "engines config"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<EnginesConfig> config =
+        ParseEnginesConfig(c.json, Defaults());
+    EXPECT_FALSE(config.ok()) << c.json;
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.message))
+        << c.json;
+  }
+}
+
+TEST(EnginesConfigTest, AMissingFileIsNamed) {
+  absl::StatusOr<EnginesConfig> c =
+      LoadEnginesConfig("/nonexistent/engines.json", Defaults());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("--engines_config=/nonexistent/engines.json: "));
+}
+
+TEST(ResolveEnginesTest, PolicyConfigReachesOnlyThePolicyEngine) {
+  EngineFlags flags;
+  flags.policy = "lfu_static";
+  flags.ab = "lfu_static=0.5,lru=0.5";
+  flags.policy_config = "top_percent=5";
+  ServerOptions o;
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  ASSERT_EQ(o.engines.size(), 2u);
+  EXPECT_EQ(o.engines[0].name, "lfu_static");
+  EXPECT_EQ(o.engines[0].policy_config.at("top_percent"), "5");
+  EXPECT_TRUE(o.engines[1].policy_config.empty());
+  EXPECT_THAT(o.EngineNames(), ElementsAre("lfu_static", "lru"));
+}
+
+TEST(ResolveEnginesTest, FlagFormRefusalsNameFlagEngineAndKey) {
+  EngineFlags flags;
+  flags.policy = "lru";
+  flags.policy_config = "top_percent=5";
+  ServerOptions o;
+  absl::Status st = ResolveEngines(flags, &o);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("--policy/--policy_config: engine 'lru': "
+                        "policy_config:"));
+  flags = EngineFlags();
+  flags.policy = "nope";
+  st = ResolveEngines(flags, &o);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("engine 'nope': policy:"));
+  flags = EngineFlags();
+  flags.engines_config = "/x.json";
+  flags.engines = "a=lru";
+  EXPECT_THAT(std::string(ResolveEngines(flags, &o).message()),
+              HasSubstr("not both"));
+  flags.engines.clear();
+  flags.policy_config = "lookahead=2";
+  EXPECT_THAT(std::string(ResolveEngines(flags, &o).message()),
+              HasSubstr("put each engine's policy_config in the file"));
+  flags.policy_config.clear();
+  flags.policy_given = true;
+  EXPECT_THAT(std::string(ResolveEngines(flags, &o).message()),
+              HasSubstr("say \"default\" in the file"));
+}
+
+TEST(ResolveEnginesTest, AbFlagWithAFileMustNameItsEngines) {
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/engines.json";
+  std::ofstream(path)
+      << R"({"engines": [{"name": "lru"}, {"name": "overlap"}]})";
+  EngineFlags flags;
+  flags.engines_config = path;
+  flags.ab = "lru=1,overlap=3";
+  ServerOptions o;
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  EXPECT_DOUBLE_EQ(o.AbWeight("overlap"), 0.75);
+  flags.ab = "lru=1,nosuch=3";
+  const absl::Status st = ResolveEngines(flags, &o);
+  EXPECT_THAT(
+      std::string(st.message()),
+      HasSubstr("--ab: 'nosuch' is not an engine of --engines_config="));
+}
+
+TEST(ResolveEnginesTest, EnginesFlagKeepsThePolicyEngineFirst) {
+  EngineFlags flags;
+  flags.policy = "big";
+  flags.engines = "small=lru@ratio=0.25,big=overlap@mb=64";
+  flags.ab = "small=1,big=1";
+  ServerOptions o;
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  EXPECT_THAT(o.EngineNames(), ElementsAre("big", "small"));
+  EXPECT_EQ(o.engines[0].policy, "overlap");
+  EXPECT_EQ(o.engines[0].expert_cache_mb, 64);
+  flags.ab = "small=1,other=1";
+  EXPECT_THAT(std::string(ResolveEngines(flags, &o).message()),
+              HasSubstr("'other' is not an engine of --engines"));
+}
+
+}  // namespace
+}  // namespace moeserve::server
