@@ -4,9 +4,11 @@
 // port::Mutex is the model). An annotation on a bare std::mutex is a comment:
 // std::mutex is not a capability, so clang rejects or ignores it.
 //
-// Prefer absl::Mutex where its Await(Condition) fits; use this where a
-// std::mutex is wanted (a std::condition_variable wait with a timeout on a
-// steady clock, code that must not pull in Abseil's synchronization).
+// Use this, not absl::Mutex, for state shared between threads: Debian's
+// Abseil is not built with ThreadSanitizer, so TSan cannot see an
+// absl::Mutex's ordering (it reports the data it guards as racy), while it
+// sees std::mutex through its pthread interceptors. absl::Mutex remains fine
+// where no thread races, e.g. a registry filled by static initialisers.
 //
 // Checked by `bazel build --config=clang_tsa` (see .bazelrc); g++ ignores
 // the annotations.
