@@ -18,14 +18,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "engine/testing/fake_tokenizer.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "metrics/registry.h"
-#include "nlohmann/json.hpp"
 #include "proto/moeserve.grpc.pb.h"
 #include "server/async_model_host.h"
 #include "server/engine_host.h"
@@ -33,20 +31,10 @@
 #include "server/inference_service.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
+#include "server/testing/handoff_fixture.h"
 
 namespace moeserve {
 namespace {
-
-std::string Runfile(const std::string& path) {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/moeserve/" + path;
-}
-
-int VocabSize(const std::string& model_dir) {
-  std::ifstream in(model_dir + "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  return nlohmann::json::parse(text.str()).at("vocab_size").get<int>();
-}
 
 enum class Client {
   kComplete,
@@ -66,22 +54,16 @@ struct Outcome {
 class ServingHandOffTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string model_dir = Runfile("tests/golden/mixtral_tiny");
-    options_.model_dir = model_dir;
-    options_.port = 0;
-    options_.threads = 2;
-    server::EngineFlags flags;
-    flags.ab = "lru=0.5,overlap=0.5";
-    flags.defaults.expert_cache_ratio = 0.5;
-    flags.defaults.max_num_seqs = 4;  // a queue forms: waiting requests too
-    flags.defaults.kv_cache_bytes = 8 << 20;
-    ASSERT_TRUE(server::ResolveEngines(flags, &options_).ok());
-    const int vocab = VocabSize(model_dir);
+    absl::StatusOr<server::ServerOptions> options =
+        server::testing::HandOffOptions();
+    ASSERT_TRUE(options.ok()) << options.status();
+    options_ = *std::move(options);
     host_ = std::make_unique<server::AsyncModelHost>(
         options_.EngineNames(),
-        [this, vocab]() -> absl::StatusOr<std::unique_ptr<server::ModelHost>> {
+        [this]() -> absl::StatusOr<std::unique_ptr<server::ModelHost>> {
           auto host = server::EngineHost::Create(
-              options_, &registry_, engine::testing::FakeTokenizer(vocab));
+              options_, &registry_,
+              server::testing::HandOffTokenizer(options_));
           if (!host.ok()) return host.status();
           return std::unique_ptr<server::ModelHost>(*std::move(host));
         });
@@ -162,22 +144,9 @@ class ServingHandOffTest : public ::testing::Test {
     return out;
   }
 
-  // The value of a sample line "name{labels} value" of /metrics, summed
-  // over every line whose labels contain each of `labels`.
   double Metric(const std::string& name,
                 const std::vector<std::string>& labels) {
-    std::stringstream text(registry_.Serialize());
-    std::string line;
-    double sum = 0;
-    while (std::getline(text, line)) {
-      if (line.rfind(name + "{", 0) != 0) continue;
-      bool match = true;
-      for (const std::string& l : labels) {
-        match = match && line.find(l) != std::string::npos;
-      }
-      if (match) sum += std::stod(line.substr(line.rfind(' ') + 1));
-    }
-    return sum;
+    return server::testing::SumOfSamples(registry_, name, labels);
   }
 
   metrics::Registry registry_;

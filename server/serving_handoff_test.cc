@@ -30,13 +30,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/mutex.h"
-#include "engine/testing/fake_tokenizer.h"
 #include "gtest/gtest.h"
 #include "metrics/registry.h"
-#include "nlohmann/json.hpp"
 #include "server/engine_host.h"
 #include "server/generate_pump.h"
 #include "server/server_options.h"
+#include "server/testing/handoff_fixture.h"
 
 namespace moeserve {
 namespace {
@@ -260,50 +259,19 @@ class FakeCall final : public server::StreamTransport,
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-std::string Runfile(const std::string& path) {
-  return std::string(std::getenv("TEST_SRCDIR")) + "/moeserve/" + path;
-}
-
-int VocabSize(const std::string& model_dir) {
-  std::ifstream in(model_dir + "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  return nlohmann::json::parse(text.str()).at("vocab_size").get<int>();
-}
-
-// The sum of the samples of `name` whose labels contain each of `labels`.
 double Metric(const metrics::Registry& registry, const std::string& name,
               const std::vector<std::string>& labels) {
-  std::stringstream text(registry.Serialize());
-  std::string line;
-  double sum = 0;
-  while (std::getline(text, line)) {
-    if (line.rfind(name + "{", 0) != 0) continue;
-    bool match = true;
-    for (const std::string& l : labels) {
-      match = match && line.find(l) != std::string::npos;
-    }
-    if (match) sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
+  return server::testing::SumOfSamples(registry, name, labels);
 }
 
 TEST(ServingHandOffTest, FinishCancelDeadlineAndAbortAllAtOnce) {
-  const std::string model_dir = Runfile("tests/golden/mixtral_tiny");
-  server::ServerOptions options;
-  options.model_dir = model_dir;
-  options.threads = 2;
-  server::EngineFlags flags;
-  flags.ab = "lru=0.5,overlap=0.5";
-  flags.defaults.expert_cache_ratio = 0.5;  // experts move: link threads too
-  flags.defaults.max_num_seqs = 4;          // a queue forms
-  flags.defaults.kv_cache_bytes = 8 << 20;
-  ASSERT_TRUE(server::ResolveEngines(flags, &options).ok());
+  absl::StatusOr<server::ServerOptions> options =
+      server::testing::HandOffOptions();
+  ASSERT_TRUE(options.ok()) << options.status();
   metrics::Registry registry;
   absl::StatusOr<std::unique_ptr<server::EngineHost>> host =
-      server::EngineHost::Create(
-          options, &registry,
-          engine::testing::FakeTokenizer(VocabSize(model_dir)));
+      server::EngineHost::Create(*options, &registry,
+                                 server::testing::HandOffTokenizer(*options));
   ASSERT_TRUE(host.ok()) << host.status();
   Executor executor(3);
 
