@@ -265,9 +265,220 @@ def load_balancing_loss(gate_logits, num_experts, top_k):
 
 
 # ----------------------------------------------------------------------------
+# model (Hugging Face Qwen3-MoE semantics): per-head q/k RMSNorm before RoPE,
+# routed experts only, softmax router with top-k renormalised (norm_topk_prob).
+# The experts of a layer are stacked parameters ([E, I, H] / [E, H, I]) so that
+# the forward pass is one sort + E small matmuls; hf_state_dict() /
+# load_hf_state_dict() convert to / from the Hugging Face per-expert names.
+# ----------------------------------------------------------------------------
+class Qwen3Attention(Attention):
+    def __init__(self, c):
+        super().__init__(c)
+        self.q_norm = RMSNorm(self.hd, c["rms_norm_eps"])
+        self.k_norm = RMSNorm(self.hd, c["rms_norm_eps"])
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.nh, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.nkv, self.hd)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = self.nh // self.nkv
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd)
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        att = torch.softmax((att + mask).float(), dim=-1).to(q.dtype)
+        y = (att @ v).transpose(1, 2).reshape(B, T, self.nh * self.hd)
+        return self.o_proj(y)
+
+
+class StackedMoe(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.E, self.k = c["num_experts"], c["num_experts_per_tok"]
+        self.norm_topk = bool(c["norm_topk_prob"])
+        H, I = c["hidden_size"], c["moe_intermediate_size"]
+        self.gate = nn.Linear(H, self.E, bias=False)
+        self.gate_proj = nn.Parameter(torch.empty(self.E, I, H))
+        self.up_proj = nn.Parameter(torch.empty(self.E, I, H))
+        self.down_proj = nn.Parameter(torch.empty(self.E, H, I))
+
+    def forward(self, x):
+        B, T, H = x.shape
+        h = x.reshape(-1, H)
+        logits = self.gate(h)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+        w, sel = torch.topk(probs, self.k, dim=-1)
+        if self.norm_topk:
+            w = w / w.sum(-1, keepdim=True)
+        w = w.to(h.dtype)
+        flat = sel.reshape(-1)
+        order = torch.sort(flat, stable=True).indices
+        tok = order // self.k
+        counts = torch.bincount(flat, minlength=self.E).tolist()
+        xs = h[tok].split(counts)
+        ys = []
+        for e in range(self.E):
+            if counts[e] == 0:
+                continue
+            xe = xs[e]
+            ys.append(F.linear(F.silu(F.linear(xe, self.gate_proj[e])) * F.linear(xe, self.up_proj[e]),
+                               self.down_proj[e]))
+        y = torch.cat(ys) * w.reshape(-1)[order, None]
+        out = torch.zeros_like(h).index_add_(0, tok, y)
+        return out.view(B, T, H), logits, sel
+
+
+class Qwen3Layer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.self_attn = Qwen3Attention(c)
+        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.mlp = StackedMoe(c)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        y, logits, sel = self.mlp(self.post_attention_layernorm(x))
+        return x + y, logits, sel
+
+
+class Qwen3Inner(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
+        self.layers = nn.ModuleList([Qwen3Layer(c) for _ in range(c["num_hidden_layers"])])
+        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+
+
+EXPERT_STACKS = ("gate_proj", "up_proj", "down_proj")
+
+
+class Qwen3MoeForCausalLM(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.model = Qwen3Inner(c)
+        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
+        std = c["initializer_range"]
+        for n, p in self.named_parameters():
+            if n.endswith("norm.weight"):
+                continue
+            nn.init.normal_(p, 0.0, std)
+        for l in self.model.layers:
+            nn.init.normal_(l.self_attn.o_proj.weight, 0.0, std / math.sqrt(2 * c["num_hidden_layers"]))
+            nn.init.normal_(l.mlp.down_proj, 0.0, std / math.sqrt(2 * c["num_hidden_layers"]))
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        cos, sin = rope_cos_sin(T, self.c["head_dim"], self.c["rope_theta"])
+        x = self.model.embed_tokens(ids)
+        all_logits, all_sel = [], []
+        for l in self.model.layers:
+            x, rl, sel = l(x, cos, sin)
+            all_logits.append(rl)
+            all_sel.append(sel)
+        return self.lm_head(self.model.norm(x)), all_logits, all_sel
+
+    def hf_state_dict(self):
+        out = {}
+        for k, v in self.state_dict().items():
+            m = re.match(r"^(model\.layers\.\d+\.mlp\.)(gate_proj|up_proj|down_proj)$", k)
+            if m:
+                for e in range(v.shape[0]):
+                    out[f"{m.group(1)}experts.{e}.{m.group(2)}.weight"] = v[e].clone()
+            else:
+                out[k] = v
+        return out
+
+    def load_hf_state_dict(self, W):
+        sd = {}
+        for L in range(self.c["num_hidden_layers"]):
+            p = f"model.layers.{L}.mlp."
+            for s in EXPERT_STACKS:
+                sd[p + s] = torch.stack([W[f"{p}experts.{e}.{s}.weight"]
+                                         for e in range(self.c["num_experts"])])
+        sd.update({k: v for k, v in W.items() if ".mlp.experts." not in k})
+        self.load_state_dict(sd)
+
+
+def build_model(c):
+    return Qwen3MoeForCausalLM(c) if c["model_type"] == "qwen3_moe" else MixtralForCausalLM(c)
+
+
+def hf_state_dict(model):
+    return model.hf_state_dict() if hasattr(model, "hf_state_dict") else dict(model.state_dict())
+
+
+def load_hf(model, W):
+    if hasattr(model, "load_hf_state_dict"):
+        model.load_hf_state_dict(W)
+    else:
+        model.load_state_dict(W)
+
+
+def load_corpus_split(seed):
+    """Documents and the seeded 98/2 train/held-out split (same split for every model)."""
+    fort = load_fortunes()
+    bib = load_bible()
+    docs = fort + bib
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    n_held = max(1, len(docs) // 50)
+    return docs, order[n_held:], order[:n_held], len(fort), len(bib)
+
+
+def encode_docs(sp, docs, idx):
+    ids = []
+    for i in idx:
+        ids.append(sp.bos_id())
+        ids.extend(sp.encode(docs[i]))
+        ids.append(sp.eos_id())
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def write_hf_side_files(out, c, tokenizer_path):
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump({"_from_model_config": True, "bos_token_id": c["bos_token_id"],
+                   "eos_token_id": c["eos_token_id"], "transformers_version": c["transformers_version"]},
+                  f, indent=2)
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+                   "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None,
+                   "model_max_length": c["max_position_embeddings"], "legacy": True,
+                   "clean_up_tokenization_spaces": False}, f, indent=2)
+    with open(os.path.join(out, "special_tokens_map.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, f, indent=2)
+    if os.path.abspath(tokenizer_path) != os.path.abspath(os.path.join(out, "tokenizer.model")):
+        shutil.copy(tokenizer_path, os.path.join(out, "tokenizer.model"))
+
+
+def routing_skew(counts):
+    """counts [layers, E] -> per layer: (top-10% share, top-25% share, n10, n25)."""
+    E = counts.shape[1]
+    n10, n25 = max(1, round(E * 0.10)), max(1, E // 4)
+    r10, r25 = [], []
+    for li in range(counts.shape[0]):
+        share = (counts[li] / counts[li].sum()).sort(descending=True).values
+        r10.append(share[:n10].sum().item())
+        r25.append(share[:n25].sum().item())
+    return r10, r25, n10, n25
+
+
+# ----------------------------------------------------------------------------
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="models/demo")
+    ap.add_argument("--arch", choices=["mixtral", "qwen3_moe"], default="mixtral")
+    ap.add_argument("--tokenizer", default=None,
+                    help="reuse this SentencePiece model (e.g. models/demo/tokenizer.model) instead of "
+                         "training one; --vocab is then ignored")
+    ap.add_argument("--rope-theta", type=float, default=None,
+                    help="default: 1e4 for mixtral, 1e6 for qwen3_moe (as Qwen3)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=6)
@@ -297,19 +508,21 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     t_start = time.time()
 
-    fort = load_fortunes()
-    bib = load_bible()
-    docs = fort + bib
-    print(f"corpus: {len(fort)} fortunes, {len(bib)} bible chapters, "
+    # 2% of documents held out
+    docs, train_idx, held_idx, n_fort, n_bib = load_corpus_split(args.seed)
+    print(f"corpus: {n_fort} fortunes, {n_bib} bible chapters, "
           f"{sum(len(d) for d in docs) / 1e6:.2f} M chars", flush=True)
-    order = list(range(len(docs)))
-    random.Random(args.seed).shuffle(order)
-    n_held = max(1, len(docs) // 50)  # 2% of documents held out
-    held_idx, train_idx = order[:n_held], order[n_held:]
 
-    prefix = os.path.join(args.workdir, "tok")
-    sp = train_tokenizer([docs[i] for i in train_idx], prefix, args.vocab, args.seed)
-    print(f"tokenizer trained in {time.time() - t_start:.0f}s", flush=True)
+    if args.tokenizer:
+        import sentencepiece as spm
+        tok_path = args.tokenizer
+        sp = spm.SentencePieceProcessor(model_file=tok_path)
+        print(f"tokenizer reused from {tok_path}: vocab={sp.get_piece_size()}", flush=True)
+    else:
+        prefix = os.path.join(args.workdir, "tok")
+        sp = train_tokenizer([docs[i] for i in train_idx], prefix, args.vocab, args.seed)
+        tok_path = prefix + ".model"
+        print(f"tokenizer trained in {time.time() - t_start:.0f}s", flush=True)
 
     def encode(idx):
         ids = []
@@ -323,7 +536,25 @@ def main():
     print(f"tokens: train {len(train_ids)}, held-out {len(held_ids)} (encoded at {time.time() - t_start:.0f}s)",
           flush=True)
 
-    c = dict(
+    if args.arch == "qwen3_moe":
+        c = dict(
+            architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+            vocab_size=sp.get_piece_size(), hidden_size=args.hidden,
+            intermediate_size=args.ffn * args.topk,  # unused (no dense MLP layers); HF requires it
+            moe_intermediate_size=args.ffn, num_experts=args.experts, num_experts_per_tok=args.topk,
+            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+            num_hidden_layers=args.layers, num_attention_heads=args.heads,
+            num_key_value_heads=args.kv_heads, head_dim=args.hidden // args.heads,
+            hidden_act="silu", max_position_embeddings=2048, initializer_range=0.02,
+            rms_norm_eps=1e-6, use_cache=True, tie_word_embeddings=False,
+            rope_theta=args.rope_theta or 1000000.0, rope_scaling=None, attention_bias=False,
+            attention_dropout=0.0, use_sliding_window=False, sliding_window=None,
+            max_window_layers=args.layers, bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id(),
+            output_router_logits=False, router_aux_loss_coef=args.aux_coef,
+            torch_dtype="bfloat16", transformers_version="4.51.0",
+        )
+    else:
+      c = dict(
         architectures=["MixtralForCausalLM"], model_type="mixtral",
         vocab_size=sp.get_piece_size(), hidden_size=args.hidden, intermediate_size=args.ffn,
         num_hidden_layers=args.layers, num_attention_heads=args.heads,
@@ -331,14 +562,15 @@ def main():
         hidden_act="silu", max_position_embeddings=2048, initializer_range=0.02,
         rms_norm_eps=1e-5, use_cache=True, pad_token_id=None,
         bos_token_id=sp.bos_id(), eos_token_id=sp.eos_id(), tie_word_embeddings=False,
-        rope_theta=10000.0, sliding_window=None, attention_dropout=0.0,
+        rope_theta=args.rope_theta or 10000.0, sliding_window=None, attention_dropout=0.0,
         num_experts_per_tok=args.topk, num_local_experts=args.experts,
         output_router_logits=False, router_aux_loss_coef=args.aux_coef, router_jitter_noise=0.0,
         torch_dtype="bfloat16", transformers_version="4.40.0",
     )
-    model = MixtralForCausalLM(c)
+    model = build_model(c)
     nparam = sum(p.numel() for p in model.parameters())
-    expert_params = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    expert_params = sum(p.numel() for n, p in model.named_parameters()
+                        if ".experts." in n or n.split(".")[-1] in EXPERT_STACKS)
     active = nparam - expert_params + expert_params * args.topk // args.experts
     print(f"model: {nparam / 1e6:.2f} M params ({active / 1e6:.2f} M active/token)", flush=True)
 
@@ -421,28 +653,16 @@ def main():
     train_time = time.time() - t0
 
     # ------------------------------------------------------------------ export
-    sd = {k: v for k, v in model.state_dict().items()}
+    sd = hf_state_dict(model)
     st_io.save_bf16(os.path.join(args.out, "model.safetensors"), sd, {"format": "pt"})
     back = st_io.load(os.path.join(args.out, "model.safetensors"))
     assert set(back) == set(sd), set(back) ^ set(sd)
     for k, v in sd.items():
         assert torch.equal(back[k], st_io.bf16_round(v)), k
     # bf16-rounded model for the final numbers
-    model.load_state_dict(back)
+    load_hf(model, back)
     final_held = evaluate(model)
-    with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(c, f, indent=2, sort_keys=True)
-    with open(os.path.join(args.out, "generation_config.json"), "w") as f:
-        json.dump({"_from_model_config": True, "bos_token_id": c["bos_token_id"],
-                   "eos_token_id": c["eos_token_id"], "transformers_version": "4.40.0"}, f, indent=2)
-    with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
-                   "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None,
-                   "model_max_length": c["max_position_embeddings"], "legacy": True,
-                   "clean_up_tokenization_spaces": False}, f, indent=2)
-    with open(os.path.join(args.out, "special_tokens_map.json"), "w") as f:
-        json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, f, indent=2)
-    shutil.copy(prefix + ".model", os.path.join(args.out, "tokenizer.model"))
+    write_hf_side_files(args.out, c, tok_path)
 
     # ------------------------------------------------------------------ routing skew
     model.eval()
@@ -452,13 +672,11 @@ def main():
             _, _, sels = model(x)
             for li, s in enumerate(sels):
                 counts[li] += torch.bincount(s.flatten(), minlength=args.experts).float()
-    q = max(1, args.experts // 4)
-    skew = []
+    skew10, skew, n10, q = routing_skew(counts)
     for li in range(args.layers):
         share = counts[li] / counts[li].sum()
-        top = share.sort(descending=True).values[:q].sum().item()
-        skew.append(top)
-        print(f"layer {li}: top-25% ({q} of {args.experts}) experts' share of routings = {top:.3f} "
+        print(f"layer {li}: top-10% ({n10} of {args.experts}) experts' share of routings = {skew10[li]:.3f} "
+              f"(uniform {n10 / args.experts:.3f}); top-25% ({q}) = {skew[li]:.3f} "
               f"(uniform {q / args.experts:.3f}); shares {[round(v, 3) for v in share.tolist()]}", flush=True)
 
     # ------------------------------------------------------------------ sample
@@ -476,7 +694,13 @@ def main():
         "tokens_trained": tokens, "train_seconds": round(train_time, 1),
         "tokens_per_second": round(tokens / train_time, 1), "final_train_ce_ema": ema,
         "final_held_out_loss_bf16": final_held, "eval_log": log,
-        "routing_top25pct_share_per_layer": skew, "seed": args.seed, "args": vars(args),
+        "routing_top25pct_share_per_layer": skew,
+        "routing_top10pct_share_per_layer": skew10, "routing_top10pct_experts": n10,
+        "routing_counts_held_out": counts.long().tolist(),
+        "tokenizer": args.tokenizer or "trained (this run)",
+        "data": "all fortunes of the Debian fortunes + fortunes-min packages and the KJV Bible "
+                "(bible-kjv, one document per chapter); documents shuffled with the seed, 2% held out",
+        "command": " ".join(sys.argv), "seed": args.seed, "args": vars(args),
         "corpus_train_tokens": len(train_ids), "corpus_heldout_tokens": len(held_ids),
         "greedy_sample_The_LORD": sample,
     }
