@@ -7,6 +7,8 @@ Writes
   tests/golden/qwen3_moe/      random-weight Qwen3-MoE     (per-head q/k RMSNorm, explicit head_dim)
   tests/golden/olmoe/          random-weight OLMoE         (whole-projection q/k RMSNorm)
   tests/golden/mixtral_demo/golden.json   for the trained demo model in models/demo/
+  tests/golden/qwen3_demo_fg/golden.json  for the fine-grained qwen3_moe model in models/demo-fg/
+  tests/golden/qwen3_demo_draft/golden.json  for the dense draft (qwen3_moe, 1 expert) in models/demo-draft/
 Every fixture directory is a complete Hugging Face model directory: config.json,
 model.safetensors (bf16), tokenizer.model (a copy of the demo tokenizer),
 generation_config.json, plus golden.json.
@@ -46,8 +48,9 @@ Suggested tolerances for a bf16-weight engine computing in fp32: last_logits max
 diff <= 1e-2 (CPU fp32) and identical argmax; greedy_ids identical for the first tokens
 (small-margin ties can flip late tokens on GPU/bf16 activations).
 
-Run:  nice -n 19 /usr/bin/python3 tools/demo_model/make_fixtures.py          (~1 min)
-      --only arch fixtures: --skip-demo ; demo only: --only-demo
+Run:  nice -n 19 /usr/bin/python3 tools/demo_model/make_fixtures.py          (~2 min)
+      --only arch fixtures: --skip-demo ; trained models only: --only-demo
+      (--trained demo,demo-fg,demo-draft picks which trained models' goldens are rewritten)
 """
 import argparse
 import json
@@ -355,21 +358,26 @@ def check_demo_against_training_module(model_dir):
     import train_demo
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     W = st_io.load(os.path.join(model_dir, "model.safetensors"))
-    m = train_demo.MixtralForCausalLM(cfg)
-    m.load_state_dict(W)
+    m = train_demo.build_model(cfg)
+    train_demo.load_hf(m, W)
     m.eval()
     ids = list(range(3, 60))
     with torch.no_grad():
         a = m(torch.tensor([ids]))[0][0]
         b = forward(cfg, W, ids)[0]
     diff = (a - b).abs().max().item()
-    print(f"demo: training module vs functional reference max |dlogit| = {diff:.2e}", flush=True)
+    print(f"{model_dir}: training module vs functional reference max |dlogit| = {diff:.2e}", flush=True)
     assert diff < 1e-3
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--demo-dir", default=os.path.join(REPO, "models/demo"))
+    ap.add_argument("--fg-dir", default=os.path.join(REPO, "models/demo-fg"))
+    ap.add_argument("--draft-dir", default=os.path.join(REPO, "models/demo-draft"))
+    ap.add_argument("--trained", default="demo,demo-fg,demo-draft",
+                    help="trained models whose goldens are written (comma list; a missing model "
+                         "directory is skipped with a note)")
     ap.add_argument("--tokenizer", default=None, help="default: <demo-dir>/tokenizer.model")
     ap.add_argument("--skip-demo", action="store_true")
     ap.add_argument("--only-demo", action="store_true")
@@ -384,11 +392,18 @@ def main():
                                              ("qwen3_moe", "qwen3_moe"), ("olmoe", "olmoe")]):
             write_arch_fixture(arch, dirname, 1000 + i, sp, tok)
     if not args.skip_demo:
-        check_demo_against_training_module(args.demo_dir)
-        d = os.path.join(REPO, "tests/golden/mixtral_demo")
-        os.makedirs(d, exist_ok=True)
-        rel = os.path.relpath(os.path.abspath(args.demo_dir), REPO)
-        make_golden(args.demo_dir, rel, sp, os.path.join(d, "golden.json"))
+        trained = {"demo": (args.demo_dir, "mixtral_demo"), "demo-fg": (args.fg_dir, "qwen3_demo_fg"),
+                   "demo-draft": (args.draft_dir, "qwen3_demo_draft")}
+        for name in args.trained.split(","):
+            model_dir, fixture = trained[name]
+            if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
+                print(f"{name}: {model_dir} has no model.safetensors; skipped", flush=True)
+                continue
+            check_demo_against_training_module(model_dir)
+            d = os.path.join(REPO, "tests/golden", fixture)
+            os.makedirs(d, exist_ok=True)
+            rel = os.path.relpath(os.path.abspath(model_dir), REPO)
+            make_golden(model_dir, rel, sp, os.path.join(d, "golden.json"))
 
 
 if __name__ == "__main__":
