@@ -136,7 +136,8 @@ TEST_P(ParityTest, BatchedAndChunkedPrefillMatchOneByOne) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest,
                          ::testing::Values("mixtral_demo", "mixtral_tiny",
-                                           "qwen2_moe", "qwen3_moe", "olmoe"),
+                                           "qwen2_moe", "qwen3_moe", "olmoe",
+                                           "qwen3_demo_fg", "qwen3_demo_draft"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

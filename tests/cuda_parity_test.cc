@@ -183,7 +183,8 @@ TEST_P(CudaParityTest, BatchedPrefillMatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, CudaParityTest,
     ::testing::Combine(::testing::Values("mixtral_demo", "mixtral_tiny",
-                                         "qwen2_moe", "qwen3_moe", "olmoe"),
+                                         "qwen2_moe", "qwen3_moe", "olmoe",
+                                         "qwen3_demo_fg", "qwen3_demo_draft"),
                        ::testing::Values(1.0, 0.25)),
     [](const auto& info) {
       return std::get<0>(info.param) +
