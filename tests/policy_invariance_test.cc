@@ -197,7 +197,8 @@ TEST(PolicyInvarianceMatrixTest, SomePolicyIsRegistered) {
 
 INSTANTIATE_TEST_SUITE_P(
     Matrix, PolicyInvarianceTest,
-    ::testing::Combine(::testing::Values("mixtral_demo", "qwen2_moe"),
+    ::testing::Combine(::testing::Values("mixtral_demo", "qwen2_moe",
+                                         "qwen3_demo_fg", "qwen3_demo_draft"),
                        ::testing::ValuesIn(policies::RegisteredPolicies()),
                        ::testing::Values("layer", "25%", "100%"),
                        ::testing::Bool(), ::testing::Values("host", "disk"),
