@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/architecture.h"
 #include "base/status_macros.h"
+#include "engine/architecture.h"
 #include "engine/json_util.h"
 
 namespace moeserve::engine {
@@ -54,9 +54,10 @@ absl::Status ParseTokenIds(const json& j, ModelConfig* c) {
 
 absl::Status ParseDims(const json& j, ModelConfig* c) {
   MOESERVE_ASSIGN_OR_RETURN(c->hidden_size, GetInt(j, "hidden_size"));
-  MOESERVE_ASSIGN_OR_RETURN(c->num_hidden_layers, GetInt(j, "num_hidden_layers"));
+  MOESERVE_ASSIGN_OR_RETURN(c->num_hidden_layers,
+                            GetInt(j, "num_hidden_layers"));
   MOESERVE_ASSIGN_OR_RETURN(c->num_attention_heads,
-                          GetInt(j, "num_attention_heads"));
+                            GetInt(j, "num_attention_heads"));
   MOESERVE_ASSIGN_OR_RETURN(
       c->num_key_value_heads,
       GetInt(j, "num_key_value_heads", c->num_attention_heads));
@@ -75,7 +76,7 @@ absl::Status ParseDims(const json& j, ModelConfig* c) {
       GetInt(j, "head_dim", c->hidden_size / c->num_attention_heads));
   MOESERVE_ASSIGN_OR_RETURN(c->vocab_size, GetInt(j, "vocab_size"));
   MOESERVE_ASSIGN_OR_RETURN(c->max_position_embeddings,
-                          GetInt(j, "max_position_embeddings"));
+                            GetInt(j, "max_position_embeddings"));
   return absl::OkStatus();
 }
 
@@ -85,7 +86,8 @@ absl::Status RefuseUnsupported(const json& j, const ModelConfig& c) {
     return absl::InvalidArgumentError(
         "field \"rope_scaling\" is set; RoPE scaling is not supported yet");
   }
-  MOESERVE_ASSIGN_OR_RETURN(bool use_sw, GetBool(j, "use_sliding_window", true));
+  MOESERVE_ASSIGN_OR_RETURN(bool use_sw,
+                            GetBool(j, "use_sliding_window", true));
   if (use_sw && json_util::HasNonNull(j, "sliding_window")) {
     MOESERVE_ASSIGN_OR_RETURN(int64_t window, GetInt(j, "sliding_window"));
     if (window < c.max_position_embeddings) {
@@ -103,7 +105,7 @@ absl::Status ParseCommon(const json& j, ModelConfig* c) {
   MOESERVE_ASSIGN_OR_RETURN(c->rms_norm_eps, GetDouble(j, "rms_norm_eps"));
   MOESERVE_ASSIGN_OR_RETURN(c->rope_theta, GetDouble(j, "rope_theta"));
   MOESERVE_ASSIGN_OR_RETURN(c->tie_word_embeddings,
-                          GetBool(j, "tie_word_embeddings", false));
+                            GetBool(j, "tie_word_embeddings", false));
   MOESERVE_ASSIGN_OR_RETURN(c->torch_dtype, GetString(j, "torch_dtype", ""));
   MOESERVE_RETURN_IF_ERROR(ParseTokenIds(j, c));
   return RefuseUnsupported(j, *c);

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/architecture.h"
 #include "base/status_macros.h"
+#include "engine/architecture.h"
 #include "spdlog/spdlog.h"
 
 namespace moeserve::engine {
@@ -85,7 +85,7 @@ absl::Status ModelWeights::LoadNonExperts() {
   const Architecture& arch = *config_.architecture;
   for (const TensorSpec& spec : arch.NonExpertTensors(config_)) {
     MOESERVE_ASSIGN_OR_RETURN(WeightView v,
-                            CheckTensor(*files_, spec, config_.model_type));
+                              CheckTensor(*files_, spec, config_.model_type));
     non_expert_bytes_ += v.bytes;
     weights_.emplace(spec.name, std::move(v));
   }

@@ -6,9 +6,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "engine/architecture.h"
 #include "engine/internal/scratch_buffer.h"
-#include "base/status_macros.h"
 
 namespace moeserve::engine {
 
@@ -101,14 +101,15 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
                      " memory (use an offload stack on the backend's device)"));
   }
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
-                          backend->CreateStream());
+                            backend->CreateStream());
   auto model = std::unique_ptr<MoeModel>(
       new MoeModel(weights, backend, experts, std::move(stream)));
   MOESERVE_RETURN_IF_ERROR(model->ResolveWeights());
   if (backend->device() != kernels::Device::kCpu) {
     MOESERVE_RETURN_IF_ERROR(model->UploadWeights());
   }
-  MOESERVE_RETURN_IF_ERROR(experts->AttachCompute(backend, model->stream_.get()));
+  MOESERVE_RETURN_IF_ERROR(
+      experts->AttachCompute(backend, model->stream_.get()));
   return model;
 }
 
@@ -143,8 +144,8 @@ absl::Status MoeModel::UploadWeights() {
     std::byte* dst = base + offset_of[t->raw()];
     int64_t shape[Tensor::kMaxDims];
     for (int i = 0; i < t->rank(); ++i) shape[i] = t->dim(i);
-    MOESERVE_ASSIGN_OR_RETURN(*t, Tensor::Make(dst, t->dtype(), shape, t->rank(),
-                                             backend_->device()));
+    MOESERVE_ASSIGN_OR_RETURN(*t, Tensor::Make(dst, t->dtype(), shape,
+                                               t->rank(), backend_->device()));
   }
   return stream_->Synchronize();
 }
@@ -165,9 +166,9 @@ absl::Status MoeModel::ResolveWeights() {
     LayerWeights& lw = layers_[l];
     const AttentionTensorNames a = arch.AttentionNames(l);
     MOESERVE_ASSIGN_OR_RETURN(lw.input_norm,
-                            WeightTensor(w, arch.InputNormName(l)));
+                              WeightTensor(w, arch.InputNormName(l)));
     MOESERVE_ASSIGN_OR_RETURN(lw.post_norm,
-                            WeightTensor(w, arch.PostAttentionNormName(l)));
+                              WeightTensor(w, arch.PostAttentionNormName(l)));
     MOESERVE_ASSIGN_OR_RETURN(lw.q, WeightTensor(w, a.q));
     MOESERVE_ASSIGN_OR_RETURN(lw.k, WeightTensor(w, a.k));
     MOESERVE_ASSIGN_OR_RETURN(lw.v, WeightTensor(w, a.v));
@@ -185,7 +186,7 @@ absl::Status MoeModel::ResolveWeights() {
     if (std::optional<SharedExpertTensorNames> s = arch.SharedExpertNames(l);
         s.has_value() && c.shared_expert_intermediate_size > 0) {
       MOESERVE_ASSIGN_OR_RETURN(lw.shared_gate_proj,
-                              WeightTensor(w, s->mlp.gate));
+                                WeightTensor(w, s->mlp.gate));
       MOESERVE_ASSIGN_OR_RETURN(lw.shared_up, WeightTensor(w, s->mlp.up));
       MOESERVE_ASSIGN_OR_RETURN(lw.shared_down, WeightTensor(w, s->mlp.down));
       MOESERVE_ASSIGN_OR_RETURN(lw.shared_gate, WeightTensor(w, s->gate));
@@ -460,8 +461,8 @@ absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
   // Routing is read on the host: it decides which experts to fetch.
   r.host_weights.resize(n * k);
   r.host_ids.resize(n * k);
-  MOESERVE_RETURN_IF_ERROR(backend_->CopyToHost(st, r.host_weights.data(),
-                                              weights.raw(), weights.nbytes()));
+  MOESERVE_RETURN_IF_ERROR(backend_->CopyToHost(
+      st, r.host_weights.data(), weights.raw(), weights.nbytes()));
   MOESERVE_RETURN_IF_ERROR(
       backend_->CopyToHost(st, r.host_ids.data(), ids.raw(), ids.nbytes()));
   return st.Synchronize();
@@ -505,8 +506,8 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
       st, s.perm.data(), s.perm_host.data(), n * k * sizeof(int32_t)));
   MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(st, s.perm_weights.data(),
-                                                s.perm_weights_host.data(),
-                                                n * k * sizeof(float)));
+                                                  s.perm_weights_host.data(),
+                                                  n * k * sizeof(float)));
   std::vector<int> selected, counts;
   for (int e = 0; e < E; ++e) {
     const int count = s.expert_begin[e + 1] - s.expert_begin[e];
@@ -519,7 +520,7 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   Tensor moe_out = F32(s.moe_out, {n, d});
   for (int e : selected) {
     MOESERVE_ASSIGN_OR_RETURN(const std::byte* blob_data,
-                            experts_->Acquire({layer, e}));
+                              experts_->Acquire({layer, e}));
     const int64_t begin = s.expert_begin[e];
     const int64_t m = s.expert_begin[e + 1] - begin;
     Tensor rows = I32(s.perm, begin, {m});

@@ -15,15 +15,15 @@ absl::Status ParseExpertCounts(const nlohmann::json& j, const char* experts_key,
                                const char* ffn_key, ModelConfig* c) {
   MOESERVE_ASSIGN_OR_RETURN(c->num_experts, json_util::GetInt(j, experts_key));
   MOESERVE_ASSIGN_OR_RETURN(c->num_experts_per_tok,
-                          json_util::GetInt(j, "num_experts_per_tok"));
+                            json_util::GetInt(j, "num_experts_per_tok"));
   MOESERVE_ASSIGN_OR_RETURN(c->expert_intermediate_size,
-                          json_util::GetInt(j, ffn_key));
+                            json_util::GetInt(j, ffn_key));
   return absl::OkStatus();
 }
 
 absl::Status ParseQwenSparsity(const nlohmann::json& j, ModelConfig* c) {
   MOESERVE_ASSIGN_OR_RETURN(c->decoder_sparse_step,
-                          json_util::GetInt(j, "decoder_sparse_step", 1));
+                            json_util::GetInt(j, "decoder_sparse_step", 1));
   if (c->decoder_sparse_step < 1) {
     return absl::InvalidArgumentError(
         "field \"decoder_sparse_step\" must be >= 1");
@@ -65,7 +65,7 @@ absl::Status ParseQwenSparsity(const nlohmann::json& j, ModelConfig* c) {
 absl::Status RefuseAttentionBias(const nlohmann::json& j,
                                  absl::string_view model_type) {
   MOESERVE_ASSIGN_OR_RETURN(bool bias,
-                          json_util::GetBool(j, "attention_bias", false));
+                            json_util::GetBool(j, "attention_bias", false));
   if (bias) {
     return absl::InvalidArgumentError(absl::StrCat(
         "field \"attention_bias\" = true is not supported for ", model_type));

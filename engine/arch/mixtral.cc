@@ -3,9 +3,9 @@
 // always renormalised.
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "engine/arch/arch_util.h"
 #include "engine/architecture.h"
-#include "base/status_macros.h"
 
 namespace moeserve::engine::arch {
 namespace {

@@ -1,8 +1,8 @@
 // OLMoE (OlmoeForCausalLM): routed experts, RMSNorm over the whole q and k
 // projections (weights [heads*head_dim] and [kv_heads*head_dim]).
 
-#include "engine/arch/qwen_style.h"
 #include "base/status_macros.h"
+#include "engine/arch/qwen_style.h"
 #include "engine/json_util.h"
 
 namespace moeserve::engine::arch {
@@ -17,7 +17,7 @@ class Olmoe : public QwenStyleMoe {
     MOESERVE_RETURN_IF_ERROR(
         ParseExpertCounts(j, "num_experts", "intermediate_size", c));
     MOESERVE_ASSIGN_OR_RETURN(c->norm_topk_prob,
-                            json_util::GetBool(j, "norm_topk_prob", false));
+                              json_util::GetBool(j, "norm_topk_prob", false));
     MOESERVE_RETURN_IF_ERROR(RefuseAttentionBias(j, model_type()));
     if (json_util::HasNonNull(j, "clip_qkv")) {
       return absl::InvalidArgumentError(

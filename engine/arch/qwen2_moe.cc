@@ -1,8 +1,8 @@
 // Qwen2-MoE (Qwen2MoeForCausalLM): routed experts plus one shared expert with
 // a sigmoid gate; q/k/v projections carry biases.
 
-#include "engine/arch/qwen_style.h"
 #include "base/status_macros.h"
+#include "engine/arch/qwen_style.h"
 #include "engine/json_util.h"
 
 namespace moeserve::engine::arch {
@@ -17,7 +17,7 @@ class Qwen2Moe : public QwenStyleMoe {
     MOESERVE_RETURN_IF_ERROR(
         ParseExpertCounts(j, "num_experts", "moe_intermediate_size", c));
     MOESERVE_ASSIGN_OR_RETURN(c->norm_topk_prob,
-                            json_util::GetBool(j, "norm_topk_prob", false));
+                              json_util::GetBool(j, "norm_topk_prob", false));
     MOESERVE_ASSIGN_OR_RETURN(
         c->shared_expert_intermediate_size,
         json_util::GetInt(j, "shared_expert_intermediate_size"));

@@ -1,8 +1,8 @@
 // Qwen3-MoE (Qwen3MoeForCausalLM): routed experts only, RMSNorm on q and k
 // per head (weights [head_dim]).
 
-#include "engine/arch/qwen_style.h"
 #include "base/status_macros.h"
+#include "engine/arch/qwen_style.h"
 #include "engine/json_util.h"
 
 namespace moeserve::engine::arch {
@@ -17,7 +17,7 @@ class Qwen3Moe : public QwenStyleMoe {
     MOESERVE_RETURN_IF_ERROR(
         ParseExpertCounts(j, "num_experts", "moe_intermediate_size", c));
     MOESERVE_ASSIGN_OR_RETURN(c->norm_topk_prob,
-                            json_util::GetBool(j, "norm_topk_prob", false));
+                              json_util::GetBool(j, "norm_topk_prob", false));
     MOESERVE_RETURN_IF_ERROR(RefuseAttentionBias(j, model_type()));
     c->shared_expert_intermediate_size = 0;
     c->qk_norm = QkNorm::kPerHead;

@@ -29,15 +29,15 @@ absl::StatusOr<CopyProbe> MeasurePinnedCopy(kernels::Backend* backend,
       std::clamp<int64_t>(kRingBudgetBytes / bytes_per_copy, 1, copies));
   // A copy stream, as the link's transport uses.
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
-                          backend->CreateCopyStream());
+                            backend->CreateCopyStream());
   std::vector<std::unique_ptr<kernels::Buffer>> host, device;
   for (int i = 0; i < buffers; ++i) {
     MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> h,
-                            backend->AllocateHost(bytes_per_copy));
+                              backend->AllocateHost(bytes_per_copy));
     std::memset(h->data(), i + 1, bytes_per_copy);  // pages touched
     host.push_back(std::move(h));
     MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> d,
-                            backend->Allocate(bytes_per_copy));
+                              backend->Allocate(bytes_per_copy));
     device.push_back(std::move(d));
   }
   // Warm-up: every destination written once.
@@ -48,9 +48,9 @@ absl::StatusOr<CopyProbe> MeasurePinnedCopy(kernels::Backend* backend,
   MOESERVE_RETURN_IF_ERROR(stream->Synchronize());
 
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> start,
-                          backend->CreateEvent());
+                            backend->CreateEvent());
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> stop,
-                          backend->CreateEvent());
+                            backend->CreateEvent());
   const Clock::time_point wall_start = Clock::now();
   MOESERVE_RETURN_IF_ERROR(backend->RecordEvent(*stream, *start));
   for (int i = 0; i < copies; ++i) {
@@ -64,7 +64,7 @@ absl::StatusOr<CopyProbe> MeasurePinnedCopy(kernels::Backend* backend,
   const double wall =
       std::chrono::duration<double>(Clock::now() - wall_start).count();
   MOESERVE_ASSIGN_OR_RETURN(const double event_seconds,
-                          stop->SecondsSince(*start));
+                            stop->SecondsSince(*start));
 
   CopyProbe p;
   p.bytes_per_copy = bytes_per_copy;

@@ -38,14 +38,14 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
   // Blobs come from the slow tier the weights support: the packed arena, or
   // pread from the files (weights loaded for the disk tier).
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<engine::SlowTier> slow,
-                          weights.expert({0, 0}).data != nullptr
-                              ? engine::NewHostSlowTier(&weights)
-                              : engine::NewDiskSlowTier(&weights));
+                            weights.expert({0, 0}).data != nullptr
+                                ? engine::NewHostSlowTier(&weights)
+                                : engine::NewDiskSlowTier(&weights));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
-                          backend->CreateStream());
+                            backend->CreateStream());
   kernels::Stream& s = *stream;
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> staging,
-                          backend->AllocateHost(blob_bytes));
+                            backend->AllocateHost(blob_bytes));
   std::vector<std::unique_ptr<kernels::Buffer>> blobs;
   for (int i = 0; i < n; ++i) {
     // Spread the sample over layers and experts.
@@ -53,7 +53,7 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
     const engine::ExpertId id{flat / weights.num_experts(),
                               flat % weights.num_experts()};
     MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> blob,
-                            backend->Allocate(blob_bytes));
+                              backend->Allocate(blob_bytes));
     MOESERVE_RETURN_IF_ERROR(
         slow->Read(id, static_cast<std::byte*>(staging->data())));
     MOESERVE_RETURN_IF_ERROR(
@@ -67,11 +67,11 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
   // Activations and workspace in device memory too.
   const int64_t ws_elems = kernels::ExpertFfnWorkspaceElems(1, ffn);
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> x,
-                          backend->Allocate(hidden * 4));
+                            backend->Allocate(hidden * 4));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> out,
-                          backend->Allocate(hidden * 4));
+                            backend->Allocate(hidden * 4));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> ws,
-                          backend->Allocate(ws_elems * 4));
+                            backend->Allocate(ws_elems * 4));
   {
     std::vector<float> host(hidden);
     std::mt19937 rng(7);
@@ -98,9 +98,9 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
   // Device time between two events (wall time on the CPU backend). The host
   // waits after every pass only to know when to stop.
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> start,
-                          backend->CreateEvent());
+                            backend->CreateEvent());
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Event> stop,
-                          backend->CreateEvent());
+                            backend->CreateEvent());
   MOESERVE_RETURN_IF_ERROR(backend->RecordEvent(s, *start));
   int passes = 0;
   const Clock::time_point wall_start = Clock::now();
