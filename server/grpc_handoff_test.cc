@@ -78,9 +78,15 @@ class ServingHandOffTest : public ::testing::Test {
     grpc_ = *std::move(grpc_server);
     ASSERT_TRUE(host_->WaitUntilLoaded().ok());
     grpc_->SetServing(true);
-    stub_ = v1::Inference::NewStub(
+    std::shared_ptr<grpc::Channel> channel =
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_->port()),
-                            grpc::InsecureChannelCredentials()));
+                            grpc::InsecureChannelCredentials());
+    // Connected before the first 40 ms deadline starts: a call that expires
+    // while the connection is still being set up never reaches the server,
+    // and the server-side counts below would come up short.
+    ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                          std::chrono::seconds(30)));
+    stub_ = v1::Inference::NewStub(channel);
   }
 
   void TearDown() override {
