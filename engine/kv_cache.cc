@@ -100,6 +100,16 @@ void KvCache::Release(BlockTable* table) {
   table->clear();
 }
 
+void KvCache::Truncate(BlockTable* table, int64_t num_tokens) {
+  const size_t keep = static_cast<size_t>(
+      std::max<int64_t>(0, (num_tokens + block_size_ - 1) / block_size_));
+  if (keep >= table->size()) return;
+  base::MutexLock lock(&mu_);
+  // Reverse order, as Release: the most recently taken block is reused first.
+  free_.insert(free_.end(), table->rbegin(), table->rend() - keep);
+  table->resize(keep);
+}
+
 int64_t KvCache::free_blocks() const {
   base::MutexLock lock(&mu_);
   return static_cast<int64_t>(free_.size());

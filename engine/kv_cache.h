@@ -50,6 +50,13 @@ class KvCache {
   // Returns every block of `table` to the free list and clears it.
   void Release(BlockTable* table) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Shrinks `table` to cover positions [0, num_tokens) only, returning the
+  // trailing blocks no longer needed (the rollback of rejected speculative
+  // positions). Keys and values left in a kept block past `num_tokens` are
+  // stale; attention never reads past a sequence's length, and the next
+  // forward overwrites them. REQUIRES: num_tokens >= 0.
+  void Truncate(BlockTable* table, int64_t num_tokens) ABSL_LOCKS_EXCLUDED(mu_);
+
   int64_t free_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }

@@ -33,6 +33,29 @@ TEST(KvCache, GrowsByWholeBlocksAndReleases) {
   EXPECT_EQ((*cache)->free_blocks(), 2);
 }
 
+TEST(KvCache, TruncateFreesTrailingBlocksOnly) {
+  auto cache = KvCache::Create(SmallConfig(), 6, 4);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  BlockTable a;
+  ASSERT_TRUE((*cache)->Grow(&a, 17).ok());  // 5 blocks
+  const BlockTable before = a;
+  (*cache)->Truncate(&a, 9);  // positions 0..8: 3 blocks
+  EXPECT_EQ(a, BlockTable(before.begin(), before.begin() + 3));
+  EXPECT_EQ((*cache)->free_blocks(), 3);
+  (*cache)->Truncate(&a, 12);  // still 3 blocks: nothing to free
+  EXPECT_EQ(a.size(), 3u);
+  EXPECT_EQ((*cache)->free_blocks(), 3);
+  // The freed blocks are handed out again, the last freed first.
+  BlockTable b;
+  ASSERT_TRUE((*cache)->Grow(&b, 4).ok());
+  EXPECT_EQ(b.front(), before[3]);
+  (*cache)->Truncate(&a, 0);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ((*cache)->free_blocks(), 5);
+  (*cache)->Release(&b);
+  EXPECT_EQ((*cache)->free_blocks(), 6);
+}
+
 TEST(KvCache, ExhaustionAllocatesNothing) {
   auto cache = KvCache::Create(SmallConfig(), 3, 8);
   ASSERT_TRUE(cache.ok());
