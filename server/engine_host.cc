@@ -84,9 +84,10 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
       return absl::Status(
           st.code(), absl::StrCat("engine '", spec.name, "': ", st.message()));
     }
-    spdlog::info("engine '{}': policy {} ({}), fast tier {} MiB, {} slow tier",
+    const std::string config = engine::PolicyConfigText(spec.policy_config);
+    spdlog::info("engine '{}': policy {}{}, fast tier {} MiB, {} slow tier",
                  spec.name, spec.policy,
-                 engine::PolicyConfigText(spec.policy_config),
+                 config.empty() ? "" : absl::StrCat(" (", config, ")"),
                  named.built.expert_cache_bytes >> 20, spec.slow_tier);
     host->engines_.push_back(std::move(named));
   }
