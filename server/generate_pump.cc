@@ -13,11 +13,17 @@ bool IsLast(const v1::GenerateResponse& r) {
 
 }  // namespace
 
-void PumpBase::StartPump(std::unique_ptr<GenerateCall> call) {
-  GenerateCall* raw = call.get();
+void PumpBase::StartPump(absl::StatusOr<std::unique_ptr<GenerateCall>> call) {
+  GenerateCall* raw;
   {
     base::MutexLock lock(&mu_);
-    call_ = std::move(call);
+    if (!call.ok()) {  // nothing was queued: the call ends here
+      finished_ = true;
+      FinishTransport(call.status());
+      return;
+    }
+    call_ = *std::move(call);
+    raw = call_.get();
   }
   // Not under mu_ (lock order). `raw` stays valid: only the pump's
   // destruction frees it, after Detach.
@@ -84,7 +90,7 @@ void GenerateStreamPump::WriteNextLocked() {
 
 void GenerateStreamPump::FinishLocked(const absl::Status& status) {
   finished_ = true;
-  transport_->Finish(status);
+  FinishTransport(status);
 }
 
 void GenerateUnaryPump::OnReady() {
@@ -97,7 +103,7 @@ void GenerateUnaryPump::OnReady() {
     if (!IsLast(r)) continue;
     finished_ = true;
     if (final_status.ok() && client_gone_) final_status = ClientGone();
-    transport_->Finish(final_status);
+    FinishTransport(final_status);
     return;
   }
 }

@@ -22,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "proto/moeserve.pb.h"
 #include "server/model_host.h"
@@ -58,9 +59,14 @@ class PumpBase {
   void Detach() ABSL_LOCKS_EXCLUDED(mu_);
 
  protected:
-  // Owns `call` and registers OnReady as its listener (may run at once).
-  void StartPump(std::unique_ptr<GenerateCall> call) ABSL_LOCKS_EXCLUDED(mu_);
+  // Owns `call` and registers OnReady as its listener (may run at once);
+  // a call that could not start ends the transport with its status.
+  void StartPump(absl::StatusOr<std::unique_ptr<GenerateCall>> call)
+      ABSL_LOCKS_EXCLUDED(mu_);
   virtual void OnReady() ABSL_LOCKS_EXCLUDED(mu_) = 0;
+  // The transport's one Finish.
+  virtual void FinishTransport(const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
 
   base::Mutex mu_;
   std::unique_ptr<GenerateCall> call_ ABSL_GUARDED_BY(mu_);
@@ -74,13 +80,20 @@ class GenerateStreamPump final : public PumpBase {
   explicit GenerateStreamPump(StreamTransport* transport)
       : transport_(transport) {}
 
-  void Start(std::unique_ptr<GenerateCall> call) { StartPump(std::move(call)); }
+  // `call`: ModelHost::StartGenerate's result; an error finishes at once.
+  void Start(absl::StatusOr<std::unique_ptr<GenerateCall>> call) {
+    StartPump(std::move(call));
+  }
   // Transport: the write started last completed (`ok`: it reached the
   // client; false: the client is gone).
   void OnWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void OnReady() override ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishTransport(const absl::Status& status) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    transport_->Finish(status);
+  }
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -99,10 +112,17 @@ class GenerateUnaryPump final : public PumpBase {
                     v1::GenerateUnaryResponse* response)
       : transport_(transport), out_(response) {}
 
-  void Start(std::unique_ptr<GenerateCall> call) { StartPump(std::move(call)); }
+  // `call`: ModelHost::StartGenerate's result; an error finishes at once.
+  void Start(absl::StatusOr<std::unique_ptr<GenerateCall>> call) {
+    StartPump(std::move(call));
+  }
 
  private:
   void OnReady() override ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishTransport(const absl::Status& status) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    transport_->Finish(status);
+  }
   void AppendLocked(const v1::GenerateResponse& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

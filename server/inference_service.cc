@@ -34,13 +34,7 @@ class GenerateStreamReactor final
                         grpc::CallbackServerContext* context,
                         const v1::GenerateRequest& request)
       : service_(service), pump_(this) {
-    absl::StatusOr<std::unique_ptr<GenerateCall>> call =
-        service_->StartCall(*context, request);
-    if (!call.ok()) {
-      Finish(call.status());
-      return;
-    }
-    pump_.Start(*std::move(call));
+    pump_.Start(service_->StartCall(*context, request));
   }
 
   // StreamTransport (called by the pump with its lock held).
@@ -74,13 +68,7 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor,
                        const v1::GenerateRequest& request,
                        v1::GenerateUnaryResponse* response)
       : service_(service), pump_(this, response) {
-    absl::StatusOr<std::unique_ptr<GenerateCall>> call =
-        service_->StartCall(*context, request);
-    if (!call.ok()) {
-      Finish(call.status());
-      return;
-    }
-    pump_.Start(*std::move(call));
+    pump_.Start(service_->StartCall(*context, request));
   }
 
   void Finish(const absl::Status& status) override {
