@@ -21,7 +21,6 @@ Smoke: --steps 5 --out /tmp/draft_smoke
 """
 import argparse
 import json
-import math
 import os
 import random
 import sys
@@ -93,9 +92,7 @@ def main():
     print(f"tokens: train {len(train_ids)}, held-out {len(held_ids)}", flush=True)
 
     def batch(src, n, gen):
-        ix = torch.randint(0, len(src) - args.seq - 1, (n,), generator=gen)
-        return (torch.stack([src[i:i + args.seq] for i in ix]),
-                torch.stack([src[i + 1:i + 1 + args.seq] for i in ix]))
+        return td.sample_batch(src, n, args.seq, gen)
 
     # Same fixed held-out windows as train_demo.py's evaluation.
     eg = torch.Generator().manual_seed(args.seed + 1)
@@ -160,33 +157,19 @@ def main():
     init_ce, init_kl, init_agree = evaluate(draft)
     print(f"init: held-out CE {init_ce:.3f} KL {init_kl:.3f} agreement {init_agree}", flush=True)
 
-    decay = [p for p in draft.parameters() if p.dim() >= 2]
-    nodecay = [p for p in draft.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": nodecay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
-    warm = max(1, min(30, args.steps // 10))
-
-    def lr_at(s, progress):
-        if s < warm:
-            return args.lr * (s + 1) / warm
-        p0 = warm / args.steps
-        p = min(1.0, max(0.0, (progress - p0) / max(1e-9, 1 - p0)))
-        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+    opt = td.adamw(draft, args.lr)
+    lr_at = td.cosine_lr(args.lr, max(1, min(30, args.steps // 10)), args.steps)
 
     g = torch.Generator().manual_seed(args.seed + 7)
-    t0 = time.time()
-    tokens, ema, step, time_limited, log = 0, None, 0, False, []
+    budget = td.TimeBudget(args.steps, args.max_seconds)
+    tokens, ema, step, log = 0, None, 0, []
     draft.train()
     for step in range(args.steps):
-        progress = max(step / args.steps, (time.time() - t0) / args.max_seconds)
+        progress = budget.progress(step)
         if progress >= 1.0:
-            time_limited = True
             print(f"!! --max-seconds reached at step {step}; stopping", flush=True)
             step -= 1
             break
-        if (time.time() - t0) / args.max_seconds > step / args.steps:
-            time_limited = True
         lr = lr_at(step, progress)
         for gr in opt.param_groups:
             gr["lr"] = lr
@@ -203,7 +186,7 @@ def main():
         opt.step()
         tokens += x.numel()
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
-        el = time.time() - t0
+        el = budget.elapsed()
         if step % 25 == 0:
             print(f"step {step} kl {loss.item():.3f} ema {ema:.3f} lr {lr:.2e} tok/s {tokens / el:.0f} "
                   f"elapsed {el:.0f}s", flush=True)
@@ -212,7 +195,7 @@ def main():
             print(f"  held-out CE {ce:.3f} KL {kl:.3f} agreement {ag}", flush=True)
             log.append({"step": step, "train_kl_ema": ema, "held_out_ce": ce, "held_out_kl": kl,
                         "agreement": ag})
-    train_time = time.time() - t0
+    train_time = budget.elapsed()
 
     sd = td.hf_state_dict(draft)
     path = os.path.join(args.out, "model.safetensors")
@@ -239,7 +222,7 @@ def main():
                  "copied": "embed_tokens, lm_head, final norm; per layer input/post-attention norms, "
                            "q/k/v/o projections, q/k norms; FFN = the layer's hottest expert"},
         "loss": "KL(target || draft) over the full vocabulary, temperature 1",
-        "steps": step + 1, "schedule_time_limited": time_limited, "tokens_trained": tokens,
+        "steps": step + 1, "schedule_time_limited": budget.time_limited, "tokens_trained": tokens,
         "train_seconds": round(train_time, 1), "tokens_per_second": round(tokens / train_time, 1),
         "init_held_out": {"ce": init_ce, "kl": init_kl, "greedy_agreement": init_agree},
         "final_held_out_loss_bf16": ce, "final_held_out_kl_bf16": kl,

@@ -150,10 +150,15 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(H, self.nkv * self.hd, bias=False)
         self.o_proj = nn.Linear(self.nh * self.hd, H, bias=False)
 
+    def norm_qk(self, q, k):
+        """Per-head q/k normalisation on [B, T, heads, hd]: none in Mixtral."""
+        return q, k
+
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.nh, self.hd).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q, k = self.norm_qk(self.q_proj(x).view(B, T, self.nh, self.hd),
+                            self.k_proj(x).view(B, T, self.nkv, self.hd))
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -203,32 +208,38 @@ class SparseMoe(nn.Module):
 
 
 class Layer(nn.Module):
+    """A decoder layer; subclasses swap the attention and MoE classes and the
+    MoE's Hugging Face attribute name."""
+    ATTENTION, MOE, MOE_NAME = Attention, SparseMoe, "block_sparse_moe"
+
     def __init__(self, c):
         super().__init__()
         self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.self_attn = Attention(c)
+        self.self_attn = self.ATTENTION(c)
         self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.block_sparse_moe = SparseMoe(c)
+        setattr(self, self.MOE_NAME, self.MOE(c))
 
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        y, logits, sel = self.block_sparse_moe(self.post_attention_layernorm(x))
+        y, logits, sel = getattr(self, self.MOE_NAME)(self.post_attention_layernorm(x))
         return x + y, logits, sel
 
 
 class Inner(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, layer):
         super().__init__()
         self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
+        self.layers = nn.ModuleList([layer(c) for _ in range(c["num_hidden_layers"])])
         self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
 
 
 class MixtralForCausalLM(nn.Module):
+    LAYER = Layer
+
     def __init__(self, c):
         super().__init__()
         self.c = c
-        self.model = Inner(c)
+        self.model = Inner(c, self.LAYER)
         self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
         std = c["initializer_range"]
         for n, p in self.named_parameters():
@@ -238,8 +249,11 @@ class MixtralForCausalLM(nn.Module):
         # scaled init for residual-branch outputs (GPT-2 style)
         for l in self.model.layers:
             nn.init.normal_(l.self_attn.o_proj.weight, 0.0, std / math.sqrt(2 * c["num_hidden_layers"]))
-            for e in l.block_sparse_moe.experts:
-                nn.init.normal_(e.w2.weight, 0.0, std / math.sqrt(2 * c["num_hidden_layers"]))
+            self.init_ffn_outputs(l, std / math.sqrt(2 * c["num_hidden_layers"]))
+
+    def init_ffn_outputs(self, layer, std):
+        for e in layer.block_sparse_moe.experts:
+            nn.init.normal_(e.w2.weight, 0.0, std)
 
     def forward(self, ids):
         T = ids.shape[1]
@@ -277,21 +291,8 @@ class Qwen3Attention(Attention):
         self.q_norm = RMSNorm(self.hd, c["rms_norm_eps"])
         self.k_norm = RMSNorm(self.hd, c["rms_norm_eps"])
 
-    def forward(self, x, cos, sin):
-        B, T, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, T, self.nh, self.hd)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(B, T, self.nkv, self.hd)).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        rep = self.nh // self.nkv
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd)
-        mask = torch.full((T, T), float("-inf")).triu(1)
-        att = torch.softmax((att + mask).float(), dim=-1).to(q.dtype)
-        y = (att @ v).transpose(1, 2).reshape(B, T, self.nh * self.hd)
-        return self.o_proj(y)
+    def norm_qk(self, q, k):
+        return self.q_norm(q), self.k_norm(k)
 
 
 class StackedMoe(nn.Module):
@@ -331,56 +332,18 @@ class StackedMoe(nn.Module):
         return out.view(B, T, H), logits, sel
 
 
-class Qwen3Layer(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.self_attn = Qwen3Attention(c)
-        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.mlp = StackedMoe(c)
-
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        y, logits, sel = self.mlp(self.post_attention_layernorm(x))
-        return x + y, logits, sel
-
-
-class Qwen3Inner(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList([Qwen3Layer(c) for _ in range(c["num_hidden_layers"])])
-        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+class Qwen3Layer(Layer):
+    ATTENTION, MOE, MOE_NAME = Qwen3Attention, StackedMoe, "mlp"
 
 
 EXPERT_STACKS = ("gate_proj", "up_proj", "down_proj")
 
 
-class Qwen3MoeForCausalLM(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.model = Qwen3Inner(c)
-        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
-        std = c["initializer_range"]
-        for n, p in self.named_parameters():
-            if n.endswith("norm.weight"):
-                continue
-            nn.init.normal_(p, 0.0, std)
-        for l in self.model.layers:
-            nn.init.normal_(l.self_attn.o_proj.weight, 0.0, std / math.sqrt(2 * c["num_hidden_layers"]))
-            nn.init.normal_(l.mlp.down_proj, 0.0, std / math.sqrt(2 * c["num_hidden_layers"]))
+class Qwen3MoeForCausalLM(MixtralForCausalLM):
+    LAYER = Qwen3Layer
 
-    def forward(self, ids):
-        T = ids.shape[1]
-        cos, sin = rope_cos_sin(T, self.c["head_dim"], self.c["rope_theta"])
-        x = self.model.embed_tokens(ids)
-        all_logits, all_sel = [], []
-        for l in self.model.layers:
-            x, rl, sel = l(x, cos, sin)
-            all_logits.append(rl)
-            all_sel.append(sel)
-        return self.lm_head(self.model.norm(x)), all_logits, all_sel
+    def init_ffn_outputs(self, layer, std):
+        nn.init.normal_(layer.mlp.down_proj, 0.0, std)
 
     def hf_state_dict(self):
         out = {}
@@ -470,6 +433,58 @@ def routing_skew(counts):
 
 
 # ----------------------------------------------------------------------------
+def adamw(model, lr):
+    """AdamW with weight decay on matrices only (not on norms)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    nodecay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": nodecay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def cosine_lr(base_lr, warm, steps):
+    """lr_at(step, progress): linear warmup over `warm` steps, then cosine to
+    10% of `base_lr` over the run's progress (0..1)."""
+    def lr_at(s, progress):
+        if s < warm:
+            return base_lr * (s + 1) / warm
+        p0 = warm / steps
+        p = min(1.0, max(0.0, (progress - p0) / max(1e-9, 1 - p0)))
+        return base_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+    return lr_at
+
+
+class TimeBudget:
+    """Progress through a run of `steps` steps within `max_seconds`: step-based
+    (deterministic) unless the wall clock runs ahead, then time-based, so the
+    cosine schedule still anneals. `time_limited` says whether the clock ever
+    led; `progress(step) >= 1` means the budget is spent. (The clock leads at
+    step 0 by the moments since start, so `time_limited` is true for every run
+    as it always was; only the stop at `--max-seconds` tells a cut run.)"""
+
+    def __init__(self, steps, max_seconds):
+        self.steps, self.max_seconds = steps, max_seconds
+        self.t0 = time.time()
+        self.time_limited = False
+
+    def elapsed(self):
+        return time.time() - self.t0
+
+    def progress(self, step):
+        clock = self.elapsed() / self.max_seconds
+        if clock > step / self.steps:
+            self.time_limited = True
+        return max(step / self.steps, clock)
+
+
+def sample_batch(src, n, seq, gen):
+    """`n` random windows of `seq` tokens of `src` and their next tokens."""
+    ix = torch.randint(0, len(src) - seq - 1, (n,), generator=gen)
+    x = torch.stack([src[i:i + seq] for i in ix])
+    y = torch.stack([src[i + 1:i + 1 + seq] for i in ix])
+    return x, y
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="models/demo")
@@ -574,28 +589,13 @@ def main():
     active = nparam - expert_params + expert_params * args.topk // args.experts
     print(f"model: {nparam / 1e6:.2f} M params ({active / 1e6:.2f} M active/token)", flush=True)
 
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    nodecay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": nodecay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
-    warm = max(1, min(50, args.steps // 10))
-
-    def lr_at(s, progress):
-        # linear warmup over `warm` steps, then cosine to 10% over the run's progress
-        if s < warm:
-            return args.lr * (s + 1) / warm
-        p0 = warm / args.steps
-        p = min(1.0, max(0.0, (progress - p0) / max(1e-9, 1 - p0)))
-        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+    opt = adamw(model, args.lr)
+    lr_at = cosine_lr(args.lr, max(1, min(50, args.steps // 10)), args.steps)
 
     g = torch.Generator().manual_seed(args.seed)
 
     def batch(src, n, gen):
-        ix = torch.randint(0, len(src) - args.seq - 1, (n,), generator=gen)
-        x = torch.stack([src[i:i + args.seq] for i in ix])
-        y = torch.stack([src[i + 1:i + 1 + args.seq] for i in ix])
-        return x, y
+        return sample_batch(src, n, args.seq, gen)
 
     # fixed held-out eval set
     eg = torch.Generator().manual_seed(args.seed + 1)
@@ -611,23 +611,17 @@ def main():
         m.train()
         return tot / len(held_batches)
 
-    t0 = time.time()
+    budget = TimeBudget(args.steps, args.max_seconds)
     tokens = 0
     ema = None
     step = 0
     log = []
-    time_limited = False
     for step in range(args.steps):
-        # Progress is step-based (deterministic) unless the wall-clock budget runs out
-        # first; then the cosine schedule follows elapsed time so the run still anneals.
-        progress = max(step / args.steps, (time.time() - t0) / args.max_seconds)
+        progress = budget.progress(step)
         if progress >= 1.0:
-            time_limited = True
             print(f"!! --max-seconds reached at step {step}; stopping (schedule was time-driven)", flush=True)
             step -= 1
             break
-        if (time.time() - t0) / args.max_seconds > step / args.steps:
-            time_limited = True
         cur_lr = lr_at(step, progress)
         for gr in opt.param_groups:
             gr["lr"] = cur_lr
@@ -642,7 +636,7 @@ def main():
         opt.step()
         tokens += x.numel()
         ema = ce.item() if ema is None else 0.95 * ema + 0.05 * ce.item()
-        el = time.time() - t0
+        el = budget.elapsed()
         if step % 25 == 0 or step == args.steps - 1:
             print(f"step {step} ce {ce.item():.3f} ema {ema:.3f} aux {aux.item():.3f} "
                   f"lr {cur_lr:.2e} tok/s {tokens / el:.0f} elapsed {el:.0f}s", flush=True)
@@ -650,7 +644,7 @@ def main():
             hl = evaluate(model)
             print(f"  held-out loss {hl:.3f}", flush=True)
             log.append({"step": step, "train_ema": ema, "held_out": hl})
-    train_time = time.time() - t0
+    train_time = budget.elapsed()
 
     # ------------------------------------------------------------------ export
     sd = hf_state_dict(model)
@@ -690,7 +684,7 @@ def main():
 
     summary = {
         "params": nparam, "active_params_per_token": active, "steps": step + 1,
-        "schedule_time_limited": time_limited,
+        "schedule_time_limited": budget.time_limited,
         "tokens_trained": tokens, "train_seconds": round(train_time, 1),
         "tokens_per_second": round(tokens / train_time, 1), "final_train_ce_ema": ema,
         "final_held_out_loss_bf16": final_held, "eval_log": log,
