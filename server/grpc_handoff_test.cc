@@ -36,20 +36,18 @@
 namespace moeserve {
 namespace {
 
-enum class Client {
-  kComplete,
-  kCancel,
-  kDeadline,
-  kUnary,
-  kUnaryDeadline,
-  kAborted
-};
+using server::testing::Client;
+using server::testing::DeadlineFor;
+using server::testing::HandOffRequest;
+using server::testing::Outcome;
 
-struct Outcome {
-  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
-  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
-  int tokens = 0;
-};
+// The client's deadline: the kind's, else a minute (a test that hangs fails).
+std::chrono::system_clock::time_point DeadlineFrom(Client kind) {
+  const absl::Duration d = DeadlineFor(kind);
+  return std::chrono::system_clock::now() +
+         absl::ToChronoMilliseconds(
+             d == absl::InfiniteDuration() ? absl::Minutes(1) : d);
+}
 
 class ServingHandOffTest : public ::testing::Test {
  protected:
@@ -93,25 +91,10 @@ class ServingHandOffTest : public ::testing::Test {
     if (grpc_ != nullptr) grpc_->Shutdown(absl::Seconds(2));
   }
 
-  static v1::GenerateRequest Request(int i, uint32_t max_new_tokens) {
-    v1::GenerateRequest r;
-    r.set_request_id(absl::StrCat("r", i));
-    r.add_prompt_token_ids(1);
-    r.add_prompt_token_ids(4 + i % 50);
-    r.add_prompt_token_ids(9);
-    r.mutable_sampling()->set_max_new_tokens(max_new_tokens);
-    r.mutable_sampling()->set_ignore_eos(true);
-    return r;
-  }
-
   Outcome Stream(int i, Client kind) {
-    const bool long_run = kind != Client::kComplete;
-    v1::GenerateRequest r = Request(i, long_run ? 400 : 12);
+    const v1::GenerateRequest r = HandOffRequest(i, kind);
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         (kind == Client::kDeadline
-                              ? std::chrono::milliseconds(40)
-                              : std::chrono::milliseconds(60'000)));
+    context.set_deadline(DeadlineFrom(kind));
     auto reader = stub_->Generate(&context, r);
     Outcome out;
     v1::GenerateResponse response;
@@ -130,29 +113,21 @@ class ServingHandOffTest : public ::testing::Test {
         EXPECT_TRUE(stub_->Abort(&abort_context, abort, &found).ok());
       }
     }
-    out.code = reader->Finish().error_code();
+    out.code = static_cast<absl::StatusCode>(reader->Finish().error_code());
     return out;
   }
 
   Outcome Unary(int i, Client kind) {
-    v1::GenerateRequest r =
-        Request(i, kind == Client::kUnaryDeadline ? 400 : 8);
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         (kind == Client::kUnaryDeadline
-                              ? std::chrono::milliseconds(40)
-                              : std::chrono::milliseconds(60'000)));
+    context.set_deadline(DeadlineFrom(kind));
     v1::GenerateUnaryResponse response;
     Outcome out;
-    out.code = stub_->GenerateUnary(&context, r, &response).error_code();
+    out.code = static_cast<absl::StatusCode>(
+        stub_->GenerateUnary(&context, HandOffRequest(i, kind), &response)
+            .error_code());
     out.finish = response.finish_reason();
     out.tokens = response.token_ids_size();
     return out;
-  }
-
-  double Metric(const std::string& name,
-                const std::vector<std::string>& labels) {
-    return server::testing::SumOfSamples(registry_, name, labels);
   }
 
   metrics::Registry registry_;
@@ -168,9 +143,7 @@ class ServingHandOffTest : public ::testing::Test {
 TEST_F(ServingHandOffTest, ConcurrentStreamsCancellationsDeadlinesAndAborts) {
   constexpr int kRounds = 3;
   constexpr int kClients = 12;
-  const Client kinds[] = {Client::kComplete,      Client::kCancel,
-                          Client::kDeadline,      Client::kUnary,
-                          Client::kUnaryDeadline, Client::kAborted};
+  const auto& kinds = server::testing::kClientKinds;
   for (int i = 0; i < kRounds * kClients; ++i) aborted_[i] = false;
   std::map<Client, int> sent;
   for (int round = 0; round < kRounds; ++round) {
@@ -181,64 +154,18 @@ TEST_F(ServingHandOffTest, ConcurrentStreamsCancellationsDeadlinesAndAborts) {
       const Client kind = kinds[c % std::size(kinds)];
       ++sent[kind];
       threads.emplace_back([this, i, kind, out = &outcomes[c]] {
-        *out = kind == Client::kUnary || kind == Client::kUnaryDeadline
-                   ? Unary(i, kind)
-                   : Stream(i, kind);
+        *out =
+            server::testing::IsUnary(kind) ? Unary(i, kind) : Stream(i, kind);
       });
     }
     for (std::thread& t : threads) t.join();
     for (int c = 0; c < kClients; ++c) {
-      const Outcome& o = outcomes[c];
-      switch (kinds[c % std::size(kinds)]) {
-        case Client::kComplete:
-          EXPECT_EQ(o.code, grpc::StatusCode::OK);
-          EXPECT_EQ(o.finish, v1::LENGTH);
-          EXPECT_EQ(o.tokens, 12);
-          break;
-        case Client::kUnary:
-          EXPECT_EQ(o.code, grpc::StatusCode::OK);
-          EXPECT_EQ(o.tokens, 8);
-          break;
-        case Client::kCancel:
-          EXPECT_EQ(o.code, grpc::StatusCode::CANCELLED);
-          break;
-        case Client::kDeadline:
-        case Client::kUnaryDeadline:
-          EXPECT_EQ(o.code, grpc::StatusCode::DEADLINE_EXCEEDED);
-          break;
-        case Client::kAborted:
-          EXPECT_EQ(o.code, grpc::StatusCode::OK);
-          EXPECT_EQ(o.finish, v1::CANCELLED);
-          EXPECT_LT(o.tokens, 400);
-          break;
-      }
+      SCOPED_TRACE(absl::StrCat("client ", c));
+      server::testing::ExpectOutcome(kinds[c % std::size(kinds)], outcomes[c]);
     }
   }
-  // Every request ends in the scheduler, resources freed: nothing running
-  // or waiting once the last one is counted (the gauges follow the last
-  // event by one scheduler step).
-  const int total = kRounds * kClients;
-  auto settled = [&] {
-    return Metric("moeserve_request_success_total", {}) == total &&
-           Metric("moeserve_num_requests_running", {}) == 0 &&
-           Metric("moeserve_num_requests_waiting", {}) == 0;
-  };
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (!settled() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(Metric("moeserve_request_success_total", {}), total);
-  EXPECT_EQ(Metric("moeserve_num_requests_running", {}), 0);
-  EXPECT_EQ(Metric("moeserve_num_requests_waiting", {}), 0);
-  EXPECT_EQ(Metric("moeserve_request_success_total",
-                   {"finished_reason=\"deadline\""}),
-            sent[Client::kDeadline] + sent[Client::kUnaryDeadline]);
-  EXPECT_EQ(Metric("moeserve_request_success_total",
-                   {"finished_reason=\"cancelled\""}),
-            sent[Client::kCancel] + sent[Client::kAborted]);
-  EXPECT_EQ(
-      Metric("moeserve_request_success_total", {"finished_reason=\"length\""}),
-      sent[Client::kComplete] + sent[Client::kUnary]);
+  // Every request ends in the scheduler, resources freed.
+  server::testing::ExpectAllCounted(registry_, sent);
 }
 
 }  // namespace

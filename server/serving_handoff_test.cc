@@ -105,14 +105,8 @@ class Executor {
   std::vector<std::thread> threads_;
 };
 
-enum class Client {
-  kComplete,
-  kCancel,
-  kDeadline,
-  kUnary,
-  kUnaryDeadline,
-  kAborted
-};
+using server::testing::Client;
+using server::testing::Outcome;
 
 // One call as gRPC would run it: reactions posted to the executor, never run
 // inline from the pump (which calls the transport with its lock held).
@@ -124,9 +118,7 @@ class FakeCall final : public server::StreamTransport,
            std::string id)
       : executor_(executor), host_(host), kind_(kind), id_(std::move(id)) {}
 
-  bool unary() const {
-    return kind_ == Client::kUnary || kind_ == Client::kUnaryDeadline;
-  }
+  bool unary() const { return server::testing::IsUnary(kind_); }
 
   void Start(std::unique_ptr<server::GenerateCall> call, absl::Time deadline) {
     if (unary()) {
@@ -164,19 +156,16 @@ class FakeCall final : public server::StreamTransport,
     executor_->Post([self = shared_from_this()] { self->MaybeDone(); });
   }
 
-  // Waits for OnDone; returns the status, the tokens and the finish reason.
-  void Wait(absl::Status* status, int* tokens, v1::FinishReason* finish) {
+  // Waits for OnDone; returns what the client saw.
+  Outcome Wait() {
     base::MutexLock lock(&mu_);
     done_cv_.Wait(
         &mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
-    *status = status_;
     if (unary()) {
-      *tokens = unary_response_.token_ids_size();
-      *finish = unary_response_.finish_reason();
-    } else {
-      *tokens = tokens_;
-      *finish = finish_;
+      return {status_.code(), unary_response_.finish_reason(),
+              unary_response_.token_ids_size()};
     }
+    return {status_.code(), finish_, tokens_};
   }
 
  private:
@@ -259,11 +248,6 @@ class FakeCall final : public server::StreamTransport,
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-double Metric(const metrics::Registry& registry, const std::string& name,
-              const std::vector<std::string>& labels) {
-  return server::testing::SumOfSamples(registry, name, labels);
-}
-
 TEST(ServingHandOffTest, FinishCancelDeadlineAndAbortAllAtOnce) {
   absl::StatusOr<server::ServerOptions> options =
       server::testing::HandOffOptions();
@@ -277,32 +261,21 @@ TEST(ServingHandOffTest, FinishCancelDeadlineAndAbortAllAtOnce) {
 
   constexpr int kRounds = 3;
   constexpr int kClients = 12;
-  const Client kinds[] = {Client::kComplete,      Client::kCancel,
-                          Client::kDeadline,      Client::kUnary,
-                          Client::kUnaryDeadline, Client::kAborted};
+  const auto& kinds = server::testing::kClientKinds;
   std::map<Client, int> sent;
   for (int round = 0; round < kRounds; ++round) {
     std::vector<std::shared_ptr<FakeCall>> calls;
     std::vector<std::thread> starters;  // gRPC's threads start calls
     for (int c = 0; c < kClients; ++c) {
+      const int i = round * kClients + c;
       const Client kind = kinds[c % std::size(kinds)];
       ++sent[kind];
-      const std::string id = absl::StrCat("r", round, "_", c);
-      calls.push_back(
-          std::make_shared<FakeCall>(&executor, host->get(), kind, id));
-      starters.emplace_back([&, kind, id, call = calls.back().get(), c] {
-        const bool long_run =
-            kind != Client::kComplete && kind != Client::kUnary;
-        v1::GenerateRequest r;
-        r.set_request_id(id);
-        r.add_prompt_token_ids(1);
-        r.add_prompt_token_ids(4 + c);
-        r.mutable_sampling()->set_max_new_tokens(long_run ? 400 : 12);
-        r.mutable_sampling()->set_ignore_eos(true);
-        const bool timed =
-            kind == Client::kDeadline || kind == Client::kUnaryDeadline;
-        const absl::Time deadline = timed ? absl::Now() + absl::Milliseconds(40)
-                                          : absl::InfiniteFuture();
+      const v1::GenerateRequest r = server::testing::HandOffRequest(i, kind);
+      calls.push_back(std::make_shared<FakeCall>(&executor, host->get(), kind,
+                                                 r.request_id()));
+      starters.emplace_back([&, r, kind, call = calls.back().get()] {
+        const absl::Duration d = server::testing::DeadlineFor(kind);
+        const absl::Time deadline = absl::Now() + d;  // infinite stays so
         auto generate = (*host)->StartGenerate(r, deadline);
         ASSERT_TRUE(generate.ok()) << generate.status();
         call->Start(*std::move(generate), deadline);
@@ -310,59 +283,13 @@ TEST(ServingHandOffTest, FinishCancelDeadlineAndAbortAllAtOnce) {
     }
     for (std::thread& t : starters) t.join();
     for (int c = 0; c < kClients; ++c) {
-      absl::Status status;
-      int tokens = 0;
-      v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
-      calls[c]->Wait(&status, &tokens, &finish);
       SCOPED_TRACE(absl::StrCat("client ", c));
-      switch (kinds[c % std::size(kinds)]) {
-        case Client::kComplete:
-          EXPECT_TRUE(status.ok()) << status;
-          EXPECT_EQ(finish, v1::LENGTH);
-          EXPECT_EQ(tokens, 12);
-          break;
-        case Client::kUnary:
-          EXPECT_TRUE(status.ok()) << status;
-          EXPECT_EQ(tokens, 12);
-          break;
-        case Client::kCancel:
-          EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
-          break;
-        case Client::kDeadline:
-        case Client::kUnaryDeadline:
-          EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded)
-              << status;
-          break;
-        case Client::kAborted:
-          EXPECT_TRUE(status.ok()) << status;
-          EXPECT_EQ(finish, v1::CANCELLED);
-          EXPECT_LT(tokens, 400);
-          break;
-      }
+      server::testing::ExpectOutcome(kinds[c % std::size(kinds)],
+                                     calls[c]->Wait());
     }
   }
-  // Every request ends in the scheduler with its resources freed; the
-  // gauges follow the last event by one scheduler step.
-  const int total = kRounds * kClients;
-  auto settled = [&] {
-    return Metric(registry, "moeserve_request_success_total", {}) == total &&
-           Metric(registry, "moeserve_num_requests_running", {}) == 0 &&
-           Metric(registry, "moeserve_num_requests_waiting", {}) == 0;
-  };
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (!settled() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_TRUE(settled());
-  EXPECT_EQ(Metric(registry, "moeserve_request_success_total",
-                   {"finished_reason=\"deadline\""}),
-            sent[Client::kDeadline] + sent[Client::kUnaryDeadline]);
-  EXPECT_EQ(Metric(registry, "moeserve_request_success_total",
-                   {"finished_reason=\"cancelled\""}),
-            sent[Client::kCancel] + sent[Client::kAborted]);
-  EXPECT_EQ(Metric(registry, "moeserve_request_success_total",
-                   {"finished_reason=\"length\""}),
-            sent[Client::kComplete] + sent[Client::kUnary]);
+  // Every request ends in the scheduler with its resources freed.
+  server::testing::ExpectAllCounted(registry, sent);
 }
 
 }  // namespace
