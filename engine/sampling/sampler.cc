@@ -47,6 +47,21 @@ void Sampler::Accept(int32_t token) {
   }
 }
 
+void Sampler::Unaccept(int32_t token) {
+  if (token < 0 || token >= static_cast<int32_t>(output_counts_.size()) ||
+      output_counts_[token] == 0) {
+    return;
+  }
+  if (--output_counts_[token] == 0 && prompt_counts_[token] == 0) {
+    // Penalties are applied per token, so seen_'s order does not matter.
+    auto it = std::find(seen_.begin(), seen_.end(), token);
+    if (it != seen_.end()) {
+      *it = seen_.back();
+      seen_.pop_back();
+    }
+  }
+}
+
 void Sampler::ApplyPenalties(std::span<float> logits) const {
   const float rep = config_.repetition_penalty;
   for (int32_t t : seen_) {
@@ -61,15 +76,14 @@ void Sampler::ApplyPenalties(std::span<float> logits) const {
 
 int32_t Sampler::Sample(std::span<float> logits) {
   ApplyPenalties(logits);
-  const int32_t token =
-      config_.temperature == 0 ? Argmax(logits) : Draw(logits);
+  const int32_t token = greedy() ? Argmax(logits) : Draw(logits);
   Accept(token);
   return token;
 }
 
 // Temperature, then the top-k / top-p / min-p filters on the sorted
-// distribution, then one uniform draw.
-int32_t Sampler::Draw(std::span<float> logits) {
+// distribution.
+Sampler::Filtered Sampler::Filter(std::span<float> logits) const {
   const int32_t n = static_cast<int32_t>(logits.size());
   const float inv_t = 1.0f / config_.temperature;
   float max_logit = kMasked;
@@ -77,7 +91,9 @@ int32_t Sampler::Draw(std::span<float> logits) {
     l *= inv_t;
     max_logit = std::max(max_logit, l);
   }
-  std::vector<int32_t> order(n);
+  Filtered f;
+  std::vector<int32_t>& order = f.order;
+  order.resize(n);
   std::iota(order.begin(), order.end(), 0);
   int32_t keep = n;
   if (config_.top_k > 0) keep = std::min(keep, config_.top_k);
@@ -88,7 +104,8 @@ int32_t Sampler::Draw(std::span<float> logits) {
                       return logits[a] > logits[b] ||
                              (logits[a] == logits[b] && a < b);
                     });
-  std::vector<double> probs(keep);
+  std::vector<double>& probs = f.weights;
+  probs.resize(keep);
   double total = 0;
   for (int32_t i = 0; i < keep; ++i) {
     probs[i] = std::exp(static_cast<double>(logits[order[i]]) - max_logit);
@@ -109,15 +126,61 @@ int32_t Sampler::Draw(std::span<float> logits) {
     const double floor = config_.min_p * probs[0];
     while (cut > 1 && probs[cut - 1] < floor) --cut;
   }
-  double kept = 0;
-  for (int32_t i = 0; i < cut; ++i) kept += probs[i];
-  const double u = UniformDouble(rng_) * kept;
+  order.resize(cut);
+  probs.resize(cut);
+  for (int32_t i = 0; i < cut; ++i) f.kept += probs[i];
+  return f;
+}
+
+// One uniform draw scaled by the kept (unnormalised) mass. This is the
+// historical arithmetic, kept so seeded requests reproduce their tokens;
+// DrawFrom on Distribution() is the same distribution.
+int32_t Sampler::Draw(std::span<float> logits) {
+  const Filtered f = Filter(logits);
+  const int32_t cut = static_cast<int32_t>(f.order.size());
+  const double u = UniformDouble(rng_) * f.kept;
   double acc = 0;
   for (int32_t i = 0; i < cut; ++i) {
-    acc += probs[i];
-    if (u < acc) return order[i];
+    acc += f.weights[i];
+    if (u < acc) return f.order[i];
   }
-  return order[cut - 1];
+  return f.order[cut - 1];
+}
+
+TokenDistribution Sampler::Distribution(std::span<float> logits) const {
+  ApplyPenalties(logits);
+  TokenDistribution d;
+  if (greedy()) {
+    d.ids = {Argmax(logits)};
+    d.probs = {1.0};
+    return d;
+  }
+  Filtered f = Filter(logits);
+  d.ids = std::move(f.order);
+  d.probs = std::move(f.weights);
+  for (double& p : d.probs) p /= f.kept;
+  return d;
+}
+
+double Sampler::Uniform() { return UniformDouble(rng_); }
+
+int32_t Sampler::DrawFrom(const TokenDistribution& dist) {
+  const double u = Uniform();
+  const int32_t n = static_cast<int32_t>(dist.ids.size());
+  double acc = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    acc += dist.probs[i];
+    if (u < acc) return dist.ids[i];
+  }
+  // Rounding left the cumulative sum just under u: the last token.
+  return dist.ids[n - 1];
+}
+
+double TokenDistribution::Prob(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == id) return probs[i];
+  }
+  return 0;
 }
 
 std::pair<TokenLogprob, std::vector<TokenLogprob>> TopLogprobs(

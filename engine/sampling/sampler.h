@@ -9,6 +9,12 @@
 // prompt and output tokens; presence and frequency penalties over output
 // tokens; then greedy argmax when temperature == 0; else temperature, top-k,
 // top-p, min-p, and a draw from the renormalised distribution.
+//
+// Speculative decoding verifies drafted tokens against the processed
+// distribution rather than drawing from it: Distribution() applies exactly
+// Sample()'s processing and returns the result, Uniform() and DrawFrom() take
+// draws from the same generator, and Unaccept() undoes a provisional
+// Accept() of a draft token that was then rejected (engine/spec/verifier.h).
 #ifndef MOESERVE_ENGINE_SAMPLING_SAMPLER_H_
 #define MOESERVE_ENGINE_SAMPLING_SAMPLER_H_
 
@@ -37,6 +43,18 @@ struct TokenLogprob {
   float logprob = 0;
 };
 
+// A fully processed next-token distribution: the tokens that survived the
+// filters with probabilities that sum to 1. Sampler::Distribution() lists
+// them most likely first (ties: lower id first), the order Sample() walks;
+// for a greedy sampler it is the argmax with probability 1.
+struct TokenDistribution {
+  std::vector<int32_t> ids;
+  std::vector<double> probs;  // probs[i] is the probability of ids[i]
+
+  // Probability of `id`; 0 outside the support. O(support).
+  double Prob(int32_t id) const;
+};
+
 class Sampler {
  public:
   // `prompt` seeds the repetition-penalty history.
@@ -48,14 +66,51 @@ class Sampler {
   // REQUIRES: logits.size() == vocab_size.
   int32_t Sample(std::span<float> logits);
 
+  // The distribution Sample() would draw from: the same penalties (from the
+  // recorded history), then for temperature 0 the argmax with probability 1,
+  // else temperature, top-k, top-p and min-p, renormalised. Modifies `logits`
+  // in place exactly as Sample() does; draws nothing and records nothing.
+  // REQUIRES: logits.size() == vocab_size.
+  TokenDistribution Distribution(std::span<float> logits) const;
+
+  // One uniform double in [0, 1) from this request's generator (the same
+  // kind of draw Sample() takes once per sampled token).
+  double Uniform();
+
+  // Draws a token from `dist` with one Uniform(), walking `dist.ids` in
+  // order; records nothing. Same distribution as Sample() on the logits
+  // `dist` came from (bit-identical token for the same draw except when the
+  // draw lands within rounding of a bucket boundary).
+  // REQUIRES: !dist.ids.empty().
+  int32_t DrawFrom(const TokenDistribution& dist);
+
   // Records a token chosen elsewhere (e.g. accepted by speculative
   // verification) so penalties stay right.
   void Accept(int32_t token);
 
+  // Undoes one Accept(token) (e.g. a drafter that recorded its draft tokens
+  // and then saw them rejected). A token with no recorded output occurrence
+  // is ignored.
+  void Unaccept(int32_t token);
+
+  // True when temperature == 0: tokens are the argmax and no randomness is
+  // consumed by Sample().
+  bool greedy() const { return config_.temperature == 0; }
+
   const SamplingConfig& config() const { return config_; }
 
  private:
+  // The tokens kept by temperature / top-k / top-p / min-p, most likely
+  // first, with their unnormalised weights exp(logit - max) and the weights'
+  // sum (accumulated in order).
+  struct Filtered {
+    std::vector<int32_t> order;
+    std::vector<double> weights;
+    double kept = 0;
+  };
+
   void ApplyPenalties(std::span<float> logits) const;
+  Filtered Filter(std::span<float> logits) const;
   int32_t Draw(std::span<float> logits);
 
   const SamplingConfig config_;
