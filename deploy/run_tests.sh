@@ -43,6 +43,7 @@ run_bazel_tests --config=asan -- "${SANITIZED[@]}"
 # streams with cancellation, deadlines and aborts; gRPC itself is replaced by
 # a transport TSan can see, since Debian's gRPC is not instrumented).
 run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
+  //engine/offload:link_test \
   //engine/offload:link_transport_test //engine/offload:slot_pool_test \
   //kernels/cpu:thread_pool_test //base:mutex_test //metrics:registry_test \
   //server:serving_handoff_test
