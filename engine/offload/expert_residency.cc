@@ -51,6 +51,7 @@ ExpertResidency::ExpertResidency(const ModelWeights* weights, SlowTier* slow,
       accounting_(slots, slot_bytes_),
       pool_(num_layers_, num_experts_, slots, policy, this,
             {&accounting_, &hooks_}),
+      loads_(slots),
       activations_(num_layers_ * num_experts_, 0) {}
 
 absl::Status ExpertResidency::Init(const LinkOptions& link,
@@ -80,16 +81,70 @@ kernels::Device ExpertResidency::device() const { return memory_->device(); }
 
 absl::Status ExpertResidency::AttachCompute(kernels::Backend* backend,
                                             kernels::Stream* stream) {
-  return memory_->AttachCompute(backend, stream);
+  absl::Status s = memory_->AttachCompute(backend, stream);
+  if (s.ok()) {
+    compute_stream_.store(stream, std::memory_order_release);
+    compute_attached_.store(true, std::memory_order_release);
+  }
+  return s;
 }
 
 void ExpertResidency::StartLoad(int slot, ExpertId id) {
-  link_->Submit(
-      id, memory_->data(slot),
-      [this, slot](absl::Status status) {
-        pool_.Complete(slot, std::move(status));
-      },
-      memory_->fence(slot));
+  const SlotPool::LoadStart start{slot, id, SlotPool::LoadKind::kDemand, 0, 0};
+  StartLoads({&start, 1});
+}
+
+void ExpertResidency::StartLoads(std::span<const SlotPool::LoadStart> loads) {
+  MutexLock lock(&load_mu_);
+  std::vector<Link::Request> requests;
+  std::vector<const SlotPool::LoadStart*> submitted;
+  requests.reserve(loads.size());
+  submitted.reserve(loads.size());
+  for (const SlotPool::LoadStart& l : loads) {
+    SlotLoad& state = loads_[l.slot];
+    if (l.seq != 0 && state.cancel_seq == l.seq) continue;  // CancelLoad.
+    const bool demand = l.kind == SlotPool::LoadKind::kDemand ||
+                        (l.seq != 0 && state.promote_seq == l.seq);
+    const int slot = l.slot;
+    requests.push_back(
+        {.id = l.id,
+         .dst = memory_->data(slot),
+         .done =
+             [this, slot](absl::Status status) {
+               // CANCELLED comes only from CancelLoad, which ends the load
+               // in the pool itself (and holds the pool's lock here).
+               if (absl::IsCancelled(status)) return;
+               pool_.Complete(slot, std::move(status));
+             },
+         .after = memory_->fence(slot),
+         .lane = demand ? LinkLane::kDemand : LinkLane::kPrefetch,
+         .priority = l.priority});
+    submitted.push_back(&l);
+  }
+  const std::vector<TransferId> ids = link_->SubmitBatch(std::move(requests));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    SlotLoad& state = loads_[submitted[i]->slot];
+    state.seq = submitted[i]->seq;
+    state.transfer = ids[i];
+  }
+}
+
+void ExpertResidency::PromoteLoad(int slot, uint64_t seq) {
+  MutexLock lock(&load_mu_);
+  SlotLoad& state = loads_[slot];
+  if (state.seq == seq) {
+    link_->Promote(state.transfer);
+  } else {
+    state.promote_seq = seq;  // StartLoads has not submitted it yet.
+  }
+}
+
+bool ExpertResidency::CancelLoad(int slot, uint64_t seq) {
+  MutexLock lock(&load_mu_);
+  SlotLoad& state = loads_[slot];
+  if (state.seq == seq) return link_->Cancel(state.transfer);
+  state.cancel_seq = seq;  // StartLoads has not submitted it yet: skip it.
+  return true;
 }
 
 void ExpertResidency::Released(int slot) { memory_->MarkReleased(slot); }
@@ -136,9 +191,10 @@ void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
   }
   hooks_.Deliver(policy_);
   policy_->OnRoute(layer, experts, token_counts, hidden, n);
-  for (int e : experts) {
-    pool_.LoadNoWait({layer, e}, SlotPool::LoadKind::kDemand);
-  }
+  std::vector<ExpertId> ids;
+  ids.reserve(experts.size());
+  for (int e : experts) ids.push_back({layer, e});
+  pool_.LoadManyNoWait(ids, SlotPool::LoadKind::kDemand);  // One submission.
 }
 
 void ExpertResidency::EndLayer(int layer) {
@@ -159,14 +215,46 @@ absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
 
 void ExpertResidency::Release(ExpertId id) { pool_.Release(id); }
 
+// ---------------------------------------------------------------- draft
+
+absl::Status ExpertResidency::DraftView::AttachCompute(
+    kernels::Backend* backend, kernels::Stream* stream) {
+  if (r_->compute_attached_.load(std::memory_order_acquire)) {
+    if (r_->compute_stream_.load(std::memory_order_acquire) != stream) {
+      return absl::FailedPreconditionError(
+          "the draft view of the expert tier must compute on the target's "
+          "stream");
+    }
+    return absl::OkStatus();
+  }
+  return r_->AttachCompute(backend, stream);
+}
+
+absl::StatusOr<const std::byte*> ExpertResidency::DraftView::Acquire(
+    ExpertId id) {
+  absl::StatusOr<int> slot = r_->pool_.AcquireResident(id);
+  if (!slot.ok()) return slot.status();
+  return r_->memory_->data(*slot);
+}
+
+void ExpertResidency::DraftView::Release(ExpertId id) { r_->pool_.Release(id); }
+
 // ---------------------------------------------------------------- control
 
 bool ExpertResidency::IsResident(ExpertId id) const {
   return pool_.IsResident(id);
 }
 
-bool ExpertResidency::Prefetch(ExpertId id) {
-  return pool_.LoadNoWait(id, SlotPool::LoadKind::kPrefetch);
+bool ExpertResidency::IsReady(ExpertId id) const { return pool_.IsReady(id); }
+
+bool ExpertResidency::Prefetch(ExpertId id) { return Prefetch(id, 0); }
+
+bool ExpertResidency::Prefetch(ExpertId id, int priority) {
+  return pool_.LoadNoWait(id, SlotPool::LoadKind::kPrefetch, priority);
+}
+
+bool ExpertResidency::CancelPrefetch(ExpertId id) {
+  return pool_.CancelPrefetch(id);
 }
 
 bool ExpertResidency::Pin(ExpertId id) { return pool_.Pin(id); }

@@ -25,25 +25,45 @@
 //  - BeginLayer(layer, experts, ...): `experts` become the protected set;
 //    policy->OnRoute; then a demand load for each expert of the set that is
 //    not resident, as far as slots can be had without waiting (free slot, or
-//    a ChooseVictims victim among evictable, unprotected slots).
+//    a ChooseVictims victim among evictable, unprotected slots), all
+//    submitted to the link as one batch in its demand lane; an expert of
+//    the set still loading by a queued prefetch is promoted to the demand
+//    lane.
 //  - Acquire(id): policy->OnAccess(id), then SlotPool::Acquire: resident
-//    (ready or loading) -> used as is; otherwise a demand load into a free
-//    slot or a victim (unprotected evictable slots first; protected ones only
-//    when nothing else is evictable, so that one slot always makes
+//    (ready: hit; loading: hit_loading, and a queued prefetch load of it is
+//    promoted to the link's demand lane) -> used as is; otherwise a demand load
+//    into a free slot or a victim (unprotected evictable slots first; protected
+//    ones only when nothing else is evictable, so that one slot always makes
 //    progress); when no slot is evictable but one is loading it waits for
 //    that load and retries; when every slot is pinned or in use:
 //    RESOURCE_EXHAUSTED "fast tier of N slots too small: ...". Then blocks
 //    until ready. in_use++.
 //  - Release(id): in_use--. EndLayer: clear the protected set;
 //    policy->OnLayerDone.
-//  - Prefetch(id): if not resident and a slot can be had without waiting
-//    (free, or a victim among evictable unprotected slots) start a load
-//    marked prefetched; returns whether one started.
+//  - Prefetch(id[, priority]): if not resident and a slot can be had
+//    without waiting (free, or a victim among evictable unprotected slots)
+//    start a load marked prefetched, in the link's prefetch lane with
+//    `priority` (default 0; higher starts first); returns whether one
+//    started. Demand loads always start before queued prefetches.
+//  - CancelPrefetch(id): a prefetch load of `id` still queued on the link
+//    (not started, not promoted, not pinned, nobody waiting) is cancelled:
+//    the slot is empty again, no bytes move, prefetch_cancelled counts it,
+//    and the policy hears neither OnLoaded nor OnEvicted. False otherwise.
 //  - Pin(id): pins++ (a non-resident expert is loaded first, as a prefetch
 //    transfer; false, and no pin, when no slot can be had without waiting).
 //    Unpin: pins-- (no-op at 0). Evict: drops a ready, unpinned, unused
 //    expert (no-op otherwise, also while loading). IsResident: ready or
-//    loading.
+//    loading. IsReady: ready.
+//  - draft_experts(): an ExpertProvider over the same slots for a
+//    self-drafting engine (owned by the residency). Its Acquire(id) returns
+//    the blob of a resident expert (waiting while it loads, promoting
+//    nothing), FAILED_PRECONDITION naming the expert when it is not
+//    resident (it never loads); the expert is in use until its Release, so
+//    it is not evicted. It counts in no statistic (no hit, miss, stall or
+//    prefetch use) and calls no policy hook: its BeginStep, BeginLayer,
+//    EndLayer and EndStep do nothing, and queued OnLoaded / OnEvicted wait
+//    for the target's next delivery point. It must compute on the target's
+//    stream (AttachCompute refuses another one).
 //  - OnLoaded / OnEvicted: queued as they happen (loads complete on link
 //    workers) and delivered at the start of BeginStep, BeginLayer, EndLayer
 //    and EndStep (before the hook each of those calls) and at the end of
@@ -53,9 +73,10 @@
 //
 // Accounting: stats() (residency_accounting.h says what each counter
 // means). Bytes moved per transfer = the padded blob size
-// (ExpertBlob::bytes): link_bytes == (misses + prefetch_loads) x slot_bytes,
-// minus failed transfers (which move no accounted bytes). link_busy_seconds:
-// wall time the link workers spent on transfers.
+// (ExpertBlob::bytes): link_transfers == misses + prefetch_loads -
+// prefetch_cancelled - failed_transfers, and link_bytes == link_transfers x
+// slot_bytes (failed and cancelled transfers move no accounted bytes).
+// link_busy_seconds: time the link spent on transfers (link.h).
 //
 // Thread safety: every method may be called from any thread. The engine
 // calls the ExpertProvider side from its step thread; policy hooks are then
@@ -68,6 +89,7 @@
 #ifndef MOESERVE_ENGINE_OFFLOAD_EXPERT_RESIDENCY_H_
 #define MOESERVE_ENGINE_OFFLOAD_EXPERT_RESIDENCY_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -143,19 +165,55 @@ class ExpertResidency final : public ExpertProvider,
   std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
                                   int k) override;
 
+  // ResidencyControl, lanes and cancellation (see above).
+  bool IsReady(ExpertId id) const override;
+  bool Prefetch(ExpertId id, int priority) override;
+  bool CancelPrefetch(ExpertId id) override;
+
+  // The draft model's view of the fast tier (see above); owned by this.
+  ExpertProvider* draft_experts() { return &draft_; }
+
   ResidencyStats stats() const;
   // Blocks until no slot is loading (for tests and benchmarks).
   void WaitIdle();
   bool link_emulation_on() const { return link_->emulation_on(); }
 
  private:
+  // draft_experts(): resident experts only, no statistics, no hooks.
+  class DraftView final : public ExpertProvider {
+   public:
+    explicit DraftView(ExpertResidency* r) : r_(r) {}
+    kernels::Device device() const override { return r_->device(); }
+    absl::Status AttachCompute(kernels::Backend* backend,
+                               kernels::Stream* stream) override;
+    absl::StatusOr<const std::byte*> Acquire(ExpertId id) override;
+    void Release(ExpertId id) override;
+
+   private:
+    ExpertResidency* const r_;
+  };
+
+  // What the link knows of one slot's current load (under load_mu_).
+  struct SlotLoad {
+    uint64_t seq = 0;          // Load number last submitted (0: none).
+    TransferId transfer = 0;   // Its link transfer.
+    uint64_t promote_seq = 0;  // Promoted before it was submitted.
+    uint64_t cancel_seq = 0;   // Cancelled before it was submitted.
+  };
+
   ExpertResidency(const ModelWeights* weights, SlowTier* slow, int slots,
                   OffloadPolicy* policy, PredictFn predict);
   absl::Status Init(const LinkOptions& link, metrics::Registry* registry,
                     const std::string& engine_name, kernels::Backend* device);
 
-  // SlotPool::Loader: a Link transfer into the slot's memory.
+  // SlotPool::Loader: Link transfers into the slots' memory.
   void StartLoad(int slot, ExpertId id) override;
+  void StartLoads(std::span<const SlotPool::LoadStart> loads) override
+      ABSL_LOCKS_EXCLUDED(load_mu_);
+  void PromoteLoad(int slot, uint64_t seq) override
+      ABSL_LOCKS_EXCLUDED(load_mu_);
+  bool CancelLoad(int slot, uint64_t seq) override
+      ABSL_LOCKS_EXCLUDED(load_mu_);
   void Released(int slot) override;
 
   SlowTier* const slow_;
@@ -170,6 +228,16 @@ class ExpertResidency final : public ExpertProvider,
   ResidencyAccounting accounting_;
   HookQueue hooks_;
   SlotPool pool_;  // Reports to accounting_ and hooks_.
+
+  DraftView draft_{this};
+  // The compute stream the target attached (the draft must use the same).
+  std::atomic<kernels::Stream*> compute_stream_{nullptr};
+  std::atomic<bool> compute_attached_{false};
+
+  // Slot -> its load's link transfer; lock order: pool, then load_mu_, then
+  // the Link's.
+  base::Mutex load_mu_;
+  std::vector<SlotLoad> loads_ ABSL_GUARDED_BY(load_mu_);
 
   // The running step's token counts per (layer, expert), for OnStepEnd.
   base::Mutex step_mu_;

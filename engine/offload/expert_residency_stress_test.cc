@@ -95,14 +95,43 @@ TEST_P(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
   std::thread prefetcher([&] {
     std::mt19937 rng(99);
     while (!done.load()) {
-      res->Prefetch({static_cast<int>(rng() % 2), static_cast<int>(rng() % 8)});
+      res->Prefetch({static_cast<int>(rng() % 2), static_cast<int>(rng() % 8)},
+                    static_cast<int>(rng() % 3));
       if (rng() % 4 == 0) res->Evict({0, static_cast<int>(rng() % 8)});
+      if (rng() % 3 == 0) {
+        res->CancelPrefetch(
+            {static_cast<int>(rng() % 2), static_cast<int>(rng() % 8)});
+      }
+      std::this_thread::yield();
+    }
+  });
+  // A self-drafting engine's view of the same slots: resident experts only,
+  // counted nowhere.
+  std::atomic<uint64_t> draft_ok{0}, draft_errors{0};
+  std::thread drafter([&] {
+    std::mt19937 rng(7);
+    ExpertProvider* draft = res->draft_experts();
+    while (!done.load()) {
+      const ExpertId id{static_cast<int>(rng() % 2),
+                        static_cast<int>(rng() % 8)};
+      absl::StatusOr<const std::byte*> p = draft->Acquire(id);
+      if (!p.ok()) {
+        if (p.status().code() != absl::StatusCode::kFailedPrecondition) {
+          ++draft_errors;
+        }
+        continue;
+      }
+      ++draft_ok;
+      if (std::memcmp(*p, weights->expert(id).data, blob) != 0) ++bad_bytes;
+      draft->Release(id);
       std::this_thread::yield();
     }
   });
   for (std::thread& th : threads) th.join();
   done = true;
   prefetcher.join();
+  drafter.join();
+  EXPECT_EQ(draft_errors.load(), 0u);
   res->WaitIdle();
 
   ResidencyStats s = res->stats();
@@ -114,11 +143,13 @@ TEST_P(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
   EXPECT_EQ(s.slots_loading, 0);
   EXPECT_EQ(s.slots_empty + s.slots_ready, 4);
   EXPECT_EQ(s.demand_evicted_unused, 0u);  // No BeginLayer here.
-  EXPECT_EQ(s.hits + s.misses, ok.load());
+  EXPECT_EQ(s.hits + s.hits_loading + s.misses, ok.load());
   EXPECT_EQ(s.failed_transfers, 0u);
-  EXPECT_EQ(s.link_bytes, (s.misses + s.prefetch_loads) * blob);
-  EXPECT_EQ(s.link_transfers, s.misses + s.prefetch_loads);
-  EXPECT_EQ(s.prefetch_used + s.prefetch_wasted + s.prefetched_unused_resident,
+  EXPECT_EQ(s.link_transfers,
+            s.misses + s.prefetch_loads - s.prefetch_cancelled);
+  EXPECT_EQ(s.link_bytes, s.link_transfers * blob);
+  EXPECT_EQ(s.prefetch_used + s.prefetch_wasted + s.prefetch_cancelled +
+                s.prefetched_unused_resident,
             s.prefetch_loads);
   EXPECT_GT(s.misses, 0u);
   EXPECT_GT(s.prefetch_loads, 0u);

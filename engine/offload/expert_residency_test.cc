@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/mutex.h"
 #include "engine/offload/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -154,7 +155,8 @@ TEST_F(ResidencyTest, AccountingOnScriptedTraceWithPrefetch) {
   RunLayer(r.get(), 1, {0, 1});
   r->WaitIdle();
   ResidencyStats s = r->stats();
-  EXPECT_EQ(s.hits, 4u);
+  // A prefetch may still be in flight when its expert is acquired.
+  EXPECT_EQ(s.hits + s.hits_loading, 4u);
   EXPECT_EQ(s.misses, 4u);
   EXPECT_EQ(s.prefetch_loads, 4u);
   EXPECT_EQ(s.prefetch_used, 2u);
@@ -362,6 +364,210 @@ TEST_F(ResidencyTest, EmulationIsExportedAndSlowsLoads) {
                 "latency_us=\"500\"} 1"),
             std::string::npos)
       << registry.Serialize();
+}
+
+// The host tier, but the Read of expert `gate` waits for Open(); records
+// the order of Reads (the order the single link worker starts transfers).
+class GateTier : public SlowTier {
+ public:
+  GateTier(SlowTier* inner, ExpertId gate) : inner_(inner), gate_(gate) {}
+  std::string_view name() const override { return "gate"; }
+  absl::Status Read(ExpertId id, std::byte* dst) override {
+    {
+      base::MutexLock lock(&mu_);
+      order_.push_back(absl::StrCat(id.layer, ",", id.expert));
+      if (id == gate_) {
+        entered_ = true;
+        cv_.SignalAll();
+        while (!open_) cv_.Wait(&mu_);
+      }
+    }
+    return inner_->Read(id, dst);
+  }
+  void WaitEntered() {
+    base::MutexLock lock(&mu_);
+    while (!entered_) cv_.Wait(&mu_);
+  }
+  void Open() {
+    base::MutexLock lock(&mu_);
+    open_ = true;
+    cv_.SignalAll();
+  }
+  std::vector<std::string> order() {
+    base::MutexLock lock(&mu_);
+    return order_;
+  }
+
+ private:
+  SlowTier* const inner_;
+  const ExpertId gate_;
+  base::Mutex mu_;
+  base::CondVar cv_;
+  bool entered_ ABSL_GUARDED_BY(mu_) = false;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
+};
+
+class LaneResidencyTest : public ResidencyTest {
+ protected:
+  // `slots` slots, one link worker; the load of `gate` holds the worker.
+  std::unique_ptr<ExpertResidency> MakeGated(OffloadPolicy* policy, int slots,
+                                             ExpertId gate,
+                                             metrics::Registry* registry) {
+    gate_ = std::make_unique<GateTier>(host_.get(), gate);
+    auto r = ExpertResidency::Create(weights_.get(), gate_.get(), slots * blob_,
+                                     {}, policy, nullptr, registry, "test");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+  std::unique_ptr<GateTier> gate_;
+};
+
+// Queued prefetches go by priority; an acquire of a queued prefetch is a
+// hit_loading and promotes it ahead of the others; a cancelled one moves no
+// bytes. link_transfers == misses + prefetch_loads - prefetch_cancelled.
+TEST_F(LaneResidencyTest, PriorityPromotionAndCancelThroughTheLink) {
+  LruTestPolicy policy;
+  metrics::Registry registry;
+  auto r = MakeGated(&policy, 4, {1, 0}, &registry);
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(r->Prefetch({1, 0}));
+  gate_->WaitEntered();  // The worker holds (1, 0); the rest queue.
+  ASSERT_TRUE(r->Prefetch({1, 1}, /*priority=*/0));
+  ASSERT_TRUE(r->Prefetch({1, 2}, /*priority=*/9));
+  ASSERT_TRUE(r->Prefetch({1, 3}, /*priority=*/5));
+  EXPECT_TRUE(r->IsResident({1, 1}));
+  EXPECT_FALSE(r->IsReady({1, 1}));
+  EXPECT_FALSE(r->CancelPrefetch({1, 0}));  // Started.
+  EXPECT_FALSE(r->CancelPrefetch({0, 0}));  // Not resident.
+  EXPECT_TRUE(r->CancelPrefetch({1, 3}));
+  EXPECT_FALSE(r->IsResident({1, 3}));
+  std::thread acquirer([&] {
+    absl::StatusOr<const std::byte*> p = r->Acquire({1, 1});
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(Same(*p, {1, 1}));
+    r->Release({1, 1});
+  });
+  // The acquire counts its hit_loading once it has promoted the load.
+  while (r->stats().hits_loading == 0) std::this_thread::yield();
+  EXPECT_FALSE(r->CancelPrefetch({1, 1}));  // Promoted and waited for.
+  gate_->Open();
+  acquirer.join();
+  r->WaitIdle();
+  EXPECT_THAT(gate_->order(), ElementsAre("1,0", "1,1", "1,2"));
+  EXPECT_TRUE(r->IsReady({1, 2}));
+  const ResidencyStats s = r->stats();
+  EXPECT_EQ(s.hits, 0u);
+  EXPECT_EQ(s.hits_loading, 1u);
+  EXPECT_EQ(s.misses, 0u);
+  EXPECT_EQ(s.prefetch_loads, 4u);
+  EXPECT_EQ(s.prefetch_cancelled, 1u);
+  EXPECT_EQ(s.prefetch_used, 1u);
+  EXPECT_EQ(s.prefetched_unused_resident, 2u);
+  EXPECT_EQ(s.prefetch_used + s.prefetch_wasted + s.prefetch_cancelled +
+                s.prefetched_unused_resident,
+            s.prefetch_loads);
+  EXPECT_EQ(s.link_transfers,
+            s.misses + s.prefetch_loads - s.prefetch_cancelled);
+  EXPECT_EQ(s.link_transfers, 3u);
+  EXPECT_EQ(s.link_bytes, s.link_transfers * blob_);
+  EXPECT_EQ(s.slots_empty, 1);
+  auto requests = registry.AddCounter("moeserve_expert_requests_total", "",
+                                      {"policy", "result"});
+  ASSERT_TRUE(requests.ok());
+  EXPECT_EQ((*(*requests)->WithLabels({"test", "hit_loading"}))->Value(), 1);
+  EXPECT_EQ((*(*requests)->WithLabels({"test", "hit"}))->Value(), 0);
+  auto prefetch =
+      registry.AddCounter("moeserve_prefetch_total", "", {"policy", "outcome"});
+  ASSERT_TRUE(prefetch.ok());
+  EXPECT_EQ((*(*prefetch)->WithLabels({"test", "cancelled"}))->Value(), 1);
+  EXPECT_EQ((*(*prefetch)->WithLabels({"test", "used"}))->Value(), 1);
+}
+
+// BeginLayer's misses go to the link as one demand batch, ahead of queued
+// prefetches; a routed expert whose prefetch is still queued is promoted.
+TEST_F(LaneResidencyTest, LayerMissesGoAheadOfQueuedPrefetches) {
+  LruTestPolicy policy;
+  auto r = MakeGated(&policy, 6, {1, 0}, nullptr);
+  ASSERT_NE(r, nullptr);
+  ASSERT_TRUE(r->Prefetch({1, 0}));
+  gate_->WaitEntered();
+  ASSERT_TRUE(r->Prefetch({1, 1}, /*priority=*/9));
+  ASSERT_TRUE(r->Prefetch({0, 4}, /*priority=*/0));
+  r->BeginLayer(0, std::vector<int>{2, 3, 4}, std::vector<int>{1, 1, 1},
+                nullptr, 0);
+  gate_->Open();
+  r->WaitIdle();
+  // (0, 4) was promoted while the batch of (0, 2), (0, 3) was being put
+  // together, so it joined the demand lane first.
+  EXPECT_THAT(gate_->order(), ElementsAre("1,0", "0,4", "0,2", "0,3", "1,1"));
+  for (int e : {2, 3, 4}) {
+    absl::StatusOr<const std::byte*> p = r->Acquire({0, e});
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(Same(*p, {0, e}));
+    r->Release({0, e});
+  }
+  r->EndLayer(0);
+  const ResidencyStats s = r->stats();
+  EXPECT_EQ(s.misses, 2u);
+  EXPECT_EQ(s.hits, 1u);  // (0, 4), ready by then.
+  EXPECT_EQ(s.hits_loading, 0u);
+  EXPECT_EQ(s.link_transfers, s.misses + s.prefetch_loads);
+}
+
+// The draft view: resident experts only, held in use, no statistics and
+// no policy hooks (queued OnLoaded waits for the target's next point).
+TEST_F(ResidencyTest, DraftViewReadsResidentExpertsWithoutCounting) {
+  HookLog policy;
+  auto r = Make(&policy, 2);
+  ASSERT_NE(r, nullptr);
+  r->BeginStep({.step = 0});
+  RunLayer(r.get(), 0, {1});
+  ASSERT_TRUE(r->Prefetch({1, 6}));
+  r->WaitIdle();
+  const ResidencyStats before = r->stats();
+  const size_t hooks = policy.log.size();
+
+  ExpertProvider* draft = r->draft_experts();
+  ASSERT_NE(draft, nullptr);
+  EXPECT_EQ(draft->device(), r->device());
+  draft->BeginStep({.step = 7});
+  draft->BeginLayer(1, std::vector<int>{6}, std::vector<int>{1}, nullptr, 0);
+  absl::StatusOr<const std::byte*> a = draft->Acquire({0, 1});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(Same(*a, {0, 1}));
+  absl::StatusOr<const std::byte*> b = draft->Acquire({1, 6});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(Same(*b, {1, 6}));
+  absl::StatusOr<const std::byte*> c = draft->Acquire({0, 5});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("(0, 5)"), std::string::npos)
+      << c.status();
+  EXPECT_FALSE(r->IsResident({0, 5}));  // It never loads.
+  r->Evict({0, 1});                     // In use by the draft: no-op.
+  EXPECT_TRUE(r->IsResident({0, 1}));
+  draft->Release({0, 1});
+  draft->Release({1, 6});
+  draft->EndLayer(1);
+  draft->EndStep();
+
+  const ResidencyStats after = r->stats();
+  EXPECT_EQ(after.hits, before.hits);
+  EXPECT_EQ(after.hits_loading, before.hits_loading);
+  EXPECT_EQ(after.misses, before.misses);
+  EXPECT_EQ(after.acquire_failures, before.acquire_failures);
+  EXPECT_EQ(after.stall_seconds, before.stall_seconds);
+  EXPECT_EQ(after.prefetch_used, before.prefetch_used);
+  EXPECT_EQ(after.prefetched_unused_resident, 1u);
+  EXPECT_EQ(after.link_transfers, before.link_transfers);
+  EXPECT_EQ(after.slots_in_use, 0);
+  EXPECT_EQ(policy.log.size(), hooks);  // No hook, not even OnLoaded.
+  r->EndStep();  // The target's next delivery point brings (1, 6)'s load.
+  EXPECT_THAT(
+      std::vector<std::string>(policy.log.begin() + hooks, policy.log.end()),
+      ElementsAre("loaded 1,6", "end"));
+  r->Evict({0, 1});
+  EXPECT_FALSE(r->IsResident({0, 1}));
 }
 
 }  // namespace

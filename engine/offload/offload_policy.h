@@ -73,11 +73,29 @@ class ResidencyControl {
 
   // Ready in the fast tier, or on its way there.
   virtual bool IsResident(ExpertId id) const = 0;
+  // Ready in the fast tier (resident and not loading). Default: IsResident
+  // (a control whose loads complete at once).
+  virtual bool IsReady(ExpertId id) const { return IsResident(id); }
 
   // Starts moving `id` into the fast tier if it is not resident and a slot
   // can be had without evicting an expert that is in use or pinned (victims
   // come from ChooseVictims). Returns false when nothing was started.
   virtual bool Prefetch(ExpertId id) = 0;
+  // Prefetch with a priority among queued prefetches: higher starts first,
+  // FIFO within equal priority; Prefetch(id) is priority 0. Demand loads
+  // always start before queued prefetches. Default: Prefetch(id).
+  virtual bool Prefetch(ExpertId id, int priority) {
+    (void)priority;
+    return Prefetch(id);
+  }
+  // Cancels a prefetch load of `id` that is still queued (has not started
+  // moving bytes; not pinned, not waited for by an acquire): the slot is
+  // empty again, no bytes move, and neither OnLoaded nor OnEvicted is
+  // reported. Returns false when there was no such load. Default: false.
+  virtual bool CancelPrefetch(ExpertId id) {
+    (void)id;
+    return false;
+  }
 
   // Pinned experts are loaded (if needed) and never evicted until Unpin.
   // Returns false when no slot could be had for it.

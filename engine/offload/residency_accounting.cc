@@ -19,6 +19,7 @@ absl::Status ResidencyAccounting::Init(metrics::Registry* registry,
 void ResidencyAccounting::FillCounters(ResidencyStats* stats) const {
   MutexLock lock(&mu_);
   stats->hits = hits_;
+  stats->hits_loading = hits_loading_;
   stats->misses = misses_;
   stats->acquire_failures = acquire_failures_;
   stats->demand_evicted_unused = demand_evicted_unused_;
@@ -26,6 +27,7 @@ void ResidencyAccounting::FillCounters(ResidencyStats* stats) const {
   stats->prefetch_loads = prefetch_loads_;
   stats->prefetch_used = prefetch_used_;
   stats->prefetch_wasted = prefetch_wasted_;
+  stats->prefetch_cancelled = prefetch_cancelled_;
 }
 
 void ResidencyAccounting::OnLoadStarted(ExpertId, SlotPool::LoadKind kind) {
@@ -40,6 +42,16 @@ void ResidencyAccounting::OnLoadStarted(ExpertId, SlotPool::LoadKind kind) {
 void ResidencyAccounting::OnHit(ExpertId) {
   MutexLock lock(&mu_);
   Count(&hits_, metrics_.hits);
+}
+
+void ResidencyAccounting::OnHitLoading(ExpertId) {
+  MutexLock lock(&mu_);
+  Count(&hits_loading_, metrics_.hit_loading);
+}
+
+void ResidencyAccounting::OnLoadCancelled(ExpertId) {
+  MutexLock lock(&mu_);
+  Count(&prefetch_cancelled_, metrics_.prefetch_cancelled);
 }
 
 void ResidencyAccounting::OnPrefetchUsed(ExpertId) {

@@ -6,16 +6,25 @@
 // What counts (the stats and the metrics move together):
 //  - A demand load (by BeginLayer or Acquire) is a miss. An Acquire that
 //    finds its expert demand-loaded and not yet acquired consumes that miss;
-//    any other Acquire that finds its expert resident is a hit. An Acquire
-//    that fails before starting a load (RESOURCE_EXHAUSTED) is neither and
-//    counts in acquire_failures. Hence hits + misses == Acquires that got
-//    a slot (successful ones, plus ones whose load then failed) +
-//    demand_evicted_unused (demand loads evicted before their Acquire; only
-//    when a tier smaller than a layer's experts forces it).
+//    any other Acquire that finds its expert resident is a hit when it is
+//    ready, a hit_loading when it is still loading (in flight or queued on
+//    the link: a prefetch, a Pin's load, or another Acquire's miss). An
+//    Acquire that fails before starting a load (RESOURCE_EXHAUSTED) is none
+//    of these and counts in acquire_failures. Hence hits + hits_loading +
+//    misses == Acquires that got a slot (successful ones, plus ones whose
+//    load then failed) + demand_evicted_unused (demand loads evicted before
+//    their Acquire; only when a tier smaller than a layer's experts forces
+//    it). Only target acquires count: the draft view counts nothing. A hit
+//    rate is hits / (hits + hits_loading + misses).
 //  - prefetch_loads = loads started by Prefetch or Pin. A prefetched
 //    expert's first Acquire counts prefetch_used; evicting it before any
-//    Acquire counts prefetch_wasted. prefetch_used + prefetch_wasted +
-//    prefetched_unused_resident == prefetch_loads (minus failed ones).
+//    Acquire counts prefetch_wasted; cancelling its queued load
+//    (CancelPrefetch) counts prefetch_cancelled. prefetch_used +
+//    prefetch_wasted + prefetch_cancelled + prefetched_unused_resident ==
+//    prefetch_loads (minus failed ones).
+//  - Link transfers: link_transfers == misses + prefetch_loads -
+//    prefetch_cancelled - failed_transfers, and link_bytes ==
+//    link_transfers x slot_bytes.
 //  - stall_seconds: wall time Acquire spent blocked (waiting for its load or
 //    for a loading slot to become evictable).
 //  - moeserve_expert_cache_bytes{state}: slots per state x slot bytes.
@@ -48,7 +57,8 @@ namespace moeserve::engine {
 
 // What ExpertResidency::stats() reports (see above for the counters).
 struct ResidencyStats {
-  uint64_t hits = 0;
+  uint64_t hits = 0;          // Ready when acquired.
+  uint64_t hits_loading = 0;  // Resident but still loading when acquired.
   uint64_t misses = 0;
   uint64_t acquire_failures = 0;
   uint64_t demand_evicted_unused = 0;
@@ -60,6 +70,7 @@ struct ResidencyStats {
   uint64_t prefetch_loads = 0;
   uint64_t prefetch_used = 0;
   uint64_t prefetch_wasted = 0;
+  uint64_t prefetch_cancelled = 0;          // Queued loads withdrawn, no bytes.
   uint64_t prefetched_unused_resident = 0;  // Now resident, never acquired.
   int slots = 0;
   uint64_t slot_bytes = 0;      // == ExpertBlob::bytes.
@@ -85,13 +96,16 @@ class ResidencyAccounting final : public SlotPool::Observer {
     return {metrics_.link_bytes, metrics_.link_busy_seconds};
   }
 
-  // Copies hits, misses, acquire_failures, demand_evicted_unused,
-  // stall_seconds, prefetch_loads, prefetch_used and prefetch_wasted.
+  // Copies hits, hits_loading, misses, acquire_failures,
+  // demand_evicted_unused, stall_seconds, prefetch_loads, prefetch_used,
+  // prefetch_wasted and prefetch_cancelled.
   void FillCounters(ResidencyStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // SlotPool::Observer.
   void OnLoadStarted(ExpertId id, SlotPool::LoadKind kind) override;
   void OnHit(ExpertId id) override;
+  void OnHitLoading(ExpertId id) override;
+  void OnLoadCancelled(ExpertId id) override;
   void OnPrefetchUsed(ExpertId id) override;
   void OnEvicted(ExpertId id, bool prefetched_unused,
                  bool demand_unused) override;
@@ -109,12 +123,14 @@ class ResidencyAccounting final : public SlotPool::Observer {
 
   mutable base::Mutex mu_;
   uint64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hits_loading_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t acquire_failures_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t demand_evicted_unused_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t prefetch_loads_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t prefetch_used_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t prefetch_wasted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t prefetch_cancelled_ ABSL_GUARDED_BY(mu_) = 0;
   double stall_seconds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

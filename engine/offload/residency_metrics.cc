@@ -39,10 +39,13 @@ absl::Status ResidencyMetrics::Register(metrics::Registry* r,
                                         const std::string& p,
                                         const LinkOptions& link) {
   const char* kRequests = "moeserve_expert_requests_total";
-  const char* kRequestsHelp = "Expert acquisitions by the forward pass.";
+  const char* kRequestsHelp =
+      "Expert acquisitions by the target forward pass: hit (ready), "
+      "hit_loading (resident but still in flight), miss.";
   const char* kPrefetch = "moeserve_prefetch_total";
   const char* kPrefetchHelp =
-      "Prefetched experts: used before eviction, or evicted unused.";
+      "Prefetched experts: used before eviction, evicted unused, or "
+      "cancelled before their transfer started.";
   const char* kCache = "moeserve_expert_cache_bytes";
   const char* kCacheHelp = "Fast-tier bytes by slot state.";
   const Labels pr = {"policy", "result"};
@@ -50,6 +53,8 @@ absl::Status ResidencyMetrics::Register(metrics::Registry* r,
   const Labels ps = {"policy", "state"};
   absl::Status s[] = {
       CounterChild(r, kRequests, kRequestsHelp, pr, {p, "hit"}, &hits),
+      CounterChild(r, kRequests, kRequestsHelp, pr, {p, "hit_loading"},
+                   &hit_loading),
       CounterChild(r, kRequests, kRequestsHelp, pr, {p, "miss"}, &misses),
       CounterChild(r, "moeserve_link_bytes_total",
                    "Bytes moved over the slow-to-fast link.",
@@ -64,6 +69,8 @@ absl::Status ResidencyMetrics::Register(metrics::Registry* r,
                    &prefetch_used),
       CounterChild(r, kPrefetch, kPrefetchHelp, po, {p, "wasted"},
                    &prefetch_wasted),
+      CounterChild(r, kPrefetch, kPrefetchHelp, po, {p, "cancelled"},
+                   &prefetch_cancelled),
       GaugeChild(r, kCache, kCacheHelp, ps, {p, "empty"}, &cache_bytes[0]),
       GaugeChild(r, kCache, kCacheHelp, ps, {p, "loading"}, &cache_bytes[1]),
       GaugeChild(r, kCache, kCacheHelp, ps, {p, "ready"}, &cache_bytes[2]),

@@ -28,13 +28,15 @@ class ResidencyMetrics {
     if (capacity_bytes != nullptr) capacity_bytes->Set(bytes);
   }
 
-  metrics::Counter* hits = nullptr;
+  metrics::Counter* hits = nullptr;         // result="hit"
+  metrics::Counter* hit_loading = nullptr;  // result="hit_loading"
   metrics::Counter* misses = nullptr;
   metrics::Counter* link_bytes = nullptr;  // direction="h2d"
   metrics::Counter* link_busy_seconds = nullptr;
   metrics::Counter* stall_seconds = nullptr;
   metrics::Counter* prefetch_used = nullptr;
   metrics::Counter* prefetch_wasted = nullptr;
+  metrics::Counter* prefetch_cancelled = nullptr;
   metrics::Gauge* cache_bytes[3] = {nullptr, nullptr, nullptr};  // empty,
                                                                  // loading,
                                                                  // ready

@@ -51,6 +51,7 @@ absl::StatusOr<int> SlotPool::Acquire(ExpertId id) {
   double stall = 0;
   bool load = false;
   int slot = -1;
+  LoadStart start;
   {
     MutexLock lock(&mu_);
     absl::StatusOr<int> found = FindOrReserve(id, &stall, &load);
@@ -60,10 +61,36 @@ absl::StatusOr<int> SlotPool::Acquire(ExpertId id) {
     }
     slot = *found;
     if (!load) return AwaitReady(slot, &stall);
+    const Slot& sl = slots_[slot];
+    start = {slot, id, sl.kind, sl.priority, sl.seq};
   }
-  loader_->StartLoad(slot, id);
+  loader_->StartLoads({&start, 1});
   MutexLock lock(&mu_);
   return AwaitReady(slot, &stall);
+}
+
+absl::StatusOr<int> SlotPool::AcquireResident(ExpertId id) {
+  if (!Valid(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert (", id.layer, ", ", id.expert, ") out of range"));
+  }
+  MutexLock lock(&mu_);
+  const int s = slot_of_[Flat(id)];
+  if (s < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert (", id.layer, ", ", id.expert,
+                     ") is not resident in the fast tier (a draft view "
+                     "never loads)"));
+  }
+  Slot& slot = slots_[s];
+  ++slot.in_use;
+  while (slot.state == State::kLoading) changed_.Wait(&mu_);
+  if (slot.state != State::kReady) {  // The load failed.
+    absl::Status error = slot.error;
+    if (--slot.in_use == 0) changed_.SignalAll();
+    return error;
+  }
+  return s;
 }
 
 absl::StatusOr<int> SlotPool::FindOrReserve(ExpertId id, double* stall,
@@ -74,6 +101,9 @@ absl::StatusOr<int> SlotPool::FindOrReserve(ExpertId id, double* stall,
       Slot& slot = slots_[s];
       if (slot.demand_pending) {
         slot.demand_pending = false;  // Its miss was counted at the load.
+      } else if (slot.state == State::kLoading) {
+        MaybePromote(s);  // Before the count: a hit_loading is promoted.
+        for (Observer* o : observers_) o->OnHitLoading(id);
       } else {
         for (Observer* o : observers_) o->OnHit(id);
       }
@@ -83,7 +113,7 @@ absl::StatusOr<int> SlotPool::FindOrReserve(ExpertId id, double* stall,
     const SlotResult r = TrySlot(Reach::kAll);
     if (r.retry || (r.slot >= 0 && slot_of_[f] >= 0)) continue;
     if (r.slot >= 0) {
-      Reserve(r.slot, id, LoadKind::kDemand);
+      (void)Reserve(r.slot, id, LoadKind::kDemand);
       slots_[r.slot].demand_pending = false;  // Consumed right here.
       ++slots_[r.slot].in_use;
       *load = true;
@@ -150,43 +180,84 @@ absl::Status SlotPool::Exhausted() const {
 
 // ---------------------------------------------------------------- no wait
 
-bool SlotPool::LoadNoWait(ExpertId id, LoadKind kind) {
-  bool started = false;
-  int s = -1;
+bool SlotPool::LoadNoWait(ExpertId id, LoadKind kind, int priority) {
+  return LoadManyNoWait({&id, 1}, kind, priority) == 1;
+}
+
+int SlotPool::LoadManyNoWait(std::span<const ExpertId> ids, LoadKind kind,
+                             int priority) {
+  std::vector<LoadStart> starts;
   {
     MutexLock lock(&mu_);
-    s = FindOrReserveNoWait(id, kind, &started);
+    for (const ExpertId& id : ids) {
+      LoadStart start;
+      const int s = FindOrReserveNoWait(id, kind, priority, &start);
+      if (start.slot >= 0) {
+        starts.push_back(start);
+      } else if (s >= 0 && kind == LoadKind::kDemand) {
+        MaybePromote(s);
+      }
+    }
   }
-  if (started) loader_->StartLoad(s, id);
-  return started;
+  if (!starts.empty()) loader_->StartLoads(starts);
+  return static_cast<int>(starts.size());
 }
 
 bool SlotPool::Pin(ExpertId id) {
-  bool started = false;
-  int s = -1;
+  LoadStart start;
   {
     MutexLock lock(&mu_);
-    s = FindOrReserveNoWait(id, LoadKind::kPrefetch, &started);
+    const int s = FindOrReserveNoWait(id, LoadKind::kPrefetch, 0, &start);
     if (s < 0) return false;
     ++slots_[s].pins;
   }
-  if (started) loader_->StartLoad(s, id);
+  if (start.slot >= 0) loader_->StartLoads({&start, 1});
   return true;
 }
 
-int SlotPool::FindOrReserveNoWait(ExpertId id, LoadKind kind, bool* started) {
+int SlotPool::FindOrReserveNoWait(ExpertId id, LoadKind kind, int priority,
+                                  LoadStart* started) {
   const int f = Flat(id);
-  *started = false;
+  started->slot = -1;
   for (;;) {
     if (slot_of_[f] >= 0) return slot_of_[f];
     const SlotResult r = TrySlot(Reach::kUnprotected);
     if (r.retry) continue;
     if (r.slot < 0) return -1;
     if (slot_of_[f] >= 0) return slot_of_[f];  // Loaded while unlocked.
-    Reserve(r.slot, id, kind);
-    *started = true;
+    *started = Reserve(r.slot, id, kind, priority);
     return r.slot;
   }
+}
+
+void SlotPool::MaybePromote(int s) {
+  Slot& slot = slots_[s];
+  if (slot.state != State::kLoading || slot.kind != LoadKind::kPrefetch ||
+      slot.promoted) {
+    return;
+  }
+  slot.promoted = true;
+  loader_->PromoteLoad(s, slot.seq);
+}
+
+bool SlotPool::CancelPrefetch(ExpertId id) {
+  if (!Valid(id)) return false;
+  MutexLock lock(&mu_);
+  const int s = slot_of_[Flat(id)];
+  if (s < 0) return false;
+  Slot& slot = slots_[s];
+  if (slot.state != State::kLoading || slot.kind != LoadKind::kPrefetch ||
+      slot.promoted || slot.pins > 0 || slot.in_use > 0) {
+    return false;
+  }
+  if (!loader_->CancelLoad(s, slot.seq)) return false;
+  slot_of_[Flat(id)] = -1;
+  slot.prefetched_unused = false;
+  slot.demand_pending = false;
+  SetState(slot, State::kEmpty);
+  for (Observer* o : observers_) o->OnLoadCancelled(id);
+  changed_.SignalAll();
+  return true;
 }
 
 // ---------------------------------------------------------------- victims
@@ -269,15 +340,21 @@ void SlotPool::Evict(ExpertId id) {
 
 // ---------------------------------------------------------------- loads
 
-void SlotPool::Reserve(int s, ExpertId id, LoadKind kind) {
+SlotPool::LoadStart SlotPool::Reserve(int s, ExpertId id, LoadKind kind,
+                                      int priority) {
   Slot& slot = slots_[s];
   slot.id = id;
   slot.error = absl::OkStatus();
   slot.prefetched_unused = kind == LoadKind::kPrefetch;
   slot.demand_pending = kind == LoadKind::kDemand;
+  slot.kind = kind;
+  slot.priority = kind == LoadKind::kPrefetch ? priority : 0;
+  slot.seq = next_seq_++;
+  slot.promoted = false;
   slot_of_[Flat(id)] = s;
   SetState(slot, State::kLoading);
   for (Observer* o : observers_) o->OnLoadStarted(id, kind);
+  return {s, id, kind, slot.priority, slot.seq};
 }
 
 void SlotPool::Complete(int s, absl::Status status) {
@@ -320,6 +397,12 @@ void SlotPool::Unpin(ExpertId id) {
 bool SlotPool::IsResident(ExpertId id) const {
   MutexLock lock(&mu_);
   return slot_of_[Flat(id)] >= 0;
+}
+
+bool SlotPool::IsReady(ExpertId id) const {
+  MutexLock lock(&mu_);
+  const int s = slot_of_[Flat(id)];
+  return s >= 0 && slots_[s].state == State::kReady;
 }
 
 void SlotPool::WaitIdle() {

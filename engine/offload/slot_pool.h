@@ -9,7 +9,19 @@
 // Slots: each is empty | loading | ready and holds one expert, with a pin
 // count, an in-use count (Acquires not yet Released, including ones still
 // waiting for the load), a "prefetched, not yet used" flag and a
-// "demand-loaded, not yet acquired" flag.
+// "demand-loaded, not yet acquired" flag. A loading slot also knows its
+// load: kind, priority, number (seq, unique in the pool) and whether it was
+// promoted to the demand lane.
+//
+// Lanes and cancellation (the Loader decides what they mean; the residency
+// maps them onto the Link's lanes): a demand load goes in the demand lane,
+// a prefetch load in the prefetch lane with its priority. An Acquire that
+// finds its expert loading by a prefetch not yet promoted promotes it
+// (Loader::PromoteLoad), as does a demand LoadNoWait of a layer's experts.
+// CancelPrefetch withdraws a prefetch load that nobody waits for, is not
+// pinned or promoted and has not started moving bytes (Loader::CancelLoad):
+// the slot goes back to empty, observers hear OnLoadCancelled (neither
+// OnLoaded nor OnEvicted), and no Complete follows.
 //
 // Invariants (under mu_):
 //  1. slot_of_[id] == s  <=>  slots_[s] is loading or ready and holds id.
@@ -18,7 +30,8 @@
 //  3. A slot is free <=> empty && in_use == 0. (An empty slot with in_use > 0
 //     is a failed load whose waiters have not all seen the error yet.)
 //  4. state_count_[k] == the number of slots in state k.
-//  5. Every load started (state -> loading) ends in exactly one Complete().
+//  5. Every load started (state -> loading) ends in exactly one Complete(),
+//     or in one successful CancelLoad (CancelPrefetch) and no Complete.
 //
 // Victims (for a load that finds no free slot): the candidates are the
 // evictable slots in three tiers, and the policy's ChooseVictims picks from
@@ -36,11 +49,12 @@
 // Thread safety: every method may be called from any thread. One mutex
 // guards all slot state. ChooseVictims and Loader::StartLoad run without it,
 // so the policy may call back into the pool and a loader may complete at
-// once; Observer methods and Loader::Released run with it held, so they must
-// not block or call into the pool.
+// once; Observer methods and Loader::Released, PromoteLoad and CancelLoad
+// run with it held, so they must not block or call into the pool.
 #ifndef MOESERVE_ENGINE_OFFLOAD_SLOT_POOL_H_
 #define MOESERVE_ENGINE_OFFLOAD_SLOT_POOL_H_
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -59,6 +73,15 @@ class SlotPool {
   // A demand load is a miss; a prefetch load is started by Prefetch or Pin.
   enum class LoadKind { kDemand, kPrefetch };
 
+  // One load the pool asks a Loader to start.
+  struct LoadStart {
+    int slot = -1;
+    ExpertId id;
+    LoadKind kind = LoadKind::kDemand;
+    int priority = 0;  // Prefetch loads: higher first.
+    uint64_t seq = 0;  // The load's number, unique in the pool (from 1).
+  };
+
   // Fills reserved slots.
   class Loader {
    public:
@@ -67,6 +90,24 @@ class SlotPool {
     // Complete(slot, status), from any thread, possibly before it returns.
     // Runs without the pool's lock.
     virtual void StartLoad(int slot, ExpertId id) = 0;
+    // Starts every load of `loads` (one submission where the loader can);
+    // each as StartLoad, unless CancelLoad took it first. Runs without the
+    // pool's lock. Default: StartLoad for each.
+    virtual void StartLoads(std::span<const LoadStart> loads) {
+      for (const LoadStart& l : loads) StartLoad(l.slot, l.id);
+    }
+    // Load `seq` of `slot` (a prefetch) is now needed on demand: move it
+    // ahead of the prefetches (possibly before StartLoads saw it). Runs with
+    // the pool's lock held. Default: nothing.
+    virtual void PromoteLoad(int slot, uint64_t seq) { (void)slot, (void)seq; }
+    // Withdraws load `seq` of `slot` if it has not started moving bytes
+    // (possibly before StartLoads saw it); true means it never completes
+    // (no Complete follows). Runs with the pool's lock held, so it must not
+    // call into the pool. Default: false (loads cannot be cancelled).
+    virtual bool CancelLoad(int slot, uint64_t seq) {
+      (void)slot, (void)seq;
+      return false;
+    }
     // One holder of `slot` releases it (Release, before its in-use count
     // drops). Runs with the pool's lock held.
     virtual void Released(int slot) { (void)slot; }
@@ -82,8 +123,14 @@ class SlotPool {
     }
     // A load completed successfully: the slot is ready.
     virtual void OnLoaded(ExpertId id) { (void)id; }
-    // Acquire found `id` resident and not a pending demand load of its own.
+    // Acquire found `id` ready and not a pending demand load of its own.
     virtual void OnHit(ExpertId id) { (void)id; }
+    // Acquire found `id` still loading (a prefetch or Pin load, or another
+    // Acquire's miss) and not a pending demand load of its own.
+    virtual void OnHitLoading(ExpertId id) { (void)id; }
+    // A prefetch load of `id` was cancelled (CancelPrefetch): the slot is
+    // empty again and no bytes moved.
+    virtual void OnLoadCancelled(ExpertId id) { (void)id; }
     // The first Acquire of a prefetched expert.
     virtual void OnPrefetchUsed(ExpertId id) { (void)id; }
     // A ready expert left the fast tier (a victim, or Evict()).
@@ -133,20 +180,38 @@ class SlotPool {
       ABSL_LOCKS_EXCLUDED(mu_);
   void Unprotect() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The slot holding `id`, ready: a hit if resident (waiting while it
-  // loads), else a demand load into a free slot or a victim (any tier);
+  // The slot holding `id`, ready: a hit if ready, a hit_loading if loading
+  // (waiting for it, and promoting it if it is an unpromoted prefetch),
+  // else a demand load into a free slot or a victim (any tier);
   // while no slot is evictable but one is loading, waits for it and retries.
   // in_use++ on success. RESOURCE_EXHAUSTED "fast tier of N slots too
   // small: ..." when every slot is pinned or in use; the load's error when
   // it failed.
   absl::StatusOr<int> Acquire(ExpertId id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The slot holding `id` when it is resident, waiting while it loads;
+  // never starts a load, reports to no observer (no hit, no stall, no
+  // prefetch use) and promotes nothing. in_use++ on success (Release undoes
+  // it). FAILED_PRECONDITION naming the expert when it is not resident; the
+  // load's error when it failed. For a draft model's view of the tier.
+  absl::StatusOr<int> AcquireResident(ExpertId id) ABSL_LOCKS_EXCLUDED(mu_);
   // Loader::Released(slot), then in_use--. Logs an error and does nothing
   // when `id` is not acquired.
   void Release(ExpertId id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // If `id` is not resident and a slot can be had without waiting (free,
-  // or a tier-0 victim), starts a `kind` load; returns whether one started.
-  bool LoadNoWait(ExpertId id, LoadKind kind) ABSL_LOCKS_EXCLUDED(mu_);
+  // or a tier-0 victim), starts a `kind` load (`priority`: prefetch lane
+  // order, higher first); returns whether one started.
+  bool LoadNoWait(ExpertId id, LoadKind kind, int priority = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // LoadNoWait for each of `ids`, in order, started as one
+  // Loader::StartLoads; a kDemand call also promotes the unpromoted
+  // prefetch loads of `ids` it finds. Returns the loads started.
+  int LoadManyNoWait(std::span<const ExpertId> ids, LoadKind kind,
+                     int priority = 0) ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels the prefetch load of `id` if it is loading, not pinned, not
+  // promoted, nobody waits for it and the Loader withdraws it
+  // (CancelLoad); the slot is empty again. False otherwise.
+  bool CancelPrefetch(ExpertId id) ABSL_LOCKS_EXCLUDED(mu_);
   // pins++, loading `id` first as LoadNoWait(kPrefetch) would; false (and no
   // pin) when it is not resident and no slot can be had.
   bool Pin(ExpertId id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -156,6 +221,8 @@ class SlotPool {
   void Evict(ExpertId id) ABSL_LOCKS_EXCLUDED(mu_);
   // Loading or ready.
   bool IsResident(ExpertId id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Ready (resident and not loading).
+  bool IsReady(ExpertId id) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ends the load of `slot` (Loader contract). On error the slot goes back
   // to empty and drops its pins; its waiters get `status`.
@@ -174,6 +241,11 @@ class SlotPool {
     int in_use = 0;
     bool prefetched_unused = false;
     bool demand_pending = false;
+    // The current (or last) load.
+    LoadKind kind = LoadKind::kDemand;
+    int priority = 0;
+    uint64_t seq = 0;
+    bool promoted = false;
     absl::Status error;  // Last failed load, for its waiters.
   };
   enum class Reach { kUnprotected, kAll };
@@ -201,8 +273,9 @@ class SlotPool {
   absl::StatusOr<int> AwaitReady(int slot, double* stall)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The slot holding `id`, or one reserved for a `kind` load of it
-  // (*started = true) found without waiting; -1 when none.
-  int FindOrReserveNoWait(ExpertId id, LoadKind kind, bool* started)
+  // (*started = the load to start) found without waiting; -1 when none.
+  int FindOrReserveNoWait(ExpertId id, LoadKind kind, int priority,
+                          LoadStart* started)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A free slot, or an evicted victim; drops mu_ around ChooseVictims.
   SlotResult TrySlot(Reach reach) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -211,10 +284,12 @@ class SlotPool {
   int PickVictim(const std::vector<ExpertId>& candidates, Reach reach)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictSlot(int s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks `s` loading `id`; the caller then calls loader_->StartLoad
-  // without the lock.
-  void Reserve(int s, ExpertId id, LoadKind kind)
+  // Marks `s` loading `id`; the caller then calls loader_->StartLoads with
+  // the returned LoadStart without the lock.
+  LoadStart Reserve(int s, ExpertId id, LoadKind kind, int priority = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Promotes the load of slot `s` if it is an unpromoted prefetch.
+  void MaybePromote(int s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetState(Slot& slot, State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for any slot change; adds the time waited to *stall.
   void WaitTimed(double* stall) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -235,6 +310,7 @@ class SlotPool {
   std::vector<char> protected_ ABSL_GUARDED_BY(mu_);  // [Flat(id)].
   std::vector<int> protected_list_ ABSL_GUARDED_BY(mu_);
   int state_count_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace moeserve::engine

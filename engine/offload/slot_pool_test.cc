@@ -31,6 +31,11 @@ class ManualLoader : public SlotPool::Loader {
     started_.push_back({slot, id});
   }
   void Released(int slot) override { released.push_back(slot); }
+  void PromoteLoad(int slot, uint64_t) override { promoted.push_back(slot); }
+  bool CancelLoad(int slot, uint64_t) override {
+    cancel_calls.push_back(slot);
+    return cancel_ok;
+  }
 
   // The loads started so far (slot, expert), oldest first.
   std::vector<std::pair<int, ExpertId>> started() {
@@ -38,7 +43,10 @@ class ManualLoader : public SlotPool::Loader {
     return started_;
   }
   int num_started() { return static_cast<int>(started().size()); }
-  std::vector<int> released;  // Under the pool's lock.
+  std::vector<int> released;      // Under the pool's lock.
+  std::vector<int> promoted;      // Under the pool's lock.
+  std::vector<int> cancel_calls;  // Under the pool's lock.
+  bool cancel_ok = true;          // What CancelLoad answers.
 
  private:
   base::Mutex mu_;
@@ -54,6 +62,8 @@ class Recorder : public SlotPool::Observer {
   }
   void OnLoaded(ExpertId id) override { Add("loaded " + Str(id)); }
   void OnHit(ExpertId id) override { Add("hit " + Str(id)); }
+  void OnHitLoading(ExpertId id) override { Add("hit_loading " + Str(id)); }
+  void OnLoadCancelled(ExpertId id) override { Add("cancelled " + Str(id)); }
   void OnPrefetchUsed(ExpertId id) override { Add("used " + Str(id)); }
   void OnEvicted(ExpertId id, bool prefetched_unused,
                  bool demand_unused) override {
@@ -289,7 +299,7 @@ TEST_F(SlotPoolTest, FailedLoadWakesItsWaitersAndFreesTheSlot) {
   EXPECT_EQ(v.in_use, 0);
   EXPECT_TRUE(pool_->LoadNoWait({0, 5}, LoadKind::kPrefetch));  // Reusable.
   CompleteAll();
-  EXPECT_THAT(recorder_.Take(), ElementsAre("prefetch 0,4", "hit 0,4",
+  EXPECT_THAT(recorder_.Take(), ElementsAre("prefetch 0,4", "hit_loading 0,4",
                                             "prefetch 0,5", "loaded 0,5"));
 }
 
@@ -309,6 +319,93 @@ TEST_F(SlotPoolTest, WaitIdleReturnsOnceNothingLoads) {
   pool_->WaitIdle();
   completer.join();
   EXPECT_EQ(pool_->counts().loading, 0);
+}
+
+TEST_F(SlotPoolTest, CancelPrefetchEmptiesTheSlotOfAQueuedPrefetchOnly) {
+  Make(3);
+  ASSERT_TRUE(pool_->LoadNoWait({0, 1}, LoadKind::kPrefetch, /*priority=*/3));
+  ASSERT_TRUE(pool_->LoadNoWait({0, 2}, LoadKind::kDemand));
+  EXPECT_FALSE(pool_->CancelPrefetch({0, 2}));  // A demand load.
+  EXPECT_FALSE(pool_->CancelPrefetch({1, 7}));  // Not resident.
+  EXPECT_TRUE(pool_->CancelPrefetch({0, 1}));
+  EXPECT_FALSE(pool_->IsResident({0, 1}));
+  EXPECT_EQ(StateOf(0), State::kEmpty);
+  EXPECT_FALSE(pool_->CancelPrefetch({0, 1}));  // Nothing left to cancel.
+  ASSERT_TRUE(pool_->Pin({0, 3}));              // Reuses slot 0.
+  EXPECT_FALSE(pool_->CancelPrefetch({0, 3}));  // Pinned.
+  loader_.cancel_ok = false;                    // The transfer started.
+  ASSERT_TRUE(pool_->LoadNoWait({0, 4}, LoadKind::kPrefetch));
+  EXPECT_FALSE(pool_->CancelPrefetch({0, 4}));
+  EXPECT_TRUE(pool_->IsResident({0, 4}));
+  EXPECT_THAT(loader_.cancel_calls, ElementsAre(0, 2));
+  // The cancelled load never completes; the others do.
+  pool_->Complete(1, absl::OkStatus());
+  pool_->Complete(0, absl::OkStatus());
+  pool_->Complete(2, absl::OkStatus());
+  completed_ = loader_.started().size();
+  EXPECT_FALSE(pool_->CancelPrefetch({0, 4}));  // Ready.
+  EXPECT_THAT(
+      recorder_.Take(),
+      ElementsAre("prefetch 0,1", "demand 0,2", "cancelled 0,1", "prefetch 0,3",
+                  "prefetch 0,4", "loaded 0,2", "loaded 0,3", "loaded 0,4"));
+  const SlotPool::Counts c = pool_->counts();
+  EXPECT_EQ(c.ready, 3);
+  EXPECT_EQ(c.prefetched_unused, 2);
+}
+
+TEST_F(SlotPoolTest, AcquireOfALoadingPrefetchIsAHitLoadingAndPromotesIt) {
+  Make(3);
+  ASSERT_TRUE(pool_->LoadNoWait({0, 1}, LoadKind::kPrefetch));
+  std::thread acquirer([&] {
+    absl::StatusOr<int> s = pool_->Acquire({0, 1});
+    EXPECT_TRUE(s.ok()) << s.status();
+  });
+  while (pool_->slots()[0].in_use == 0) std::this_thread::yield();
+  EXPECT_FALSE(pool_->CancelPrefetch({0, 1}));  // Waited for.
+  EXPECT_FALSE(pool_->IsReady({0, 1}));
+  CompleteAll();
+  acquirer.join();
+  EXPECT_TRUE(pool_->IsReady({0, 1}));
+  EXPECT_THAT(loader_.promoted, ElementsAre(0));
+  EXPECT_THAT(loader_.cancel_calls, IsEmpty());
+  // A demand LoadManyNoWait promotes the queued prefetches it finds, once.
+  ASSERT_TRUE(pool_->LoadNoWait({0, 2}, LoadKind::kPrefetch));
+  const std::vector<ExpertId> ids = {{0, 2}, {0, 3}};
+  EXPECT_EQ(pool_->LoadManyNoWait(ids, LoadKind::kDemand), 1);
+  EXPECT_EQ(pool_->LoadManyNoWait(ids, LoadKind::kDemand), 0);
+  EXPECT_THAT(loader_.promoted, ElementsAre(0, 1));
+  CompleteAll();
+  pool_->Release({0, 1});
+  EXPECT_THAT(
+      recorder_.Take(),
+      ElementsAre("prefetch 0,1", "hit_loading 0,1", "loaded 0,1", "used 0,1",
+                  "prefetch 0,2", "demand 0,3", "loaded 0,2", "loaded 0,3"));
+}
+
+TEST_F(SlotPoolTest, AcquireResidentNeverLoadsAndReportsNothing) {
+  Make(2);
+  absl::StatusOr<int> none = pool_->AcquireResident({1, 2});
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(none.status().message()),
+              ::testing::HasSubstr("expert (1, 2) is not resident"));
+  EXPECT_EQ(loader_.num_started(), 0);
+  ASSERT_TRUE(pool_->LoadNoWait({0, 5}, LoadKind::kPrefetch));
+  std::thread drafter([&] {
+    absl::StatusOr<int> s = pool_->AcquireResident({0, 5});  // Waits.
+    EXPECT_TRUE(s.ok()) << s.status();
+  });
+  while (pool_->slots()[0].in_use == 0) std::this_thread::yield();
+  CompleteAll();
+  drafter.join();
+  pool_->Evict({0, 5});  // In use by the draft: no-op.
+  EXPECT_TRUE(pool_->IsResident({0, 5}));
+  EXPECT_EQ(pool_->counts().prefetched_unused, 1);  // Not a use.
+  pool_->Release({0, 5});
+  pool_->Evict({0, 5});
+  EXPECT_FALSE(pool_->IsResident({0, 5}));
+  EXPECT_THAT(loader_.promoted, IsEmpty());
+  EXPECT_THAT(recorder_.Take(),
+              ElementsAre("prefetch 0,5", "loaded 0,5", "evicted 0,5 wasted"));
 }
 
 }  // namespace
