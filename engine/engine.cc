@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -8,8 +9,32 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "engine/sampling/stop_strings.h"
+#include "engine/spec/verifier.h"
+#include "spdlog/spdlog.h"
 
 namespace moeserve::engine {
+namespace {
+
+// Adaptive k: an EMA of "this draft token was accepted" per sequence,
+// started optimistic so a new sequence tries speculation at once.
+constexpr double kInitialAcceptance = 0.7;
+constexpr double kAcceptanceWeight = 0.2;
+// Draft position j (1-based) is worth verifying while the chance that all
+// drafts up to it pass, acceptance^j, stays at or above this.
+constexpr double kWorthwhileRun = 0.35;
+// A sequence whose k fell to 0 drafts one token again after this many steps,
+// so its EMA can recover when the text becomes predictable.
+constexpr int kProbeInterval = 8;
+
+int DraftLengthFor(double acceptance, int max_k) {
+  if (acceptance >= 0.999) return max_k;
+  if (acceptance <= kWorthwhileRun) return 0;
+  const int k =
+      static_cast<int>(std::log(kWorthwhileRun) / std::log(acceptance));
+  return std::clamp(k, 0, max_k);
+}
+
+}  // namespace
 
 // One request as the scheduler sees it.
 struct Engine::Sequence {
@@ -30,6 +55,13 @@ struct Engine::Sequence {
   bool admitted_once = false;
   absl::Time arrival;
   absl::Time last_token;
+  // Speculation: k granted this step (GrantDraftLengths), the drafter's
+  // proposal, and the verify chunk's tokens (last token + drafts).
+  int spec_k = 0;
+  spec::DraftOutput draft;
+  std::vector<int32_t> verify_tokens;
+  double acceptance = kInitialAcceptance;
+  int steps_without_draft = 0;
 
   bool prefilling() const {
     return computed + chunk < static_cast<int64_t>(tokens.size());
@@ -48,6 +80,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
       options.max_waiting < 0) {
     return absl::InvalidArgumentError(
         "engine: max_num_seqs and max_batched_tokens must be > 0");
+  }
+  if (options.num_speculative_tokens < 0 ||
+      options.max_speculative_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "engine: num_speculative_tokens must be >= 0 and "
+        "max_speculative_tokens >= 1");
   }
   auto engine =
       std::unique_ptr<Engine>(new Engine(weights, tokenizer, options));
@@ -71,6 +109,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                       KvCache::BlocksForBytes(c, options.kv_block_size,
                                               options.kv_cache_bytes),
                       options.kv_block_size, backend));
+  if (options.make_drafter) {
+    MOESERVE_ASSIGN_OR_RETURN(
+        engine->drafter_,
+        options.make_drafter(engine->model_.get(), engine->kv_.get()));
+  }
   if (options.registry != nullptr) {
     Engine* raw = engine.get();
     MOESERVE_ASSIGN_OR_RETURN(
@@ -147,8 +190,9 @@ bool Engine::Abort(const std::string& request_id) {
 
 EngineStats Engine::stats() const {
   base::MutexLock lock(&mu_);
-  return {running_count_, static_cast<int>(waiting_.size()), kv_->free_blocks(),
-          kv_->num_blocks(), preemptions_};
+  return {running_count_,     static_cast<int>(waiting_.size()),
+          kv_->free_blocks(), kv_->num_blocks(),
+          preemptions_,       spec_stats_};
 }
 
 absl::Status Engine::WarmUp() {
@@ -248,23 +292,56 @@ bool Engine::Step() {
     DropFinishedOrCancelled();
     return true;
   }
+  const absl::Time step_start = absl::Now();
+  if (drafter_ != nullptr) Draft(scheduled);
+  const absl::Time forward_start = absl::Now();
   std::vector<SequenceChunk> batch;
+  bool verifying = false;
   for (Sequence* seq : scheduled) {
+    if (!seq->draft.tokens.empty()) {
+      // Verify chunk: the last token, then the drafts after it.
+      seq->verify_tokens.assign(1, seq->tokens.back());
+      seq->verify_tokens.insert(seq->verify_tokens.end(),
+                                seq->draft.tokens.begin(),
+                                seq->draft.tokens.end());
+      batch.push_back({seq->verify_tokens, seq->computed, &seq->blocks,
+                       static_cast<int>(seq->verify_tokens.size())});
+      verifying = true;
+      continue;
+    }
     batch.push_back({std::span(seq->tokens).subspan(seq->computed, seq->chunk),
                      seq->computed, &seq->blocks});
   }
   absl::Status st = model_->Forward(batch, kv_.get(), &logits_);
+  const absl::Time forward_end = absl::Now();
   const int64_t vocab = weights_->config().vocab_size;
+  const float* rows = logits_.data();
   for (size_t i = 0; i < scheduled.size(); ++i) {
     Sequence* seq = scheduled[i];
+    const float* seq_rows = rows;
+    rows += batch[i].num_logits * vocab;
     if (!st.ok()) {
       Finish(seq, FinishReason::kError, {}, std::string(st.message()));
+      continue;
+    }
+    if (batch[i].num_logits > 1) {
+      EmitVerified(seq, seq_rows);
       continue;
     }
     const bool done_prefill = !seq->prefilling();
     seq->computed += seq->chunk;
     seq->chunk = 0;
-    if (done_prefill) Emit(seq, logits_.data() + i * vocab);
+    if (done_prefill) Emit(seq, seq_rows);
+  }
+  {
+    base::MutexLock lock(&mu_);
+    spec_stats_.steps++;
+    spec_stats_.step_seconds += absl::ToDoubleSeconds(forward_end - step_start);
+    if (verifying) {
+      const double verify = absl::ToDoubleSeconds(forward_end - forward_start);
+      spec_stats_.verify_seconds += verify;
+      if (metrics_ != nullptr) metrics_->AddVerifySeconds(verify);
+    }
   }
   DropFinishedOrCancelled();
   return true;
@@ -318,7 +395,94 @@ absl::Status Engine::ScheduleKv(std::vector<Sequence*>* scheduled) {
     budget -= chunk;
     scheduled->push_back(seq);
   }
+  if (drafter_ != nullptr) GrantDraftLengths(*scheduled, budget);
   return absl::OkStatus();
+}
+
+// The k `seq` would like this step (before the budget): fixed or adaptive,
+// clamped so the k + 1 tokens a verification may emit stay within
+// max_new_tokens and every draft position within the context.
+int Engine::WantedDraftLength(Sequence* seq) {
+  int k = options_.num_speculative_tokens;
+  if (k == 0) {
+    k = DraftLengthFor(seq->acceptance, options_.max_speculative_tokens);
+    if (k == 0 && ++seq->steps_without_draft >= kProbeInterval) {
+      seq->steps_without_draft = 0;
+      k = 1;
+    }
+  }
+  const int64_t room_new =
+      static_cast<int64_t>(seq->request.max_new_tokens) - seq->generated - 1;
+  const int64_t room_context = weights_->config().max_position_embeddings -
+                               static_cast<int64_t>(seq->tokens.size());
+  return static_cast<int>(
+      std::max<int64_t>(0, std::min({int64_t{k}, room_new, room_context})));
+}
+
+// Grants draft tokens to decoding sequences from what the plain schedule
+// left of the token budget and the KV cache. The first token after a
+// prefill is never speculative (its logits come from the prefill).
+void Engine::GrantDraftLengths(const std::vector<Sequence*>& scheduled,
+                               int64_t budget) {
+  for (Sequence* seq : scheduled) {
+    seq->spec_k = 0;
+    seq->draft = {};
+    const bool decoding =
+        seq->chunk == 1 &&
+        seq->computed + 1 == static_cast<int64_t>(seq->tokens.size()) &&
+        seq->generated >= 1;
+    if (!decoding || budget <= 0) continue;
+    int k = static_cast<int>(std::min<int64_t>(WantedDraftLength(seq), budget));
+    // Grow is all or nothing: shrink k until its blocks fit.
+    while (k > 0 && !kv_->Grow(&seq->blocks, seq->computed + 1 + k).ok()) --k;
+    seq->spec_k = k;
+    budget -= k;
+  }
+}
+
+// Asks the drafter for every sequence granted k > 0. A failed or malformed
+// proposal costs only this step's speculation.
+void Engine::Draft(const std::vector<Sequence*>& scheduled) {
+  std::vector<Sequence*> drafting;
+  std::vector<spec::DraftInput> inputs;
+  for (Sequence* seq : scheduled) {
+    if (seq->spec_k <= 0) continue;
+    drafting.push_back(seq);
+    // Mixed with the position so each step's draft draws differ, and fixed
+    // for a seeded request.
+    const uint64_t seed = seq->request.sampling.seed ^
+                          (0x9E3779B97F4A7C15ull * (seq->tokens.size() + 1));
+    inputs.push_back(
+        {seq->tokens, &seq->blocks, seq->spec_k, seq->sampler.get(), seed});
+  }
+  if (inputs.empty()) return;
+  std::vector<spec::DraftOutput> outputs;
+  const absl::Time start = absl::Now();
+  absl::Status st = drafter_->Propose(inputs, &outputs, &lookahead_);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  {
+    base::MutexLock lock(&mu_);
+    spec_stats_.draft_seconds += seconds;
+  }
+  if (metrics_ != nullptr) metrics_->AddDraftSeconds(seconds);
+  if (st.ok() && outputs.size() != inputs.size()) {
+    st = absl::InternalError("drafter returned the wrong number of drafts");
+  }
+  if (!st.ok()) {
+    SPDLOG_WARN("engine '{}': drafter {} failed, decoding without drafts: {}",
+                options_.name, drafter_->name(), st.ToString());
+    return;
+  }
+  const int64_t vocab = weights_->config().vocab_size;
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    spec::DraftOutput& out = outputs[i];
+    const bool valid =
+        static_cast<int>(out.tokens.size()) <= drafting[i]->spec_k &&
+        (out.q.empty() || out.q.size() == out.tokens.size()) &&
+        std::all_of(out.tokens.begin(), out.tokens.end(),
+                    [vocab](int32_t t) { return t >= 0 && t < vocab; });
+    if (valid) drafting[i]->draft = std::move(out);
+  }
 }
 
 // Recompute preemption (vLLM's default): free the blocks and send the
@@ -327,6 +491,8 @@ void Engine::Preempt(Sequence* seq) {
   kv_->Release(&seq->blocks);
   seq->computed = 0;
   seq->chunk = 0;
+  seq->spec_k = 0;
+  seq->draft = {};
   auto it = std::find_if(running_.begin(), running_.end(),
                          [seq](const auto& s) { return s.get() == seq; });
   std::unique_ptr<Sequence> owned = std::move(*it);
@@ -337,62 +503,145 @@ void Engine::Preempt(Sequence* seq) {
   if (metrics_ != nullptr) metrics_->CountPreemption();
 }
 
-// Samples the next token of `seq` from its logits row and streams it.
-void Engine::Emit(Sequence* seq, const float* row) {
-  const GenerationRequest& r = seq->request;
-  const int64_t vocab = weights_->config().vocab_size;
-  std::vector<float> logits(row, row + vocab);
-  GenerationEvent event;
-  if (r.logprobs > 0) {
-    event.logprobs.emplace_back();  // chosen filled after sampling
-  }
-  const int32_t eos = tokenizer_->eos_id();
-  if (seq->generated < r.min_new_tokens) {
+std::vector<float> Engine::MaskedRow(const Sequence& seq,
+                                     const float* row) const {
+  const GenerationRequest& r = seq.request;
+  std::vector<float> logits(row, row + weights_->config().vocab_size);
+  if (seq.generated < r.min_new_tokens) {
     constexpr float kNeverSample = -std::numeric_limits<float>::infinity();
+    const int32_t eos = tokenizer_->eos_id();
     if (eos >= 0 && !r.ignore_eos) logits[eos] = kNeverSample;
     for (int32_t t : r.stop_token_ids) logits[t] = kNeverSample;
   }
+  return logits;
+}
+
+// Samples the next token of `seq` from its logits row and streams it.
+void Engine::Emit(Sequence* seq, const float* row) {
+  std::vector<float> logits = MaskedRow(*seq, row);
   const int32_t token = seq->sampler->Sample(logits);
+  GenerationEvent event;
+  const FinishReason reason = Deliver(seq, token, row, &event);
+  EndEvent(seq, reason, std::move(event), 1);
+}
+
+// Verifies `seq`'s drafts against the target's rows (one per draft, then
+// the bonus row), row by row so penalties and min_new_tokens see the true
+// history, and streams the accepted run plus the target's own token. Stops,
+// EOS, length and the time limit apply token by token.
+void Engine::EmitVerified(Sequence* seq, const float* rows) {
+  const int64_t vocab = weights_->config().vocab_size;
+  const spec::DraftOutput& draft = seq->draft;
+  const int num_drafts = static_cast<int>(draft.tokens.size());
+  GenerationEvent event;
+  FinishReason reason = FinishReason::kNone;
+  int accepted = 0, delivered = 0, judged = 0;
+  for (int i = 0; i <= num_drafts && reason == FinishReason::kNone; ++i) {
+    const float* row = rows + i * vocab;
+    std::vector<float> logits = MaskedRow(*seq, row);
+    int32_t token;
+    bool took_draft = false;
+    if (i < num_drafts) {
+      const TokenDistribution p = seq->sampler->Distribution(logits);
+      const DraftVerdict verdict = VerifyDraftToken(
+          p, draft.tokens[i], draft.q.empty() ? nullptr : &draft.q[i],
+          *seq->sampler);
+      seq->sampler->Accept(verdict.token);
+      token = verdict.token;
+      took_draft = verdict.accepted;
+      ++judged;
+    } else {
+      token = seq->sampler->Sample(logits);  // all drafts passed: bonus
+    }
+    accepted += took_draft;
+    ++delivered;
+    reason = Deliver(seq, token, row, &event);
+    if (!took_draft) break;
+    if (reason == FinishReason::kNone && absl::Now() >= seq->request.deadline) {
+      reason = FinishReason::kTimeLimit;
+    }
+  }
+  // Acceptance EMA over the drafts that were judged.
+  for (int j = 0; j < judged; ++j) {
+    const double outcome = j < accepted ? 1.0 : 0.0;
+    seq->acceptance += kAcceptanceWeight * (outcome - seq->acceptance);
+  }
+  if (seq->request.count_in_metrics) {
+    base::MutexLock lock(&mu_);
+    SpecStats& s = spec_stats_;
+    s.drafts++;
+    s.draft_tokens += num_drafts;
+    s.accepted_tokens += accepted;
+    if (static_cast<int>(s.accepted_per_position.size()) < num_drafts) {
+      s.accepted_per_position.resize(num_drafts, 0);
+    }
+    for (int j = 0; j < accepted; ++j) s.accepted_per_position[j]++;
+  }
+  if (metrics_ != nullptr && seq->request.count_in_metrics) {
+    metrics_->CountVerification(num_drafts, accepted);
+  }
+  seq->draft = {};
+  seq->spec_k = 0;
+  if (reason == FinishReason::kNone) {
+    // Keys and values of the accepted drafts stay; the rejected positions
+    // roll back.
+    seq->computed = static_cast<int64_t>(seq->tokens.size()) - 1;
+    seq->chunk = 0;
+    kv_->Truncate(&seq->blocks, seq->computed);
+  }
+  EndEvent(seq, reason, std::move(event), delivered);
+}
+
+FinishReason Engine::Deliver(Sequence* seq, int32_t token, const float* row,
+                             GenerationEvent* event) {
+  const GenerationRequest& r = seq->request;
+  const int64_t vocab = weights_->config().vocab_size;
   if (r.logprobs > 0) {
     auto [chosen, top] =
         TopLogprobs({row, static_cast<size_t>(vocab)}, token, r.logprobs);
-    event.logprobs.back() = {chosen, std::move(top)};
+    event->logprobs.push_back({chosen, std::move(top)});
   }
   seq->tokens.push_back(token);
   ++seq->generated;
-  event.tokens.push_back(token);
+  event->tokens.push_back(token);
+  const int32_t eos = tokenizer_->eos_id();
+  const bool is_eos = token == eos && !r.ignore_eos;
+  if (is_eos) return FinishReason::kEos;
+  const bool is_stop_id =
+      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
+      r.stop_token_ids.end();
+  absl::StatusOr<std::string> delta = seq->detokenizer->Next(token);
+  StopStringMatcher::Step step = seq->stops->Push(delta.ok() ? *delta : "");
+  event->text += step.emit;
+  if (step.stopped || is_stop_id) return FinishReason::kStopSequence;
+  if (seq->generated >= r.max_new_tokens ||
+      static_cast<int64_t>(seq->tokens.size()) >=
+          weights_->config().max_position_embeddings) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+// Streams the `num_tokens` tokens of `event` (ending `seq` when `reason` is
+// set). A step that emits n tokens records n inter-token gaps of dt / n.
+void Engine::EndEvent(Sequence* seq, FinishReason reason, GenerationEvent event,
+                      int num_tokens) {
+  const GenerationRequest& r = seq->request;
   if (metrics_ != nullptr && r.count_in_metrics) {
     const absl::Time now = absl::Now();
-    if (seq->generated == 1) {
+    if (seq->generated == static_cast<uint32_t>(num_tokens)) {
       metrics_->ObserveTimeToFirstToken(
           absl::ToDoubleSeconds(now - seq->arrival));
       metrics_->AddPromptTokens(static_cast<double>(seq->prompt_len));
     } else {
-      metrics_->ObserveInterTokenLatency(
-          absl::ToDoubleSeconds(now - seq->last_token));
+      const double gap =
+          absl::ToDoubleSeconds(now - seq->last_token) / num_tokens;
+      for (int i = 0; i < num_tokens; ++i) {
+        metrics_->ObserveInterTokenLatency(gap);
+      }
     }
-    metrics_->AddGenerationTokens(1);
+    metrics_->AddGenerationTokens(num_tokens);
     seq->last_token = now;
-  }
-
-  FinishReason reason = FinishReason::kNone;
-  const bool is_eos = token == eos && !r.ignore_eos;
-  const bool is_stop_id =
-      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
-      r.stop_token_ids.end();
-  if (is_eos) {
-    reason = FinishReason::kEos;
-  } else {
-    absl::StatusOr<std::string> delta = seq->detokenizer->Next(token);
-    StopStringMatcher::Step step = seq->stops->Push(delta.ok() ? *delta : "");
-    event.text = std::move(step.emit);
-    if (step.stopped || is_stop_id) {
-      reason = FinishReason::kStopSequence;
-    } else if (seq->generated >= r.max_new_tokens ||
-               static_cast<int64_t>(seq->tokens.size()) >=
-                   weights_->config().max_position_embeddings) {
-      reason = FinishReason::kLength;
-    }
   }
   if (reason == FinishReason::kNone) {
     event.prompt_tokens = static_cast<uint32_t>(seq->prompt_len);

@@ -6,6 +6,18 @@
 // the decode token of every running sequence plus prefill chunks of new ones
 // under a token budget, samples, detokenizes and streams the results.
 //
+// Speculative decoding (with a drafter, engine/spec/drafter.h): a decoding
+// sequence may run k draft tokens per step. The drafter proposes them, the
+// target runs the sequence's last token plus the drafts as one verify chunk
+// (k+1 logits rows), the verifier (engine/spec/verifier.h) keeps the longest
+// accepted run plus one token of the target's, and the KV cache is rolled
+// back past it. Greedy output is identical to the non-speculative engine's;
+// sampled output has the same distribution. k is fixed or adaptive per
+// sequence (an acceptance EMA; k = 0 switches a sequence's speculation off,
+// with a periodic probe), clamped by max_new_tokens and the context length,
+// and charged against max_batched_tokens and the KV budget only after every
+// sequence's plain decode and prefill work fits: speculation never preempts.
+//
 // Ownership: owns its MoeModel, KV cache, expert provider and scheduler
 // thread; borrows the weights, tokenizer and backend (shared, read-only,
 // between engine instances of one process; they must outlive the engine).
@@ -30,6 +42,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
 #include "engine/moe_model.h"
+#include "engine/spec/drafter.h"
 #include "engine/tokenizer.h"
 #include "kernels/backend.h"
 
@@ -48,6 +61,16 @@ struct EngineOptions {
   int max_waiting = 256;
   // Serving metrics go here, labelled policy=name. Null: none.
   metrics::Registry* registry = nullptr;
+
+  // Speculative decoding. make_drafter null: none. Called once by Create
+  // with the engine's target model and KV cache.
+  std::function<absl::StatusOr<std::unique_ptr<spec::Drafter>>(MoeModel*,
+                                                               KvCache*)>
+      make_drafter;
+  // Draft tokens per step: > 0 fixed; 0 adaptive, up to
+  // max_speculative_tokens.
+  int num_speculative_tokens = 0;
+  int max_speculative_tokens = 8;
 };
 
 // Builds the engine's expert provider. `predict` is the engine's router
@@ -58,12 +81,25 @@ using PredictFn = std::function<std::vector<int>(int layer, const float* hidden,
 using ExpertProviderFactory =
     std::function<absl::StatusOr<std::unique_ptr<ExpertProvider>>(PredictFn)>;
 
+// Speculative decoding totals (EngineMetrics exports the same).
+struct SpecStats {
+  uint64_t drafts = 0;           // verifications with >= 1 draft token
+  uint64_t draft_tokens = 0;     // proposed
+  uint64_t accepted_tokens = 0;  // accepted
+  std::vector<uint64_t> accepted_per_position;
+  double draft_seconds = 0;   // in the drafter
+  double verify_seconds = 0;  // target passes that verified drafts
+  double step_seconds = 0;    // every step's drafting plus forward pass
+  uint64_t steps = 0;
+};
+
 struct EngineStats {
   int running = 0;
   int waiting = 0;
   int64_t kv_free_blocks = 0;
   int64_t kv_total_blocks = 0;
   uint64_t preemptions = 0;
+  SpecStats spec;
 };
 
 class Engine {
@@ -109,7 +145,22 @@ class Engine {
   void FinishExpired(Sequence* seq, FinishReason reason);
   absl::Status ScheduleKv(std::vector<Sequence*>* scheduled);
   void Preempt(Sequence* seq);
+  // Speculation: this step's k per decoding sequence (after the plain
+  // schedule fits), the drafts, and the verification of a verify chunk.
+  int WantedDraftLength(Sequence* seq);
+  void GrantDraftLengths(const std::vector<Sequence*>& scheduled,
+                         int64_t budget);
+  void Draft(const std::vector<Sequence*>& scheduled);
+  void EmitVerified(Sequence* seq, const float* rows);
   void Emit(Sequence* seq, const float* logits);
+  // Appends `token` (chosen from `row`) to `seq` and `event`; returns why
+  // the sequence ends with it, or kNone.
+  FinishReason Deliver(Sequence* seq, int32_t token, const float* row,
+                       GenerationEvent* event);
+  // `row` with the min_new_tokens masks applied.
+  std::vector<float> MaskedRow(const Sequence& seq, const float* row) const;
+  void EndEvent(Sequence* seq, FinishReason reason, GenerationEvent event,
+                int num_tokens);
   void Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
               const std::string& error = "");
   void FinishText(Sequence* seq, GenerationEvent* event);
@@ -120,10 +171,12 @@ class Engine {
   std::unique_ptr<ExpertProvider> experts_;
   std::unique_ptr<MoeModel> model_;
   std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<spec::Drafter> drafter_;  // null: no speculation
 
   // Owned by the scheduler thread only.
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<float> logits_;
+  spec::ExpertLookahead lookahead_;
 
   mutable base::Mutex mu_;
   // Signalled when work arrives (Submit) or the engine stops.
@@ -133,6 +186,7 @@ class Engine {
       ABSL_GUARDED_BY(mu_);
   int running_count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  SpecStats spec_stats_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
   // Last member: destroyed first, so its gauges stop reading the engine

@@ -1,6 +1,7 @@
 #include "engine/engine_metrics.h"
 
 #include <iterator>
+#include <string>
 #include <utility>
 
 namespace moeserve::engine {
@@ -125,7 +126,33 @@ absl::StatusOr<std::unique_ptr<EngineMetrics>> EngineMetrics::Create(
                         policy),
                 &m->preemptions_);
   }
+  struct {
+    const char* name;
+    const char* help;
+    metrics::Counter** out;
+  } spec_counters[] = {
+      {"moeserve_spec_decode_num_drafts_total",
+       "Speculative verifications (one per sequence with drafts per step).",
+       &m->num_drafts_},
+      {"moeserve_spec_decode_num_draft_tokens_total", "Draft tokens proposed.",
+       &m->num_draft_tokens_},
+      {"moeserve_spec_decode_num_accepted_tokens_total",
+       "Draft tokens accepted by verification.", &m->num_accepted_tokens_},
+      {"moeserve_spec_decode_draft_seconds_total", "Wall time spent drafting.",
+       &m->draft_seconds_},
+      {"moeserve_spec_decode_verify_seconds_total",
+       "Wall time of target passes that verified drafts.", &m->verify_seconds_},
+  };
+  for (const auto& c : spec_counters) {
+    if (st.ok()) st = Assign(Counter(registry, c.name, c.help, policy), c.out);
+  }
   if (!st.ok()) return st;
+  absl::StatusOr<metrics::CounterFamily*> per_pos = registry->AddCounter(
+      "moeserve_spec_decode_num_accepted_tokens_per_pos_total",
+      "Accepted draft tokens by position in the draft (0 = first).",
+      {"policy", "position"});
+  if (!per_pos.ok()) return per_pos.status();
+  m->accepted_per_pos_family_ = *per_pos;
   absl::StatusOr<metrics::CounterFamily*> finished = registry->AddCounter(
       "moeserve_request_success_total", "Finished requests by reason.",
       {"policy", "finished_reason"});
@@ -144,6 +171,21 @@ EngineMetrics::~EngineMetrics() {
   for (metrics::CallbackGaugeFamily* g : {running_, waiting_, kv_usage_}) {
     if (g != nullptr) g->RemoveCallback({policy_});
   }
+}
+
+void EngineMetrics::CountVerification(int num_draft_tokens, int num_accepted) {
+  num_drafts_->Inc();
+  num_draft_tokens_->Inc(num_draft_tokens);
+  num_accepted_tokens_->Inc(num_accepted);
+  // Every drafted position gets a child (0 when rejected), so acceptance
+  // per position is computable in PromQL from the first verification on.
+  while (static_cast<int>(accepted_per_pos_.size()) < num_draft_tokens) {
+    absl::StatusOr<metrics::Counter*> c = accepted_per_pos_family_->WithLabels(
+        {policy_, std::to_string(accepted_per_pos_.size())});
+    if (!c.ok()) return;
+    accepted_per_pos_.push_back(*c);
+  }
+  for (int i = 0; i < num_accepted; ++i) accepted_per_pos_[i]->Inc();
 }
 
 void EngineMetrics::CountFinished(FinishReason reason) {

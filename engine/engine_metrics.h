@@ -2,7 +2,9 @@
 // meanings and DESIGN.md's names, all labelled `policy` = engine name:
 // running/waiting gauges, KV-cache usage, TTFT / inter-token / end-to-end /
 // queue-time histograms, prompt and generation token counters, finished
-// requests by reason, preemptions.
+// requests by reason, preemptions, and speculative decoding (vLLM's
+// spec_decode names and meanings: drafts, draft tokens, accepted tokens,
+// accepted tokens per draft position; plus draft and verify seconds).
 //
 // Owns pointers into the registry (which must outlive it) and the callbacks
 // of its gauges, which it removes on destruction. Thread-safe; the hot path
@@ -45,6 +47,12 @@ class EngineMetrics {
   void AddGenerationTokens(double n) { generation_tokens_->Inc(n); }
   void CountPreemption() { preemptions_->Inc(); }
   void CountFinished(FinishReason reason);
+  // One verification of `num_draft_tokens` drafts of which the first
+  // `num_accepted` passed. Step thread only (per-position children are
+  // created on first use).
+  void CountVerification(int num_draft_tokens, int num_accepted);
+  void AddDraftSeconds(double s) { draft_seconds_->Inc(s); }
+  void AddVerifySeconds(double s) { verify_seconds_->Inc(s); }
 
  private:
   EngineMetrics() = default;
@@ -62,6 +70,13 @@ class EngineMetrics {
   metrics::Counter* preemptions_ = nullptr;
   // Indexed by FinishReason.
   std::vector<metrics::Counter*> finished_;
+  metrics::Counter* num_drafts_ = nullptr;
+  metrics::Counter* num_draft_tokens_ = nullptr;
+  metrics::Counter* num_accepted_tokens_ = nullptr;
+  metrics::Counter* draft_seconds_ = nullptr;
+  metrics::Counter* verify_seconds_ = nullptr;
+  metrics::CounterFamily* accepted_per_pos_family_ = nullptr;
+  std::vector<metrics::Counter*> accepted_per_pos_;  // by position
 };
 
 }  // namespace moeserve::engine

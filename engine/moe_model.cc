@@ -195,7 +195,7 @@ absl::Status MoeModel::ResolveWeights() {
   return absl::OkStatus();
 }
 
-absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs,
+absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs, int64_t rows,
                                       int64_t max_blocks) {
   const ModelConfig& c = config();
   Scratch& s = *scratch_;
@@ -219,8 +219,8 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs,
   MOESERVE_RETURN_IF_ERROR(s.shared_a.Reserve(b, n * sf * f));
   MOESERVE_RETURN_IF_ERROR(s.shared_b.Reserve(b, n * sf * f));
   MOESERVE_RETURN_IF_ERROR(s.shared_gate.Reserve(b, n * f));
-  MOESERVE_RETURN_IF_ERROR(s.last.Reserve(b, num_seqs * d * f));
-  MOESERVE_RETURN_IF_ERROR(s.logits.Reserve(b, num_seqs * c.vocab_size * f));
+  MOESERVE_RETURN_IF_ERROR(s.last.Reserve(b, rows * d * f));
+  MOESERVE_RETURN_IF_ERROR(s.logits.Reserve(b, rows * c.vocab_size * f));
   MOESERVE_RETURN_IF_ERROR(s.perm.Reserve(b, n * k * f));
   MOESERVE_RETURN_IF_ERROR(s.perm_weights.Reserve(b, n * k * f));
   // The prediction probe may ask for up to E experts a row.
@@ -229,12 +229,13 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs,
     MOESERVE_RETURN_IF_ERROR(r->weights.Reserve(b, n * E * f));
     MOESERVE_RETURN_IF_ERROR(r->ids.Reserve(b, n * E * f));
   }
-  return s.meta.Reserve(b,
-                        (3 * n + 2 * num_seqs + 1 + num_seqs * max_blocks) * f);
+  return s.meta.Reserve(
+      b, (3 * n + num_seqs + rows + 1 + num_seqs * max_blocks) * f);
 }
 
 absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
-                               KvCache* cache, std::vector<float>* logits) {
+                               KvCache* cache, std::vector<float>* logits,
+                               const ForwardOptions& options) {
   const ModelConfig& c = config();
   Scratch& s = *scratch_;
   if (batch.empty()) return absl::InvalidArgumentError("empty batch");
@@ -255,6 +256,12 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
       return absl::InvalidArgumentError(
           "sequence chunk without tokens or without KV blocks for them");
     }
+    if (seq.num_logits < 1 ||
+        seq.num_logits > static_cast<int64_t>(seq.tokens.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_logits ", seq.num_logits, " outside [1, ",
+                       seq.tokens.size(), "]"));
+    }
     if (end > c.max_position_embeddings) {
       return absl::OutOfRangeError(
           absl::StrCat("position ", end - 1, " beyond max_position_embeddings ",
@@ -269,7 +276,9 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
                         pos % cache->block_size());
     }
     s.query_start.push_back(static_cast<int32_t>(s.ids.size()));
-    s.last_rows.push_back(static_cast<int32_t>(s.ids.size() - 1));
+    for (int j = seq.num_logits; j >= 1; --j) {
+      s.last_rows.push_back(static_cast<int32_t>(s.ids.size() - j));
+    }
     s.max_blocks = std::max<int64_t>(s.max_blocks, seq.block_table->size());
   }
   s.block_tables.assign(s.num_seqs * s.max_blocks, 0);
@@ -280,7 +289,8 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   const int64_t n = static_cast<int64_t>(s.ids.size());
   const int64_t d = c.hidden_size;
   kernels::Stream& st = *stream_;
-  MOESERVE_RETURN_IF_ERROR(ReserveScratch(n, s.num_seqs, s.max_blocks));
+  const int64_t rows = static_cast<int64_t>(s.last_rows.size());
+  MOESERVE_RETURN_IF_ERROR(ReserveScratch(n, s.num_seqs, rows, s.max_blocks));
 
   // One upload of the step's metadata.
   s.meta_host.clear();
@@ -305,23 +315,29 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   info.num_seqs = static_cast<int>(s.num_seqs);
   info.num_tokens = static_cast<int>(n);
   for (const SequenceChunk& seq : batch) {
-    if (seq.tokens.size() > 1) info.num_prefill_tokens += seq.tokens.size();
+    if (seq.num_logits > 1) {
+      info.num_verify_tokens += seq.tokens.size();
+    } else if (seq.tokens.size() > 1) {
+      info.num_prefill_tokens += seq.tokens.size();
+    }
   }
   cache_ = cache;
-  experts_->BeginStep(info);
+  active_experts_ = options.experts != nullptr ? options.experts : experts_;
+  routing_ = options.routing;
+  active_experts_->BeginStep(info);
   absl::Status status = RunLayers(n);
-  experts_->EndStep();
+  active_experts_->EndStep();
   MOESERVE_RETURN_IF_ERROR(status);
   Tensor x = F32(s.x, {n, d});
-  // Final norm and lm_head on each sequence's last token only.
-  Tensor last = F32(s.last, {s.num_seqs, d});
-  MOESERVE_RETURN_IF_ERROR(backend_->GatherRows(
-      st, x, I32(s.meta, s.off_last_rows, {s.num_seqs}), last));
+  // Final norm and lm_head on the rows that want logits only.
+  Tensor last = F32(s.last, {rows, d});
+  MOESERVE_RETURN_IF_ERROR(
+      backend_->GatherRows(st, x, I32(s.meta, s.off_last_rows, {rows}), last));
   MOESERVE_RETURN_IF_ERROR(
       backend_->RmsNorm(st, last, final_norm_, c.rms_norm_eps, last));
-  Tensor out = F32(s.logits, {s.num_seqs, c.vocab_size});
+  Tensor out = F32(s.logits, {rows, c.vocab_size});
   MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, last, lm_head_, {}, out));
-  logits->resize(s.num_seqs * c.vocab_size);
+  logits->resize(rows * c.vocab_size);
   MOESERVE_RETURN_IF_ERROR(
       backend_->CopyToHost(st, logits->data(), out.raw(), out.nbytes()));
   return st.Synchronize();
@@ -478,10 +494,14 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   Tensor h = F32(s.h, {n, d});
   MOESERVE_RETURN_IF_ERROR(
       Route(layer, h, static_cast<int>(k), c.norm_topk_prob, s.route));
+  if (routing_ != nullptr) {
+    routing_->Filter(layer, n, static_cast<int>(k), s.route.host_ids,
+                     s.route.host_weights);
+  }
   const std::vector<int32_t>& ids = s.route.host_ids;
   const std::vector<float>& weights = s.route.host_weights;
   for (int32_t e : ids) {
-    if (e < 0 || e >= E) {
+    if (e < -1 || e >= E || (e == -1 && routing_ == nullptr)) {
       return absl::InternalError(
           absl::StrCat("router of layer ", layer, " picked expert ", e));
     }
@@ -489,8 +509,11 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
 
   // Group the (token, weight) pairs by expert, experts ascending and tokens
   // in order within each (a counting sort into perm), and upload them once.
+  // Choices a routing filter dropped (-1) are left out.
   s.expert_begin.assign(E + 1, 0);
-  for (int32_t e : ids) ++s.expert_begin[e + 1];
+  for (int32_t e : ids) {
+    if (e >= 0) ++s.expert_begin[e + 1];
+  }
   for (int64_t e = 0; e < E; ++e) s.expert_begin[e + 1] += s.expert_begin[e];
   s.fill.assign(s.expert_begin.begin(), s.expert_begin.end() - 1);
   s.perm_host.resize(n * k);
@@ -498,16 +521,20 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = ids[t * k + j];
+      if (e < 0) continue;
       const int32_t at = s.fill[e]++;
       s.perm_host[at] = static_cast<int32_t>(t);
       s.perm_weights_host[at] = weights[t * k + j];
     }
   }
-  MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
-      st, s.perm.data(), s.perm_host.data(), n * k * sizeof(int32_t)));
-  MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(st, s.perm_weights.data(),
-                                                  s.perm_weights_host.data(),
-                                                  n * k * sizeof(float)));
+  // A routing filter may have dropped every choice of the layer.
+  if (const int64_t routed = s.expert_begin[E]; routed > 0) {
+    MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
+        st, s.perm.data(), s.perm_host.data(), routed * sizeof(int32_t)));
+    MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(st, s.perm_weights.data(),
+                                                    s.perm_weights_host.data(),
+                                                    routed * sizeof(float)));
+  }
   std::vector<int> selected, counts;
   for (int e = 0; e < E; ++e) {
     const int count = s.expert_begin[e + 1] - s.expert_begin[e];
@@ -515,12 +542,12 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
     selected.push_back(e);
     counts.push_back(count);
   }
-  experts_->BeginLayer(layer, selected, counts, static_cast<float*>(s.h.data()),
-                       n);
+  active_experts_->BeginLayer(layer, selected, counts,
+                              static_cast<float*>(s.h.data()), n);
   Tensor moe_out = F32(s.moe_out, {n, d});
   for (int e : selected) {
     MOESERVE_ASSIGN_OR_RETURN(const std::byte* blob_data,
-                              experts_->Acquire({layer, e}));
+                              active_experts_->Acquire({layer, e}));
     const int64_t begin = s.expert_begin[e];
     const int64_t m = s.expert_begin[e + 1] - begin;
     Tensor rows = I32(s.perm, begin, {m});
@@ -536,10 +563,10 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
     // No wait here: the blob stays valid until the stream has passed these
     // ops (ExpertProvider::Acquire, expert_provider.h; the offloaded fast
     // tier fences the slot at Release, SlotMemory::MarkReleased).
-    experts_->Release({layer, e});
+    active_experts_->Release({layer, e});
     MOESERVE_RETURN_IF_ERROR(status);
   }
-  experts_->EndLayer(layer);
+  active_experts_->EndLayer(layer);
   return absl::OkStatus();
 }
 

@@ -4,9 +4,16 @@
 // ExpertProvider.
 //
 // One Forward() call runs every new token of every sequence in the batch
-// (prefill chunks and decode tokens mixed) through all layers, writes their
-// keys and values into the KV cache, and returns the next-token logits of
-// each sequence's last new token.
+// (prefill chunks, decode tokens and speculative verify chunks mixed)
+// through all layers, writes their keys and values into the KV cache, and
+// returns the next-token logits of each sequence's last `num_logits` new
+// tokens (1 for prefill and decode; k+1 when verifying k draft tokens).
+//
+// Every row is computed independently of the others in the batch, and each
+// token's expert outputs are summed in ascending expert order whatever order
+// the experts are fetched in, so a token's logits do not depend on what
+// shares its batch or on the offload policy (the greedy-invariance tests
+// rely on this).
 //
 // Device: everything runs on the backend's device. On a device other than
 // the CPU, Create() copies the non-expert weights into device memory, and the
@@ -43,6 +50,30 @@ struct SequenceChunk {
   int64_t start_position = 0;       // absolute position of tokens[0]
   // Covers positions [0, start_position + tokens.size()) (KvCache::Grow).
   const BlockTable* block_table = nullptr;
+  // Logits rows wanted: for the last num_logits tokens, in position order.
+  // 1 <= num_logits <= tokens.size().
+  int num_logits = 1;
+};
+
+// Rewrites one layer's routing before any expert is fetched: a draft
+// forward that may only use some experts (the self drafter, which keeps to
+// the experts resident in the fast tier) remaps or drops choices here.
+class RoutingFilter {
+ public:
+  virtual ~RoutingFilter() = default;
+  // ids and weights are [n, k], row-major (the router's top-k). The filter
+  // may replace an id by another expert of the layer, or set it to -1 to
+  // drop that choice (its weight is then ignored).
+  virtual void Filter(int layer, int64_t n, int k, std::span<int32_t> ids,
+                      std::span<float> weights) = 0;
+};
+
+// How one Forward() differs from a plain target pass.
+struct ForwardOptions {
+  // Where the experts come from; null: the provider given to Create.
+  ExpertProvider* experts = nullptr;
+  // Applied to every layer's routing; null: none.
+  RoutingFilter* routing = nullptr;
 };
 
 class MoeModel {
@@ -52,10 +83,12 @@ class MoeModel {
       ExpertProvider* experts);
   ~MoeModel();
 
-  // Runs the batch and fills `logits` with F32[batch.size(), vocab]: row s
-  // holds the logits after the last token of batch[s].
+  // Runs the batch and fills `logits` with F32[rows, vocab], rows = the sum
+  // of num_logits: batch[0]'s rows first, each sequence's in position order
+  // (row j of a chunk: the logits after tokens[size - num_logits + j]).
   absl::Status Forward(std::span<const SequenceChunk> batch, KvCache* cache,
-                       std::vector<float>* logits);
+                       std::vector<float>* logits,
+                       const ForwardOptions& options = {});
 
   const ModelConfig& config() const { return weights_->config(); }
 
@@ -77,8 +110,10 @@ class MoeModel {
   absl::Status ResolveWeights();
   // Copies the non-expert weights into device memory (non-CPU backends).
   absl::Status UploadWeights();
-  // Grows the scratch buffers for n tokens of num_seqs sequences.
-  absl::Status ReserveScratch(int64_t n, int64_t num_seqs, int64_t max_blocks);
+  // Grows the scratch buffers for n tokens of num_seqs sequences, `rows` of
+  // them wanting logits.
+  absl::Status ReserveScratch(int64_t n, int64_t num_seqs, int64_t rows,
+                              int64_t max_blocks);
   absl::Status RunLayers(int64_t n);
   // Views of scratch memory on the backend's device (offsets in elements).
   kernels::Tensor F32(const ScratchBuffer& buf,
@@ -104,6 +139,9 @@ class MoeModel {
   kernels::Tensor embedding_, final_norm_, lm_head_;
   std::unique_ptr<Scratch> scratch_;
   KvCache* cache_ = nullptr;  // of the Forward() in progress
+  // Of the Forward() in progress: its expert provider and routing filter.
+  ExpertProvider* active_experts_ = nullptr;
+  RoutingFilter* routing_ = nullptr;
   int64_t step_ = 0;
 };
 

@@ -104,9 +104,12 @@ class SelfSpecPolicy : public engine::OffloadPolicy {
 
   // k for the engine builder: draft tokens per step; 0 = adaptive.
   int num_speculative_tokens() const { return options_.num_speculative_tokens; }
+  int default_num_speculative_tokens() const override {
+    return num_speculative_tokens();
+  }
   // The drafter this policy is designed for (the engine builder's default
   // when the engine spec names none).
-  std::string_view default_drafter() const { return "self"; }
+  std::string_view default_drafter() const override { return "self"; }
 
   // N after Attach (the configured value or the model's default), before
   // the pin budget; the configured value (-1: default) before Attach.

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/builder/offload_stack.h"
+#include "engine/spec/drafter_registry.h"
+#include "policies/registry.h"
 
 namespace moeserve::engine {
 namespace {
@@ -12,6 +14,21 @@ namespace {
 absl::Status InEngine(const EngineSpec& spec, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("engine '", spec.name,
                                                   "': ", status.message()));
+}
+
+// Fills in the drafter and k that `spec` leaves to its policy.
+absl::Status ResolveSpeculation(EngineSpec* spec) {
+  if (!spec->drafter.empty() && spec->num_speculative_tokens >= 0) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<OffloadPolicy>> policy =
+      policies::CreatePolicy(spec->policy, spec->policy_config);
+  if (!policy.ok()) return policy.status();
+  if (spec->drafter.empty()) spec->drafter = (*policy)->default_drafter();
+  if (spec->num_speculative_tokens < 0) {
+    spec->num_speculative_tokens = (*policy)->default_num_speculative_tokens();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -29,6 +46,9 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
   }
   BuiltEngine built;
   built.spec = spec;
+  if (absl::Status st = ResolveSpeculation(&built.spec); !st.ok()) {
+    return InEngine(spec, st);
+  }
   built.expert_cache_bytes = ExpertCacheBytes(*model.weights, spec);
   EngineOptions options;
   options.name = spec.name;
@@ -37,6 +57,8 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
   options.max_batched_tokens = spec.max_batched_tokens;
   options.max_waiting = spec.max_waiting;
   options.registry = model.registry;
+  options.num_speculative_tokens = built.spec.num_speculative_tokens;
+  options.max_speculative_tokens = kMaxSpeculativeTokens / 2;
   // On a GPU the expert slots are VRAM owned by the backend; on the CPU
   // they are plain host RAM filled by SlowTier::Read.
   kernels::Backend* fast_tier_backend =
@@ -44,7 +66,7 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
               !spec.fast_tier_in_backend_memory
           ? nullptr
           : model.backend;
-  const OffloadStack* stack = nullptr;
+  OffloadStack* stack = nullptr;
   auto make_experts = [&](PredictFn predict)
       -> absl::StatusOr<std::unique_ptr<ExpertProvider>> {
     absl::StatusOr<std::unique_ptr<OffloadStack>> s = OffloadStack::Create(
@@ -54,6 +76,26 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
     stack = s->get();
     return std::unique_ptr<ExpertProvider>(*std::move(s));
   };
+  if (built.spec.drafter != "none") {
+    const spec::DrafterFactory* factory = spec::FindDrafter(built.spec.drafter);
+    if (factory == nullptr) {
+      return InEngine(
+          spec, absl::NotFoundError(absl::StrCat(
+                    "drafter '", built.spec.drafter, "' is not registered")));
+    }
+    // Runs inside Engine::Create, after make_experts built the stack.
+    options.make_drafter = [&model, &stack, factory](MoeModel* target,
+                                                     KvCache* kv) {
+      spec::DrafterContext context;
+      context.weights = model.weights;
+      context.target = target;
+      context.kv = kv;
+      context.draft_experts = stack->mutable_residency().draft_experts();
+      context.residency = &stack->residency();
+      context.policy = stack->policy();
+      return (*factory)(context);
+    };
+  }
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
       model.weights, model.tokenizer, model.backend, options, make_experts);
   if (!engine.ok()) return InEngine(spec, engine.status());

@@ -127,7 +127,7 @@ TEST_F(EngineBuilderTest, EveryBadFieldIsRefusedByName) {
       {"max_num_seqs", [](EngineSpec* s) { s->max_num_seqs = 0; }},
       {"max_batched_tokens", [](EngineSpec* s) { s->max_batched_tokens = 0; }},
       {"max_waiting", [](EngineSpec* s) { s->max_waiting = -1; }},
-      {"drafter", [](EngineSpec* s) { s->drafter = "self"; }},
+      {"drafter", [](EngineSpec* s) { s->drafter = "no_such_drafter"; }},
       {"num_speculative_tokens",
        [](EngineSpec* s) { s->num_speculative_tokens = -2; }},
   };

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/spec/drafter_registry.h"
 #include "policies/registry.h"
 
 namespace moeserve::engine {
@@ -55,15 +56,19 @@ absl::Status CheckEngineSpec(const EngineSpec& spec) {
     return FieldError("max_batched_tokens", "must be >= 1");
   }
   if (spec.max_waiting < 0) return FieldError("max_waiting", "must be >= 0");
-  if (spec.drafter != "none") {
+  if (!spec.drafter.empty() && spec.drafter != "none" &&
+      spec::FindDrafter(spec.drafter) == nullptr) {
     return FieldError(
         "drafter",
-        absl::StrCat("'", spec.drafter,
-                     "' is not available in this build (only 'none'; "
-                     "speculative drafters are not implemented yet)"));
+        absl::StrCat("unknown drafter '", spec.drafter, "' (registered: none, ",
+                     absl::StrJoin(spec::RegisteredDrafters(), ", "), ")"));
   }
-  if (spec.num_speculative_tokens < 0) {
-    return FieldError("num_speculative_tokens", "must be >= 0");
+  if (spec.num_speculative_tokens < -1 ||
+      spec.num_speculative_tokens > kMaxSpeculativeTokens) {
+    return FieldError(
+        "num_speculative_tokens",
+        absl::StrCat("must be in [0, ", kMaxSpeculativeTokens,
+                     "] (0: adaptive), got ", spec.num_speculative_tokens));
   }
   // The factory is the authority on its keys: build one and drop it.
   absl::StatusOr<std::unique_ptr<OffloadPolicy>> policy =

@@ -51,12 +51,19 @@ struct EngineSpec {
   int max_batched_tokens = 2048;
   int max_waiting = 256;
 
-  // Speculative decoding, reserved: only "none" is accepted until a drafter
-  // exists (DESIGN.md: none | self | int4 | external).
-  std::string drafter = "none";
-  int num_speculative_tokens = 0;  // 0: adaptive
-  std::string draft_model_dir;     // external drafter only
+  // Speculative decoding. drafter: a registered drafter
+  // (engine/spec/drafter_registry.h: self, ...), "none", or "" for the
+  // policy's own (OffloadPolicy::default_drafter: self_spec -> self, the
+  // others none). num_speculative_tokens: draft tokens per step, > 0 fixed,
+  // 0 adaptive, -1 the policy's own (adaptive for a policy without one).
+  // BuildEngine resolves both; BuiltEngine::spec holds the result.
+  std::string drafter;
+  int num_speculative_tokens = -1;
+  std::string draft_model_dir;  // external drafter only
 };
+
+// The most draft tokens per step an engine may ask for.
+inline constexpr int kMaxSpeculativeTokens = 16;
 
 // True for a usable engine name: [a-z0-9_], 1 to 64 characters.
 bool IsValidEngineName(std::string_view name);

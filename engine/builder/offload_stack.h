@@ -55,6 +55,8 @@ class OffloadStack final : public ExpertProvider {
   void EndLayer(int layer) override { residency_->EndLayer(layer); }
 
   const ExpertResidency& residency() const { return *residency_; }
+  ExpertResidency& mutable_residency() { return *residency_; }
+  OffloadPolicy* policy() { return policy_.get(); }
 
  private:
   OffloadStack() = default;

@@ -48,6 +48,9 @@ struct StepInfo {
   int num_seqs = 0;    // sequences in the batch
   int num_tokens = 0;  // tokens run through the model this step
   int num_prefill_tokens = 0;
+  // Tokens of speculative verify chunks (each sequence's last token plus
+  // its draft tokens), included in num_tokens, not in num_prefill_tokens.
+  int num_verify_tokens = 0;
 };
 
 // What one engine step did.
@@ -118,6 +121,13 @@ class OffloadPolicy {
   virtual ~OffloadPolicy() = default;
 
   virtual std::string_view name() const = 0;
+
+  // The drafter a speculative policy brings (engine/spec/drafter_registry.h
+  // names; "none": not speculative) and its k (draft tokens per step; 0 =
+  // adaptive). An engine's --drafter / --num_speculative_tokens override
+  // them.
+  virtual std::string_view default_drafter() const { return "none"; }
+  virtual int default_num_speculative_tokens() const { return 0; }
 
   // Called once before the first step. `control` outlives the policy's use.
   virtual void Attach(ResidencyControl* control) { (void)control; }
