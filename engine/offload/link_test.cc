@@ -287,7 +287,8 @@ TEST(LinkTest, ConcurrentSubmitCancelPromoteAccountsEveryTransfer) {
   constexpr int kThreads = 4, kPer = 200;
   FakeTier tier(kBytes);
   std::atomic<int> ok{0}, cancelled{0}, other{0};
-  std::vector<std::byte> dst(kBytes * kThreads);
+  // Each transfer its own destination (untouched by others until done).
+  std::vector<std::byte> dst(kBytes * kThreads * kPer);
   {
     Link link(&tier, kBytes, LinkOptions{.num_workers = 2});
     std::vector<std::thread> threads;
@@ -295,7 +296,7 @@ TEST(LinkTest, ConcurrentSubmitCancelPromoteAccountsEveryTransfer) {
       threads.emplace_back([&, t] {
         for (int i = 0; i < kPer; ++i) {
           const TransferId id = link.Submit(
-              {0, t}, dst.data() + kBytes * t,
+              {0, t}, dst.data() + kBytes * (t * kPer + i),
               [&](absl::Status s) {
                 (s.ok() ? ok : absl::IsCancelled(s) ? cancelled : other)++;
               },
