@@ -84,11 +84,23 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
       return absl::Status(
           st.code(), absl::StrCat("engine '", spec.name, "': ", st.message()));
     }
-    const std::string config = engine::PolicyConfigText(spec.policy_config);
-    spdlog::info("engine '{}': policy {}{}, fast tier {} MiB, {} slow tier",
-                 spec.name, spec.policy,
+    // What the engine runs: the drafter and k as BuildEngine resolved them.
+    const engine::EngineSpec& built_spec = named.built.spec;
+    const std::string config =
+        engine::PolicyConfigText(built_spec.policy_config);
+    std::string speculation = "no speculation";
+    if (built_spec.drafter != "none") {
+      speculation = absl::StrCat(
+          "drafter ", built_spec.drafter, ", ",
+          built_spec.num_speculative_tokens == 0
+              ? std::string("adaptive k")
+              : absl::StrCat("k=", built_spec.num_speculative_tokens));
+    }
+    spdlog::info("engine '{}': policy {}{}, fast tier {} MiB, {} slow tier, {}",
+                 built_spec.name, built_spec.policy,
                  config.empty() ? "" : absl::StrCat(" (", config, ")"),
-                 named.built.expert_cache_bytes >> 20, spec.slow_tier);
+                 named.built.expert_cache_bytes >> 20, built_spec.slow_tier,
+                 speculation);
     host->engines_.push_back(std::move(named));
   }
   {
@@ -128,6 +140,7 @@ v1::ListModelsResponse EngineHost::ListModels() const {
                                weights_->non_expert_bytes());
   m->set_dtype("bfloat16");
   for (const NamedEngine& e : engines_) {
+    // The built engine's spec: drafter and k resolved from the policy.
     const engine::EngineSpec& spec = e.built.spec;
     v1::EngineInfo* info = m->add_engines();
     info->set_name(spec.name);

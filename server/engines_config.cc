@@ -128,9 +128,20 @@ absl::Status ReadEngine(const json& obj, EngineSpec* spec) {
       spec->max_waiting, GetPositiveInt(obj, "max_waiting", spec->max_waiting));
   MOESERVE_ASSIGN_OR_RETURN(
       spec->drafter, json_util::GetString(obj, "drafter", spec->drafter));
-  MOESERVE_ASSIGN_OR_RETURN(spec->num_speculative_tokens,
-                            GetPositiveInt(obj, "num_speculative_tokens",
-                                           spec->num_speculative_tokens));
+  // 0..16 here; -1 (the policy's own) is what leaving the key out gives
+  // when --num_speculative_tokens is not set either.
+  if (json_util::HasNonNull(obj, "num_speculative_tokens")) {
+    MOESERVE_ASSIGN_OR_RETURN(int64_t k,
+                              json_util::GetInt(obj, "num_speculative_tokens",
+                                                spec->num_speculative_tokens));
+    if (k < 0 || k > engine::kMaxSpeculativeTokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_speculative_tokens: must be in [0, ",
+          engine::kMaxSpeculativeTokens,
+          "] (0: adaptive; leave it out for the policy's own), got ", k));
+    }
+    spec->num_speculative_tokens = static_cast<int>(k);
+  }
   MOESERVE_ASSIGN_OR_RETURN(
       spec->draft_model_dir,
       json_util::GetString(obj, "draft_model_dir", spec->draft_model_dir));

@@ -20,9 +20,20 @@
 // the server-wide flag's value. "default" (the engine of requests that name
 // none when there is no "ab") defaults to the first engine.
 //
+// Speculation: "drafter" is a registered drafter ("self"), "none", or ""
+// (the policy's own: self_spec -> self, the others none);
+// "num_speculative_tokens" is 1..16 (fixed) or 0 (adaptive); left out (and
+// no --num_speculative_tokens), the policy's own. ParseEnginesConfig keeps
+// "" and -1 as they are; ResolveEngines resolves them (server_options.h).
+// So one file can A/B "lru" against "lru + self draft":
+//   {"engines": [{"name": "lru", "policy": "lru"},
+//                {"name": "lru_self", "policy": "lru", "drafter": "self"}],
+//    "ab": {"lru": 1, "lru_self": 1}}
+//
 // Refused, with a message naming the file, the engine and the key: unknown
-// keys, wrong types, duplicate names, unknown policies or policy_config
-// keys, A/B weights that are negative, sum to 0 or name no engine.
+// keys, wrong types, duplicate names, unknown policies, policy_config keys
+// or drafters (the message lists the registered ones), num_speculative_tokens
+// outside 0..16, A/B weights that are negative, sum to 0 or name no engine.
 #ifndef MOESERVE_SERVER_ENGINES_CONFIG_H_
 #define MOESERVE_SERVER_ENGINES_CONFIG_H_
 

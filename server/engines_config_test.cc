@@ -5,6 +5,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -79,8 +82,17 @@ TEST(EnginesConfigTest, RefusalsNameTheEngineAndTheKey) {
                         "expert_cache_ratio": 0.5, "expert_cache_mb": 8}]})",
        "engine 'a': expert_cache_ratio: give expert_cache_ratio or "
        "expert_cache_mb, not both"},
-      {R"({"engines": [{"name": "a", "policy": "lru", "drafter": "self"}]})",
-       "engine 'a': drafter: 'self' is not available"},
+      {R"({"engines": [{"name": "a", "policy": "lru", "drafter": "eagle"}]})",
+       "engine 'a': drafter: unknown drafter 'eagle' (registered: none, "
+       "self"},
+      {R"({"engines": [{"name": "a", "num_speculative_tokens": 17}]})",
+       "engine 'a': num_speculative_tokens: must be in [0, 16]"},
+      {R"({"engines": [{"name": "a", "num_speculative_tokens": -1}]})",
+       "engine 'a': num_speculative_tokens: must be in [0, 16]"},
+      {R"({"engines": [{"name": "a", "num_speculative_tokens": 1.5}]})",
+       "engine 'a': field \"num_speculative_tokens\" must be an integer"},
+      {R"({"engines": [{"name": "a", "drafter": 1}]})",
+       "engine 'a': field \"drafter\" must be a string"},
       {R"({"engines": [{"name": "a", "policy": "lru",
                         "policy_config": {"k": [1]}}]})",
        "policy_config: key 'k' must be a string, number or boolean"},
@@ -110,6 +122,36 @@ TEST(EnginesConfigTest, RefusalsNameTheEngineAndTheKey) {
     EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.message))
         << c.json;
   }
+}
+
+TEST(EnginesConfigTest, SpeculationIsInheritedAndOverriddenPerEngine) {
+  engine::EngineSpec d = Defaults();
+  d.drafter = "self";  // --drafter=self
+  d.num_speculative_tokens = 3;
+  d.draft_model_dir = "/drafts/a";
+  absl::StatusOr<EnginesConfig> c = ParseEnginesConfig(R"({
+    "engines": [
+      {"name": "lru_self", "policy": "lru"},
+      {"name": "lru", "policy": "lru", "drafter": "none"},
+      {"name": "adaptive", "policy": "lru", "num_speculative_tokens": 0},
+      {"name": "own", "policy": "self_spec", "drafter": "",
+       "num_speculative_tokens": 16, "draft_model_dir": "/drafts/b"}
+    ]
+  })",
+                                                       d);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->engines.size(), 4u);
+  EXPECT_EQ(c->engines[0].drafter, "self");  // the flags'
+  EXPECT_EQ(c->engines[0].num_speculative_tokens, 3);
+  EXPECT_EQ(c->engines[0].draft_model_dir, "/drafts/a");
+  EXPECT_EQ(c->engines[1].drafter, "none");
+  EXPECT_EQ(c->engines[1].num_speculative_tokens, 3);
+  EXPECT_EQ(c->engines[2].drafter, "self");
+  EXPECT_EQ(c->engines[2].num_speculative_tokens, 0);
+  // Parsing keeps "" (the policy's own); ResolveEngines resolves it.
+  EXPECT_EQ(c->engines[3].drafter, "");
+  EXPECT_EQ(c->engines[3].num_speculative_tokens, 16);
+  EXPECT_EQ(c->engines[3].draft_model_dir, "/drafts/b");
 }
 
 TEST(EnginesConfigTest, AMissingFileIsNamed) {
@@ -179,6 +221,109 @@ TEST(ResolveEnginesTest, AbFlagWithAFileMustNameItsEngines) {
   EXPECT_THAT(
       std::string(st.message()),
       HasSubstr("--ab: 'nosuch' is not an engine of --engines_config="));
+}
+
+// Each engine's drafter and k as it will run them: what it names, else the
+// flags, else its policy's own.
+TEST(ResolveEnginesTest, FileEnginesGetTheirPolicysSpeculationResolved) {
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/spec_engines.json";
+  std::ofstream(path) << R"({
+    "engines": [
+      {"name": "lru", "policy": "lru"},
+      {"name": "lru_self", "policy": "lru", "drafter": "self"},
+      {"name": "self_spec"},
+      {"name": "self_spec_k2", "policy": "self_spec",
+       "policy_config": {"num_speculative_tokens": 2}},
+      {"name": "self_spec_off", "policy": "self_spec", "drafter": "none"},
+      {"name": "self_spec_k6", "policy": "self_spec",
+       "num_speculative_tokens": 6}
+    ],
+    "ab": {"lru": 1, "lru_self": 1}
+  })";
+  EngineFlags flags;
+  flags.engines_config = path;
+  ServerOptions o;
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  std::map<std::string, std::pair<std::string, int>> got;
+  for (const engine::EngineSpec& s : o.engines) {
+    got[s.name] = {s.drafter, s.num_speculative_tokens};
+  }
+  using P = std::pair<std::string, int>;
+  EXPECT_EQ(got["lru"], P("none", 0));
+  EXPECT_EQ(got["lru_self"], P("self", 0));  // lru has no k: adaptive
+  EXPECT_EQ(got["self_spec"], P("self", 4));
+  EXPECT_EQ(got["self_spec_k2"], P("self", 2));
+  EXPECT_EQ(got["self_spec_off"], P("none", 4));
+  EXPECT_EQ(got["self_spec_k6"], P("self", 6));
+
+  // The flags are every engine's defaults; an engine's own key wins.
+  flags.defaults.drafter = "none";
+  flags.defaults.num_speculative_tokens = 5;
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  got.clear();
+  for (const engine::EngineSpec& s : o.engines) {
+    got[s.name] = {s.drafter, s.num_speculative_tokens};
+  }
+  EXPECT_EQ(got["lru"], P("none", 5));
+  EXPECT_EQ(got["lru_self"], P("self", 5));
+  EXPECT_EQ(got["self_spec"], P("none", 5));
+  EXPECT_EQ(got["self_spec_k6"], P("none", 6));
+}
+
+TEST(ResolveEnginesTest, SpeculationFlagsReachEveryFlagFormEngine) {
+  EngineFlags flags;
+  flags.policy = "self_spec";
+  flags.ab = "self_spec=1,lru=1";
+  ServerOptions o;
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  ASSERT_EQ(o.engines.size(), 2u);
+  EXPECT_EQ(o.engines[0].drafter, "self");
+  EXPECT_EQ(o.engines[0].num_speculative_tokens, 4);
+  EXPECT_EQ(o.engines[1].drafter, "none");
+  // --drafter=none turns speculation off even for self_spec.
+  flags.defaults.drafter = "none";
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  EXPECT_EQ(o.engines[0].drafter, "none");
+  EXPECT_EQ(o.engines[1].drafter, "none");
+  // --drafter=self --num_speculative_tokens=2: every engine drafts 2.
+  flags.defaults.drafter = "self";
+  flags.defaults.num_speculative_tokens = 2;
+  flags.engines = "self_spec=self_spec,small=lru@ratio=0.25";
+  flags.ab = "self_spec=1,small=1";
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  for (const engine::EngineSpec& s : o.engines) {
+    EXPECT_EQ(s.drafter, "self") << s.name;
+    EXPECT_EQ(s.num_speculative_tokens, 2) << s.name;
+  }
+}
+
+TEST(ResolveEnginesTest, BadSpeculationFlagsAreNamedAsFlags) {
+  EngineFlags flags;
+  flags.defaults.drafter = "eagle";
+  ServerOptions o;
+  absl::Status st = ResolveEngines(flags, &o);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("--drafter: unknown drafter 'eagle' (registered: "
+                        "none, self"));
+  for (int k : {-2, 17}) {
+    flags = EngineFlags();
+    flags.defaults.num_speculative_tokens = k;
+    st = ResolveEngines(flags, &o);
+    EXPECT_THAT(std::string(st.message()),
+                HasSubstr("--num_speculative_tokens: must be in [0, 16]"))
+        << k;
+  }
+  // Also with a file (whose engines could override them).
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/one_engine.json";
+  std::ofstream(path) << R"({"engines": [{"name": "lru", "drafter": "none"}]})";
+  flags = EngineFlags();
+  flags.engines_config = path;
+  flags.defaults.drafter = "eagle";
+  EXPECT_THAT(std::string(ResolveEngines(flags, &o).message()),
+              HasSubstr("--drafter: unknown drafter 'eagle'"));
 }
 
 TEST(ResolveEnginesTest, EnginesFlagKeepsThePolicyEngineFirst) {

@@ -61,6 +61,9 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
        "max_batched_tokens", "max_waiting", "drafter",
        "num_speculative_tokens"});
   if (!info.ok()) return info.status();
+  // ResolveEngines resolved each engine's drafter and k from its policy
+  // where the flags and file left them open: the labels show what the
+  // engine runs (as ListModels does).
   for (const engine::EngineSpec& spec : options.engines) {
     absl::StatusOr<metrics::Gauge*> g = (*info)->WithLabels(
         {spec.name, spec.policy, engine::PolicyConfigText(spec.policy_config),

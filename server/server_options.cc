@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "engine/offload/offload_policy.h"
 #include "policies/registry.h"
 #include "server/engines_config.h"
 
@@ -80,6 +82,20 @@ ABSL_FLAG(std::string, policy_config, "",
           "Offload policy settings of the --policy engine only, k=v,k=v "
           "(e.g. top_percent=10 for lfu_static). Other engines: "
           "--engines_config.");
+ABSL_FLAG(std::string, drafter, "",
+          "Speculative decoding drafter of every engine: a registered "
+          "drafter (self: the target restricted to its resident experts), "
+          "none (no speculation, even for self_spec), or empty for each "
+          "policy's own (self_spec: self; the others: none). Engines in "
+          "--engines_config may set their own \"drafter\".");
+ABSL_FLAG(int, num_speculative_tokens, -1,
+          "Draft tokens per speculative step, 1 to 16 (fixed); 0: adaptive "
+          "(per sequence, from the acceptance rate); -1: the policy's own "
+          "(self_spec: its num_speculative_tokens config, 4 by default; the "
+          "others: adaptive). Only matters with a drafter.");
+ABSL_FLAG(std::string, draft_model_dir, "models/demo-draft",
+          "Model directory of the external drafter (reserved: passed to the "
+          "engines, read by no drafter yet).");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 512,
           "Largest max_new_tokens a request may ask for (and the default).");
 ABSL_FLAG(uint32_t, max_input_tokens, 2048, "Longest prompt, in tokens.");
@@ -210,6 +226,26 @@ absl::Status InEngine(absl::string_view source, const EngineSpec& spec,
       absl::StrCat(source, ": engine '", spec.name, "': ", status.message()));
 }
 
+// Fills in the drafter and k that `spec` leaves to its policy, as
+// engine::BuildEngine does (OffloadPolicy::default_drafter and
+// default_num_speculative_tokens), so that moeserve_engine_info, logs and
+// ListModels all show what the engine runs.
+absl::Status ResolveSpeculation(EngineSpec* spec) {
+  if (!spec->drafter.empty() && spec->num_speculative_tokens >= 0) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> policy =
+      policies::CreatePolicy(spec->policy, spec->policy_config);
+  if (!policy.ok()) return policy.status();
+  if (spec->drafter.empty()) {
+    spec->drafter = std::string((*policy)->default_drafter());
+  }
+  if (spec->num_speculative_tokens < 0) {
+    spec->num_speculative_tokens = (*policy)->default_num_speculative_tokens();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ResolveFromFile(const EngineFlags& flags, ServerOptions* options) {
   if (!absl::StripAsciiWhitespace(flags.engines).empty()) {
     return FlagError("engines_config",
@@ -304,16 +340,36 @@ absl::Status ResolveFromFlags(const EngineFlags& flags,
 
 absl::Status ResolveEngines(const EngineFlags& flags, ServerOptions* options) {
   options->engines_config = flags.engines_config;
+  // The server-wide speculation flags first, so that a bad one is refused
+  // by its flag's name (not as some engine's setting). CheckEngineSpec's
+  // field names are the flags' names.
+  EngineSpec speculation;
+  speculation.drafter = flags.defaults.drafter;
+  speculation.num_speculative_tokens = flags.defaults.num_speculative_tokens;
+  if (absl::Status st = engine::CheckEngineSpec(speculation); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("--", st.message()));
+  }
+  std::string source;
   if (!flags.engines_config.empty()) {
     // The file's engines were checked as they were read.
-    return ResolveFromFile(flags, options);
+    if (absl::Status st = ResolveFromFile(flags, options); !st.ok()) return st;
+    source = absl::StrCat("--engines_config=", flags.engines_config);
+  } else {
+    if (absl::Status st = ResolveFromFlags(flags, options); !st.ok()) {
+      return st;
+    }
+    for (const EngineSpec& spec : options->engines) {
+      if (absl::Status st = engine::CheckEngineSpec(spec); !st.ok()) {
+        return InEngine(spec.policy_config.empty() ? "--policy/--ab/--engines"
+                                                   : "--policy/--policy_config",
+                        spec, st);
+      }
+    }
+    source = "--policy/--ab/--engines";
   }
-  if (absl::Status st = ResolveFromFlags(flags, options); !st.ok()) return st;
-  for (const EngineSpec& spec : options->engines) {
-    if (absl::Status st = engine::CheckEngineSpec(spec); !st.ok()) {
-      return InEngine(spec.policy_config.empty() ? "--policy/--ab/--engines"
-                                                 : "--policy/--policy_config",
-                      spec, st);
+  for (EngineSpec& spec : options->engines) {
+    if (absl::Status st = ResolveSpeculation(&spec); !st.ok()) {
+      return InEngine(source, spec, st);
     }
   }
   return absl::OkStatus();
@@ -383,6 +439,9 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (!(d.link.gbps >= 0) || !(d.link.latency_us >= 0)) {
     return FlagError("link_gbps", "link emulation values must be >= 0");
   }
+  d.drafter = absl::GetFlag(FLAGS_drafter);
+  d.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  d.draft_model_dir = absl::GetFlag(FLAGS_draft_model_dir);
   flags.policy = absl::GetFlag(FLAGS_policy);
   flags.policy_given = !flags.policy.empty();
   if (flags.policy.empty()) flags.policy = "lru";

@@ -41,8 +41,9 @@ struct ServerOptions {
   std::string engines_config;  // --engines_config (the path; for logs)
 
   // The engine instances, every setting resolved (flags, --engines,
-  // --engines_config): [0] is the default engine, the one a request that
-  // names none goes to when there is no A/B split.
+  // --engines_config; a drafter or k left to the policy is resolved to the
+  // policy's own, as engine::BuildEngine would): [0] is the default engine,
+  // the one a request that names none goes to when there is no A/B split.
   std::vector<engine::EngineSpec> engines = {engine::EngineSpec()};
   // The A/B split (weights sum to 1), or empty.
   std::vector<AbArm> ab;
@@ -56,18 +57,22 @@ struct ServerOptions {
 
 // The flags that decide the engine instances, as given.
 struct EngineFlags {
-  std::string policy = "lru";   // --policy
-  bool policy_given = false;    // --policy was on the command line
-  std::string policy_config;    // --policy_config (the --policy engine only)
-  std::string ab;               // --ab
-  std::string engines;          // --engines
-  std::string engines_config;   // --engines_config
-  engine::EngineSpec defaults;  // the server-wide per-engine flags
+  std::string policy = "lru";  // --policy
+  bool policy_given = false;   // --policy was on the command line
+  std::string policy_config;   // --policy_config (the --policy engine only)
+  std::string ab;              // --ab
+  std::string engines;         // --engines
+  std::string engines_config;  // --engines_config
+  // The server-wide per-engine flags (including --drafter,
+  // --num_speculative_tokens, --draft_model_dir): every engine's defaults.
+  engine::EngineSpec defaults;
 };
 
 // Resolves `flags` into options->engines and options->ab, checking every
-// engine (policy registered, policy_config keys, ranges). Errors name the
-// flag (and the file), the engine and the key.
+// engine (policy registered, policy_config keys, drafter registered, ranges)
+// and resolving the drafter and num_speculative_tokens each engine leaves
+// to its policy. Errors name the flag (and the file), the engine and the
+// key; a bad --drafter / --num_speculative_tokens is named as that flag.
 absl::Status ResolveEngines(const EngineFlags& flags, ServerOptions* options);
 
 // Reads every flag and checks it; errors name the flag.

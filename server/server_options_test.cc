@@ -71,6 +71,10 @@ TEST(ServerOptions, DefaultsFollowDesign) {
   EXPECT_EQ(o->default_engine().name, "lru");
   EXPECT_EQ(o->default_engine().policy, "lru");
   EXPECT_EQ(o->max_receive_message_bytes, 4 << 20);
+  // --drafter= and --num_speculative_tokens=-1: lru's own (no speculation).
+  EXPECT_EQ(o->default_engine().drafter, "none");
+  EXPECT_EQ(o->default_engine().num_speculative_tokens, 0);
+  EXPECT_EQ(o->default_engine().draft_model_dir, "models/demo-draft");
 }
 
 }  // namespace

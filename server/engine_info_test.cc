@@ -1,0 +1,147 @@
+// What the server reports of each engine's speculation: ListModels and
+// moeserve_engine_info show the drafter and k the engine runs (resolved
+// from its policy where the flags and --engines_config leave them open),
+// never the unresolved "" / -1. And an A/B of "lru" against "lru + self
+// draft" in one process serves the same greedy tokens from both.
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "metrics/registry.h"
+#include "proto/moeserve.pb.h"
+#include "server/engine_host.h"
+#include "server/server_metrics.h"
+#include "server/server_options.h"
+#include "server/testing/handoff_fixture.h"
+
+namespace moeserve::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+absl::StatusOr<ServerOptions> Options(const std::string& config) {
+  ServerOptions options;
+  options.model_dir = std::string(std::getenv("TEST_SRCDIR")) +
+                      "/moeserve/tests/golden/mixtral_tiny";
+  options.threads = 2;
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/engines.json";
+  std::ofstream(path) << config;
+  EngineFlags flags;
+  flags.engines_config = path;
+  flags.defaults.expert_cache_ratio = 0.5;
+  flags.defaults.kv_cache_bytes = 8 << 20;
+  flags.defaults.max_num_seqs = 4;
+  if (absl::Status st = ResolveEngines(flags, &options); !st.ok()) return st;
+  return options;
+}
+
+// Greedy tokens of one request on `engine`.
+std::vector<uint32_t> Greedy(EngineHost* host, const std::string& engine) {
+  v1::GenerateRequest r;
+  r.set_policy(engine);
+  for (uint32_t id : {1u, 7u, 9u, 11u}) r.add_prompt_token_ids(id);
+  r.mutable_sampling()->set_max_new_tokens(16);
+  r.mutable_sampling()->set_ignore_eos(true);
+  absl::StatusOr<std::unique_ptr<GenerateCall>> call =
+      host->StartGenerate(r, absl::InfiniteFuture());
+  EXPECT_TRUE(call.ok()) << call.status();
+  std::vector<uint32_t> tokens;
+  if (!call.ok()) return tokens;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  v1::GenerateResponse response;
+  absl::Status final_status;
+  while (absl::Now() < give_up) {
+    if (!(*call)->Next(&response, &final_status)) {
+      absl::SleepFor(absl::Milliseconds(1));
+      continue;
+    }
+    tokens.insert(tokens.end(), response.token_ids().begin(),
+                  response.token_ids().end());
+    if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      EXPECT_EQ(response.finish_reason(), v1::LENGTH);
+      EXPECT_TRUE(final_status.ok()) << final_status;
+      return tokens;
+    }
+  }
+  ADD_FAILURE() << "no finish within 60 s on " << engine;
+  return tokens;
+}
+
+TEST(EngineInfoTest, ListModelsAndEngineInfoShowTheResolvedDrafterAndK) {
+  absl::StatusOr<ServerOptions> options = Options(R"({
+    "engines": [
+      {"name": "lru", "policy": "lru"},
+      {"name": "lru_self", "policy": "lru", "drafter": "self",
+       "num_speculative_tokens": 3},
+      {"name": "self_spec"},
+      {"name": "self_spec_off", "policy": "self_spec", "drafter": "none"}
+    ],
+    "ab": {"lru": 1, "lru_self": 1}
+  })");
+  ASSERT_TRUE(options.ok()) << options.status();
+  metrics::Registry registry;
+  absl::StatusOr<std::unique_ptr<ServerMetrics>> server_metrics =
+      ServerMetrics::Create(&registry, *options, [] { return true; });
+  ASSERT_TRUE(server_metrics.ok()) << server_metrics.status();
+  absl::StatusOr<std::unique_ptr<EngineHost>> host = EngineHost::Create(
+      *options, &registry, testing::HandOffTokenizer(*options));
+  ASSERT_TRUE(host.ok()) << host.status();
+
+  const v1::ListModelsResponse models = (*host)->ListModels();
+  ASSERT_EQ(models.models_size(), 1);
+  std::map<std::string, v1::EngineInfo> engines;
+  for (const v1::EngineInfo& e : models.models(0).engines()) {
+    engines[e.name()] = e;
+  }
+  ASSERT_EQ(engines.size(), 4u);
+  EXPECT_EQ(engines["lru"].drafter(), "none");
+  EXPECT_EQ(engines["lru_self"].drafter(), "self");
+  EXPECT_EQ(engines["lru_self"].num_speculative_tokens(), 3u);
+  EXPECT_EQ(engines["self_spec"].drafter(), "self");  // the policy's own
+  EXPECT_EQ(engines["self_spec"].num_speculative_tokens(), 4u);
+  EXPECT_EQ(engines["self_spec_off"].drafter(), "none");
+
+  const std::string text = registry.Serialize();
+  for (const auto& [name, info] : engines) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("moeserve_engine_info{policy=\"",
+                                             name, "\"")))
+        << name;
+    EXPECT_THAT(text,
+                HasSubstr(absl::StrCat("drafter=\"", info.drafter(),
+                                       "\",num_speculative_tokens=\"",
+                                       info.num_speculative_tokens(), "\"")))
+        << name;
+  }
+  EXPECT_THAT(text, Not(HasSubstr("num_speculative_tokens=\"-1\"")));
+  EXPECT_THAT(text, Not(HasSubstr("drafter=\"\"")));
+
+  // lru vs lru + self draft: the same tokens; only the drafting engine
+  // counts drafts.
+  EXPECT_EQ(Greedy(host->get(), "lru"), Greedy(host->get(), "lru_self"));
+  EXPECT_EQ(Greedy(host->get(), "self_spec"),
+            Greedy(host->get(), "self_spec_off"));
+  EXPECT_GT(testing::SumOfSamples(registry,
+                                  "moeserve_spec_decode_num_draft_tokens_total",
+                                  {"policy=\"lru_self\""}),
+            0);
+  EXPECT_EQ(testing::SumOfSamples(registry,
+                                  "moeserve_spec_decode_num_draft_tokens_total",
+                                  {"policy=\"lru\""}),
+            0);
+  EXPECT_EQ(testing::SumOfSamples(registry,
+                                  "moeserve_spec_decode_num_draft_tokens_total",
+                                  {"policy=\"self_spec_off\""}),
+            0);
+}
+
+}  // namespace
+}  // namespace moeserve::server
