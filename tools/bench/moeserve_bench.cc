@@ -71,6 +71,16 @@ ABSL_FLAG(std::string, policies, "",
           "Comma list of offload policies (e.g. on_demand,lru,lfu_static,"
           "overlap): run the policy comparison on the first --model_dir "
           "(default models/demo) instead of the roofline benchmark.");
+ABSL_FLAG(std::string, drafters, "none",
+          "Policy mode: comma list of drafters; every policy runs with each "
+          "(EngineSpec::drafter): a registered drafter (self, ...), none (no "
+          "drafter added: the policy as it comes; self_spec brings self), "
+          "off (no speculation, even for self_spec), or an empty entry (the "
+          "policy's own), e.g. --drafters=none,self or --drafters=,self.");
+ABSL_FLAG(int, num_speculative_tokens, -1,
+          "Policy mode: draft tokens per step for every drafted cell: > 0 "
+          "fixed, 0 adaptive, -1 the policy's own (adaptive for a policy "
+          "without one; self_spec: its num_speculative_tokens, 4).");
 ABSL_FLAG(std::string, expert_cache_ratio, "0.25,0.5",
           "Policy mode: fast-tier budget(s) as a share of all expert bytes.");
 ABSL_FLAG(double, link_gbps, 0,
@@ -177,6 +187,9 @@ int PolicyMain(int threads) {
   o.model_dir = Resolve(dirs.empty() ? "models/demo" : dirs.front());
   o.policies =
       absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
+  // Empty entries are kept: "" is the policy's own drafter.
+  o.drafters = absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',');
+  o.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
   o.ratios = ParseDoubles(absl::GetFlag(FLAGS_expert_cache_ratio));
   o.concurrencies = ParseInts(absl::GetFlag(FLAGS_concurrency));
   o.link_gbps = absl::GetFlag(FLAGS_link_gbps);

@@ -14,9 +14,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "engine/builder/engine_builder.h"
+#include "engine/builder/engine_spec.h"
 #include "engine/engine.h"
 #include "engine/generation.h"
 #include "engine/model_weights.h"
+#include "engine/offload/offload_policy.h"
 #include "engine/tokenizer.h"
 #include "kernels/tensor.h"
 #include "policies/registry.h"
@@ -76,16 +78,73 @@ double Percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
+// One column of the matrix: a policy with a drafter entry, resolved.
+struct Cell {
+  std::string policy;
+  std::string entry;    // As given in PolicyBenchOptions::drafters.
+  std::string drafter;  // "none" or a registered drafter.
+  int k = 0;            // num_speculative_tokens (0: adaptive); 0 for none.
+};
+
+// Every (policy, drafter entry) of `o`, resolved as EngineSpec would be
+// (policy_bench.h), in policy-major order; duplicates dropped.
+absl::StatusOr<std::vector<Cell>> ResolveCells(
+    const PolicyBenchOptions& o, const policies::PolicyConfig& config) {
+  std::vector<Cell> cells;
+  for (const std::string& policy : o.policies) {
+    absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> p =
+        policies::CreatePolicy(policy, config);
+    if (!p.ok()) return p.status();
+    const std::string own_drafter((*p)->default_drafter());
+    for (const std::string& entry : o.drafters) {
+      Cell c{.policy = policy, .entry = entry};
+      if (entry == "off") {
+        c.drafter = "none";
+      } else if (entry.empty() || entry == "none") {
+        c.drafter = own_drafter;
+      } else {
+        c.drafter = entry;
+      }
+      if (c.drafter != "none") {
+        c.k = o.num_speculative_tokens >= 0
+                  ? o.num_speculative_tokens
+                  : (*p)->default_num_speculative_tokens();
+      }
+      const bool seen =
+          std::any_of(cells.begin(), cells.end(), [&c](const Cell& x) {
+            return x.policy == c.policy && x.drafter == c.drafter && x.k == c.k;
+          });
+      if (!seen) cells.push_back(std::move(c));
+    }
+  }
+  return cells;
+}
+
+// "none", "self k=4", "self k=adaptive".
+std::string DrafterLabel(const std::string& drafter, int k) {
+  if (drafter == "none") return drafter;
+  return k > 0 ? absl::StrFormat("%s k=%d", drafter, k)
+               : absl::StrCat(drafter, " k=adaptive");
+}
+
+// `v` with `digits` decimals, or "n/a" for a negative (undefined) value.
+std::string OrNa(double v, int digits) {
+  return v < 0 ? "n/a" : absl::StrFormat("%.*f", digits, v);
+}
+
 absl::StatusOr<PolicyResult> RunOne(
     const engine::ModelWeights* weights, const engine::Tokenizer* tokenizer,
     kernels::Backend* backend, const PolicyBenchOptions& o,
     const policies::PolicyConfig& config,
-    const std::vector<std::vector<int32_t>>& prompts, const std::string& policy,
+    const std::vector<std::vector<int32_t>>& prompts, const Cell& cell,
     double ratio, int concurrency) {
+  const std::string& policy = cell.policy;
   engine::EngineSpec spec;
   spec.name = policy;
   spec.policy = policy;
   spec.policy_config = config;
+  spec.drafter = cell.drafter;
+  spec.num_speculative_tokens = cell.drafter == "none" ? -1 : cell.k;
   spec.expert_cache_ratio = ratio;
   spec.slow_tier = o.slow_tier;
   spec.link = {.gbps = o.link_gbps, .latency_us = o.link_latency_us};
@@ -109,6 +168,7 @@ absl::StatusOr<PolicyResult> RunOne(
   }
 
   const engine::ResidencyStats before = stack->stats();
+  const engine::SpecStats spec_before = engine->stats().spec;
   std::vector<RequestTrace> traces(o.num_requests);
   std::vector<std::thread> drainers;
   const auto start = Clock::now();
@@ -127,9 +187,14 @@ absl::StatusOr<PolicyResult> RunOne(
   for (std::thread& t : drainers) t.join();
   const auto end = Clock::now();
   const engine::ResidencyStats after = stack->stats();
+  const engine::SpecStats spec_after = engine->stats().spec;
 
   PolicyResult r;
   r.policy = policy;
+  r.drafter_entry = cell.entry;
+  r.drafter = built->spec.drafter;
+  r.num_speculative_tokens =
+      r.drafter == "none" ? 0 : built->spec.num_speculative_tokens;
   r.ratio = ratio;
   r.concurrency = concurrency;
   r.slots = after.slots;
@@ -156,11 +221,16 @@ absl::StatusOr<PolicyResult> RunOne(
   r.tpot_p99_ms = 1e3 * Percentile(gaps, 0.99);
   r.ttft_mean_ms = 1e3 * ttft_sum / traces.size();
   r.hits = after.hits - before.hits;
+  r.hits_loading = after.hits_loading - before.hits_loading;
   r.misses = after.misses - before.misses;
-  r.hit_rate = r.hits + r.misses ? double(r.hits) / (r.hits + r.misses) : 0;
+  if (const uint64_t acquires = r.hits + r.hits_loading + r.misses) {
+    r.hit_rate = double(r.hits) / acquires;
+    r.hit_loading_share = double(r.hits_loading) / acquires;
+  }
   r.link_bytes = after.link_bytes - before.link_bytes;
   r.link_transfers = after.link_transfers - before.link_transfers;
   r.link_bytes_per_token = r.tokens ? double(r.link_bytes) / r.tokens : 0;
+  r.transfers_per_token = r.tokens ? double(r.link_transfers) / r.tokens : 0;
   r.link_busy_seconds = after.link_busy_seconds - before.link_busy_seconds;
   r.expert_copy_gbps =
       r.link_busy_seconds > 0 ? r.link_bytes / r.link_busy_seconds / 1e9 : 0;
@@ -170,8 +240,23 @@ absl::StatusOr<PolicyResult> RunOne(
   r.prefetch_loads = after.prefetch_loads - before.prefetch_loads;
   r.prefetch_used = after.prefetch_used - before.prefetch_used;
   r.prefetch_wasted = after.prefetch_wasted - before.prefetch_wasted;
+  r.prefetch_cancelled = after.prefetch_cancelled - before.prefetch_cancelled;
   r.prefetch_precision =
       r.prefetch_loads ? double(r.prefetch_used) / r.prefetch_loads : -1;
+  r.drafts = spec_after.drafts - spec_before.drafts;
+  r.draft_tokens = spec_after.draft_tokens - spec_before.draft_tokens;
+  r.accepted_tokens = spec_after.accepted_tokens - spec_before.accepted_tokens;
+  if (r.draft_tokens > 0) {
+    r.acceptance_rate = double(r.accepted_tokens) / r.draft_tokens;
+  }
+  if (r.drafts > 0) {
+    r.tokens_per_verification = 1 + double(r.accepted_tokens) / r.drafts;
+    r.mean_k = double(r.draft_tokens) / r.drafts;
+  }
+  r.draft_seconds = spec_after.draft_seconds - spec_before.draft_seconds;
+  r.verify_seconds = spec_after.verify_seconds - spec_before.verify_seconds;
+  r.draft_share = r.draft_seconds / r.wall_seconds;
+  r.verify_share = r.verify_seconds / r.wall_seconds;
   return r;
 }
 
@@ -194,13 +279,22 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
     return absl::InvalidArgumentError("--slow_tier must be host or disk");
   }
   if (o.num_requests < 1 || o.max_new_tokens < 1 || o.policies.empty() ||
-      o.ratios.empty() || o.concurrencies.empty()) {
+      o.drafters.empty() || o.ratios.empty() || o.concurrencies.empty()) {
     return absl::InvalidArgumentError(
-        "need >= 1 request, token, policy, ratio and concurrency");
+        "need >= 1 request, token, policy, drafter, ratio and concurrency");
+  }
+  if (o.num_speculative_tokens < -1 ||
+      o.num_speculative_tokens > engine::kMaxSpeculativeTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num_speculative_tokens must be in [-1, ",
+                     engine::kMaxSpeculativeTokens,
+                     "] (-1: the policy's own, 0: adaptive)"));
   }
   absl::StatusOr<policies::PolicyConfig> config =
       policies::ParsePolicyConfig(o.policy_config);
   if (!config.ok()) return config.status();
+  absl::StatusOr<std::vector<Cell>> cells = ResolveCells(o, *config);
+  if (!cells.ok()) return cells.status();
   absl::StatusOr<std::unique_ptr<engine::ModelWeights>> weights =
       engine::ModelWeights::Load(o.model_dir,
                                  {.pack_experts = o.slow_tier == "host"});
@@ -276,16 +370,18 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
   for (double ratio : o.ratios) {
     for (int conc : o.concurrencies) {
       const size_t first = report.results.size();
-      std::vector<std::vector<PolicyResult>> runs(o.policies.size());
+      std::vector<std::vector<PolicyResult>> runs(cells->size());
       for (int rep = 0; rep < std::max(1, o.repeats); ++rep) {
-        for (size_t p = 0; p < o.policies.size(); ++p) {
+        for (size_t p = 0; p < cells->size(); ++p) {
+          const Cell& cell = (*cells)[p];
           std::fprintf(stderr,
-                       "  ratio %.2f concurrency %d policy %s (repeat %d) "
-                       "...\n",
-                       ratio, conc, o.policies[p].c_str(), rep + 1);
+                       "  ratio %.2f concurrency %d policy %s drafter %s "
+                       "(repeat %d) ...\n",
+                       ratio, conc, cell.policy.c_str(),
+                       DrafterLabel(cell.drafter, cell.k).c_str(), rep + 1);
           absl::StatusOr<PolicyResult> r =
               RunOne(weights->get(), tokenizer->get(), backend, o, *config,
-                     prompts, o.policies[p], ratio, conc);
+                     prompts, cell, ratio, conc);
           if (!r.ok()) return r.status();
           runs[p].push_back(*std::move(r));
         }
@@ -305,13 +401,24 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
         median.repeat_tokens_per_s = std::move(tps);
         report.results.push_back(std::move(median));
       }
-      const PolicyResult* base = nullptr;
+      // The same group's run of `policy` without drafter, or null.
+      auto undrafted = [&](const std::string& policy) -> const PolicyResult* {
+        for (size_t i = first; i < report.results.size(); ++i) {
+          const PolicyResult& r = report.results[i];
+          if (r.policy == policy && r.drafter == "none") return &r;
+        }
+        return nullptr;
+      };
+      const PolicyResult* base = undrafted("on_demand");
       for (size_t i = first; i < report.results.size(); ++i) {
-        if (report.results[i].policy == "on_demand") base = &report.results[i];
-      }
-      for (size_t i = first; base && i < report.results.size(); ++i) {
-        report.results[i].speedup_vs_on_demand =
-            report.results[i].tokens_per_s / base->tokens_per_s;
+        PolicyResult& r = report.results[i];
+        if (base != nullptr) {
+          r.speedup_vs_on_demand = r.tokens_per_s / base->tokens_per_s;
+        }
+        const PolicyResult* plain = undrafted(r.policy);
+        if (r.drafter != "none" && plain != nullptr) {
+          r.speedup_vs_no_drafter = r.tokens_per_s / plain->tokens_per_s;
+        }
       }
     }
   }
@@ -414,17 +521,35 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                rep.outputs_identical ? "yes" : "no",
                rep.distinct_generated_tokens,
                static_cast<long long>(rep.results.front().tokens));
+  std::fprintf(
+      out,
+      "drafters: %s (none: the policy as it comes; '': the policy's own; "
+      "off: no speculation); num_speculative_tokens %d (-1: the policy's "
+      "own, 0: adaptive)\n\n",
+      absl::StrJoin(o.drafters, ",",
+                    [](std::string* out, const std::string& d) {
+                      absl::StrAppend(out, d.empty() ? "''" : d);
+                    })
+          .c_str(),
+      o.num_speculative_tokens);
   std::fprintf(out,
-               "| ratio | conc | policy | slots | tok/s | vs on_demand | TPOT "
-               "mean/p50/p99 ms | hit rate | link KiB/tok | stall share | "
+               "| ratio | conc | policy | drafter | slots | tok/s | vs "
+               "on_demand | vs no drafter | TPOT mean/p50/p99 ms | hit rate "
+               "| hit_loading | transfers/tok | link KiB/tok | stall share | "
                "link busy | expert copy GB/s (x plain) | prefetch precision "
-               "(used/loads) |\n");
-  std::fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "(used/loads) | cancelled prefetches |\n");
+  std::fprintf(out,
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+               "---|---|---|\n");
   for (const PolicyResult& r : rep.results) {
     const std::string vs =
         r.speedup_vs_on_demand > 0
             ? absl::StrFormat("%.2fx", r.speedup_vs_on_demand)
             : "n/a";
+    const std::string vs_plain =
+        r.speedup_vs_no_drafter > 0
+            ? absl::StrFormat("%.2fx", r.speedup_vs_no_drafter)
+            : (r.drafter == "none" ? "-" : "n/a");
     const std::string prec =
         r.prefetch_precision < 0
             ? "n/a"
@@ -436,13 +561,55 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                               r.expert_copy_vs_plain)
             : "n/a";
     std::fprintf(out,
-                 "| %.2f | %d | %s | %d | %.1f | %s | %.2f / %.2f / %.2f | "
-                 "%.3f | %.1f | %.1f%% | %.1f%% | %s | %s |\n",
-                 r.ratio, r.concurrency, r.policy.c_str(), r.slots,
-                 r.tokens_per_s, vs.c_str(), r.tpot_mean_ms, r.tpot_p50_ms,
-                 r.tpot_p99_ms, r.hit_rate, r.link_bytes_per_token / 1024.0,
-                 100 * r.stall_share, 100 * r.link_busy_share, copy.c_str(),
-                 prec.c_str());
+                 "| %.2f | %d | %s | %s | %d | %.1f | %s | %s | %.2f / %.2f / "
+                 "%.2f | %.3f | %.3f | %.2f | %.1f | %.1f%% | %.1f%% | %s | %s "
+                 "| %d |\n",
+                 r.ratio, r.concurrency, r.policy.c_str(),
+                 DrafterLabel(r.drafter, r.num_speculative_tokens).c_str(),
+                 r.slots, r.tokens_per_s, vs.c_str(), vs_plain.c_str(),
+                 r.tpot_mean_ms, r.tpot_p50_ms, r.tpot_p99_ms, r.hit_rate,
+                 r.hit_loading_share, r.transfers_per_token,
+                 r.link_bytes_per_token / 1024.0, 100 * r.stall_share,
+                 100 * r.link_busy_share, copy.c_str(), prec.c_str(),
+                 static_cast<int>(r.prefetch_cancelled));
+  }
+  // Speculation: only when some cell drafted.
+  const bool any_drafter =
+      std::any_of(rep.results.begin(), rep.results.end(),
+                  [](const PolicyResult& r) { return r.drafter != "none"; });
+  if (!any_drafter) return;
+  std::fprintf(out,
+               "\nspeculative decoding (cells with a drafter; acceptance = "
+               "accepted / draft tokens, tokens/verification = 1 + accepted "
+               "/ drafts, mean k = draft tokens / drafts, shares of wall "
+               "time):\n\n");
+  std::fprintf(out,
+               "| ratio | conc | policy | drafter | tok/s | vs on_demand | vs "
+               "no drafter | drafts | draft tokens | accepted | acceptance | "
+               "tokens/verification | mean k | draft share | verify share "
+               "|\n");
+  std::fprintf(out,
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+               "\n");
+  for (const PolicyResult& r : rep.results) {
+    if (r.drafter == "none") continue;
+    std::fprintf(
+        out,
+        "| %.2f | %d | %s | %s | %.1f | %s | %s | %d | %d | %d | %s | %s | %s "
+        "| %.1f%% | %.1f%% |\n",
+        r.ratio, r.concurrency, r.policy.c_str(),
+        DrafterLabel(r.drafter, r.num_speculative_tokens).c_str(),
+        r.tokens_per_s,
+        r.speedup_vs_on_demand > 0
+            ? absl::StrFormat("%.2fx", r.speedup_vs_on_demand).c_str()
+            : "n/a",
+        r.speedup_vs_no_drafter > 0
+            ? absl::StrFormat("%.2fx", r.speedup_vs_no_drafter).c_str()
+            : "n/a",
+        static_cast<int>(r.drafts), static_cast<int>(r.draft_tokens),
+        static_cast<int>(r.accepted_tokens), OrNa(r.acceptance_rate, 3).c_str(),
+        OrNa(r.tokens_per_verification, 2).c_str(), OrNa(r.mean_k, 2).c_str(),
+        100 * r.draft_share, 100 * r.verify_share);
   }
 }
 
@@ -489,6 +656,8 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
       {"slow_tier", o.slow_tier},
       {"policy_config", o.policy_config},
       {"repeats", o.repeats},
+      {"drafters", o.drafters},
+      {"num_speculative_tokens", o.num_speculative_tokens},
       {"greedy", true}};
   j["outputs_identical"] = rep.outputs_identical;
   j["distinct_generated_tokens"] = rep.distinct_generated_tokens;
@@ -496,6 +665,9 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
   for (const PolicyResult& r : rep.results) {
     nlohmann::json x = {
         {"policy", r.policy},
+        {"drafter_entry", r.drafter_entry},
+        {"drafter", r.drafter},
+        {"num_speculative_tokens", r.num_speculative_tokens},
         {"expert_cache_ratio", r.ratio},
         {"concurrency", r.concurrency},
         {"slots", r.slots},
@@ -507,11 +679,14 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
         {"tpot_p99_ms", r.tpot_p99_ms},
         {"ttft_mean_ms", r.ttft_mean_ms},
         {"hits", r.hits},
+        {"hits_loading", r.hits_loading},
         {"misses", r.misses},
         {"hit_rate", r.hit_rate},
+        {"hit_loading_share", r.hit_loading_share},
         {"link_bytes", r.link_bytes},
         {"link_transfers", r.link_transfers},
         {"link_bytes_per_token", r.link_bytes_per_token},
+        {"transfers_per_token", r.transfers_per_token},
         {"link_busy_seconds", r.link_busy_seconds},
         {"stall_seconds", r.stall_seconds},
         {"stall_share", r.stall_share},
@@ -520,7 +695,26 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
         {"prefetch_loads", r.prefetch_loads},
         {"prefetch_used", r.prefetch_used},
         {"prefetch_wasted", r.prefetch_wasted},
+        {"prefetch_cancelled", r.prefetch_cancelled},
+        {"drafts", r.drafts},
+        {"draft_tokens", r.draft_tokens},
+        {"accepted_tokens", r.accepted_tokens},
+        {"draft_seconds", r.draft_seconds},
+        {"verify_seconds", r.verify_seconds},
+        {"draft_share", r.draft_share},
+        {"verify_share", r.verify_share},
     };
+    // Ratios that are undefined (no on_demand / undrafted cell, no drafts)
+    // are null.
+    auto or_null = [](double v, bool defined) {
+      return defined ? nlohmann::json(v) : nlohmann::json(nullptr);
+    };
+    x["speedup_vs_no_drafter"] =
+        or_null(r.speedup_vs_no_drafter, r.speedup_vs_no_drafter > 0);
+    x["acceptance_rate"] = or_null(r.acceptance_rate, r.acceptance_rate >= 0);
+    x["tokens_per_verification"] =
+        or_null(r.tokens_per_verification, r.tokens_per_verification >= 0);
+    x["mean_k"] = or_null(r.mean_k, r.mean_k >= 0);
     x["speedup_vs_on_demand"] = r.speedup_vs_on_demand > 0
                                     ? nlohmann::json(r.speedup_vs_on_demand)
                                     : nlohmann::json(nullptr);

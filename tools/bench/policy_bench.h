@@ -1,7 +1,16 @@
 // Offload-policy comparison (DESIGN.md "A/B comparison", offline): one fixed
 // workload (prompts, greedy sampling, lengths) replayed through a fresh
-// engine (engine::BuildEngine) per (expert-cache ratio, concurrency, policy),
-// with the residency statistics of the timed part and latency per token.
+// engine (engine::BuildEngine) per (expert-cache ratio, concurrency, policy,
+// drafter), with the residency and speculative-decoding statistics of the
+// timed part and latency per token.
+//
+// Drafter axis: every policy runs once per entry of `drafters`, through
+// EngineSpec::drafter / num_speculative_tokens. An entry is a registered
+// drafter ("self", ...), "" (the policy's own: EngineSpec's ""), "none" (no
+// drafter added: the policy as it comes, so a policy that brings its own
+// drafter, self_spec -> self, still speculates with it) or "off" (no
+// speculation at all, even for such a policy). Entries that resolve to the
+// same (drafter, k) for a policy run once.
 //
 // Runs on any Backend: on a device backend (CUDA) the fast tier's expert
 // slots live in device memory and the link copies on the device's copy
@@ -32,6 +41,11 @@ struct PolicyBenchOptions {
   std::string model_name;  // For the report; default: the directory's name.
   std::vector<std::string> policies = {"on_demand", "lru", "lfu_static",
                                        "overlap"};
+  // See the header comment: "none", "off", "" or a registered drafter.
+  std::vector<std::string> drafters = {"none"};
+  // EngineSpec::num_speculative_tokens for every drafted cell: > 0 fixed, 0
+  // adaptive, -1 the policy's own (adaptive for a policy without one).
+  int num_speculative_tokens = -1;
   std::vector<double> ratios = {0.25, 0.5};  // Fast tier / all expert bytes.
   std::vector<int> concurrencies = {1};      // Engine max_num_seqs.
   double link_gbps = 0;                      // 0: no link emulation.
@@ -48,25 +62,37 @@ struct PolicyBenchOptions {
   int threads = 0;  // CPU kernel threads (report only; 0 on a GPU backend).
 };
 
-// One (ratio, concurrency, policy) run; figures cover the timed workload only.
+// One (ratio, concurrency, policy, drafter) run; figures cover the timed
+// workload only.
 struct PolicyResult {
   std::string policy;
+  std::string drafter_entry;  // As given in PolicyBenchOptions::drafters.
+  std::string drafter;        // Resolved (BuiltEngine::spec): "none", "self".
+  int num_speculative_tokens = 0;  // Resolved; 0 adaptive (with a drafter).
   double ratio = 0;
   int concurrency = 0;
   int slots = 0;  // Fast-tier expert slots.
   int64_t tokens = 0;
   double wall_seconds = 0;
   double tokens_per_s = 0;
-  double speedup_vs_on_demand = 0;  // 0 when on_demand was not run.
+  // Over on_demand without drafter in the same (ratio, concurrency); 0 when
+  // that cell was not run.
+  double speedup_vs_on_demand = 0;
+  // Over the same policy without drafter (same ratio, concurrency); 0 when
+  // that cell was not run (self_spec: only with drafter entry "off").
+  double speedup_vs_no_drafter = 0;
   double tpot_mean_ms = 0;  // Mean over requests of their mean token gap.
   double tpot_p50_ms = 0;   // Over every inter-token gap of every request.
   double tpot_p99_ms = 0;
   double ttft_mean_ms = 0;  // Submit to first token (queueing included).
-  uint64_t hits = 0, misses = 0;
-  double hit_rate = 0;
+  // Target acquires only (the draft view counts nothing).
+  uint64_t hits = 0, hits_loading = 0, misses = 0;
+  double hit_rate = 0;           // hits / (hits + hits_loading + misses).
+  double hit_loading_share = 0;  // hits_loading / the same.
   uint64_t link_bytes = 0;
   uint64_t link_transfers = 0;
   double link_bytes_per_token = 0;
+  double transfers_per_token = 0;  // link_transfers / tokens.
   double link_busy_seconds = 0;
   // link_bytes / link_busy_seconds / 1e9: the rate the link moved experts
   // while busy (the emulated rate when emulation is on); 0: no busy time.
@@ -77,7 +103,17 @@ struct PolicyResult {
   double link_busy_share = 0;               // link_busy_seconds / wall_seconds.
   std::vector<double> repeat_tokens_per_s;  // Every repeat, in run order.
   uint64_t prefetch_loads = 0, prefetch_used = 0, prefetch_wasted = 0;
-  double prefetch_precision = -1;  // prefetch_used / loads; -1: no prefetch.
+  uint64_t prefetch_cancelled = 0;  // Queued prefetches withdrawn, no bytes.
+  double prefetch_precision = -1;   // prefetch_used / loads; -1: no prefetch.
+  // Speculative decoding (engine::SpecStats deltas over the timed part).
+  uint64_t drafts = 0;  // Verifications with >= 1 draft token.
+  uint64_t draft_tokens = 0, accepted_tokens = 0;
+  double acceptance_rate = -1;          // accepted / draft tokens; -1: none.
+  double tokens_per_verification = -1;  // 1 + accepted / drafts; -1: none.
+  double mean_k = -1;                   // draft tokens / drafts; -1: none.
+  double draft_seconds = 0, verify_seconds = 0;
+  double draft_share = 0;                     // draft_seconds / wall_seconds.
+  double verify_share = 0;                    // verify_seconds / wall_seconds.
   std::vector<std::vector<int32_t>> outputs;  // Per request, for the check.
 };
 

@@ -1,7 +1,9 @@
 // Runs moeserve_bench's policy mode with tiny settings and checks the JSON
 // report: on models/demo (text prompts; 2 requests x 4 tokens, 2 policies,
-// one ratio, link emulation on), on a generated random-weight model without
-// tokenizer (synthetic prompts), and --backend=cuda (a clear error without a
+// one ratio, link emulation on), with a drafter axis (speculative decoding
+// cells: the speculation columns and accepted <= drafted), on a generated
+// random-weight model without tokenizer (synthetic prompts), and
+// --backend=cuda (a clear error without a
 // GPU; a report from the CUDA backend with one). Not a performance test: no
 // figure is compared with a threshold.
 #include <sys/wait.h>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -87,10 +90,106 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
   }
   // on_demand never prefetches; its precision is null (n/a).
   EXPECT_TRUE(j["results"][0]["prefetch_precision"].is_null());
+  // The default drafter axis is "none": no speculation anywhere.
+  EXPECT_EQ(j["workload"].at("drafters"), nlohmann::json::array({"none"}));
+  for (const nlohmann::json& r : j["results"]) {
+    EXPECT_EQ(r.at("drafter"), "none");
+    EXPECT_EQ(r.at("draft_tokens").get<int>(), 0);
+    EXPECT_TRUE(r.at("acceptance_rate").is_null());
+    EXPECT_TRUE(r.at("speedup_vs_no_drafter").is_null());
+  }
   EXPECT_EQ(j["workload"].at("prompts"), "text");
   EXPECT_EQ(j["workload"].at("warmup_tokens"), 4);
   EXPECT_GT(j.at("distinct_generated_tokens").get<int>(), 0);
   EXPECT_TRUE(j["workload"].at("prompt_seed").is_null());
+}
+
+TEST(PolicyBenchSmokeTest, DrafterAxisReportsSpeculation) {
+  const std::string json_path = TmpFile("policy_bench_spec.json");
+  // on_demand x {none, self, off (= none)} and self_spec x {none (= its own
+  // self), self (the same cell), off}: 4 distinct cells.
+  const std::string cmd = Runfile("tools/bench/moeserve_bench") +
+                          " --model_dir=" + Runfile("models/demo") +
+                          " --policies=on_demand,self_spec"
+                          " --drafters=none,self,off"
+                          " --num_speculative_tokens=2"
+                          " --expert_cache_ratio=0.5 --link_gbps=20"
+                          " --link_latency_us=5 --num_requests=2"
+                          " --max_new_tokens=6 --concurrency=2 --threads=2"
+                          " --json_out=" +
+                          json_path;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
+  // Greedy verification keeps the target's tokens whatever is drafted.
+  EXPECT_TRUE(j.at("outputs_identical").get<bool>());
+  EXPECT_EQ(j["workload"].at("num_speculative_tokens"), 2);
+  EXPECT_EQ(j["workload"].at("drafters"),
+            nlohmann::json::array({"none", "self", "off"}));
+  const nlohmann::json& rs = j.at("results");
+  ASSERT_EQ(rs.size(), 4u) << rs.dump();
+  const std::pair<const char*, const char*> cells[] = {{"on_demand", "none"},
+                                                       {"on_demand", "self"},
+                                                       {"self_spec", "self"},
+                                                       {"self_spec", "none"}};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(rs[i].at("policy"), cells[i].first) << i;
+    EXPECT_EQ(rs[i].at("drafter"), cells[i].second) << i;
+  }
+  EXPECT_EQ(rs[2].at("drafter_entry"), "none");  // self_spec brings self
+  EXPECT_EQ(rs[3].at("drafter_entry"), "off");
+  for (const nlohmann::json& r : rs) {
+    EXPECT_EQ(r.at("tokens").get<int>(), 2 * 6) << r.dump();
+    for (const char* key : {"hits",
+                            "hits_loading",
+                            "misses",
+                            "hit_rate",
+                            "hit_loading_share",
+                            "transfers_per_token",
+                            "link_bytes_per_token",
+                            "prefetch_cancelled",
+                            "drafts",
+                            "draft_tokens",
+                            "accepted_tokens",
+                            "draft_seconds",
+                            "verify_seconds",
+                            "draft_share",
+                            "verify_share",
+                            "acceptance_rate",
+                            "tokens_per_verification",
+                            "mean_k",
+                            "speedup_vs_on_demand",
+                            "speedup_vs_no_drafter",
+                            "num_speculative_tokens"}) {
+      EXPECT_TRUE(r.contains(key)) << key << " in " << r.dump();
+    }
+    EXPECT_LE(r.at("accepted_tokens").get<int>(),
+              r.at("draft_tokens").get<int>())
+        << r.dump();
+    EXPECT_LE(r.at("drafts").get<int>(), r.at("draft_tokens").get<int>());
+    for (const char* key :
+         {"hit_rate", "hit_loading_share", "draft_share", "verify_share"}) {
+      EXPECT_GE(r.at(key).get<double>(), 0) << key;
+      EXPECT_LE(r.at(key).get<double>(), 1) << key;
+    }
+    EXPECT_GT(r.at("speedup_vs_on_demand").get<double>(), 0) << r.dump();
+    if (r.at("drafter") == "none") {
+      EXPECT_EQ(r.at("draft_tokens").get<int>(), 0) << r.dump();
+      EXPECT_TRUE(r.at("speedup_vs_no_drafter").is_null()) << r.dump();
+      continue;
+    }
+    EXPECT_EQ(r.at("num_speculative_tokens").get<int>(), 2);
+    EXPECT_GT(r.at("speedup_vs_no_drafter").get<double>(), 0) << r.dump();
+    if (r.at("drafts").get<int>() > 0) {
+      const double acceptance = r.at("acceptance_rate").get<double>();
+      EXPECT_GE(acceptance, 0);
+      EXPECT_LE(acceptance, 1);
+      EXPECT_GE(r.at("tokens_per_verification").get<double>(), 1);
+      EXPECT_LE(r.at("mean_k").get<double>(), 2);
+    }
+  }
+  // self_spec speculates with its own drafter at a fixed k = 2.
+  EXPECT_GT(rs[2].at("draft_tokens").get<int>(), 0) << rs[2].dump();
 }
 
 TEST(PolicyBenchSmokeTest, GeneratedModelWithoutTokenizerUsesSyntheticIds) {
