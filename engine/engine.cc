@@ -473,6 +473,7 @@ void Engine::Draft(const std::vector<Sequence*>& scheduled) {
                 options_.name, drafter_->name(), st.ToString());
     return;
   }
+  if (!lookahead_.empty()) experts_->OnLookahead(lookahead_);
   const int64_t vocab = weights_->config().vocab_size;
   for (size_t i = 0; i < drafting.size(); ++i) {
     spec::DraftOutput& out = outputs[i];

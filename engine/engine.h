@@ -176,7 +176,7 @@ class Engine {
   // Owned by the scheduler thread only.
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<float> logits_;
-  spec::ExpertLookahead lookahead_;
+  ExpertLookahead lookahead_;
 
   mutable base::Mutex mu_;
   // Signalled when work arrives (Submit) or the engine stops.

@@ -39,6 +39,12 @@ class ExpertProvider {
     return absl::OkStatus();
   }
 
+  // The drafter's expectation for the verification about to run
+  // (offload_policy.h); for the offload policy.
+  virtual void OnLookahead(const ExpertLookahead& lookahead) {
+    (void)lookahead;
+  }
+
   // Brackets one forward pass (one engine step).
   virtual void BeginStep(const StepInfo& info) { (void)info; }
   virtual void EndStep() {}

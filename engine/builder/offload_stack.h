@@ -36,6 +36,9 @@ class OffloadStack final : public ExpertProvider {
       uint64_t capacity_bytes, kernels::Backend* fast_tier_backend,
       metrics::Registry* registry, PredictFn predict);
 
+  void OnLookahead(const ExpertLookahead& lookahead) override {
+    residency_->OnLookahead(lookahead);
+  }
   void BeginStep(const StepInfo& info) override { residency_->BeginStep(info); }
   void EndStep() override { residency_->EndStep(); }
   void BeginLayer(int layer, std::span<const int> experts,

@@ -151,6 +151,11 @@ void ExpertResidency::Released(int slot) { memory_->MarkReleased(slot); }
 
 // ---------------------------------------------------------------- steps
 
+void ExpertResidency::OnLookahead(const ExpertLookahead& lookahead) {
+  hooks_.Deliver(policy_);
+  policy_->OnLookahead(lookahead);
+}
+
 void ExpertResidency::BeginStep(const StepInfo& info) {
   {
     MutexLock lock(&step_mu_);

@@ -20,6 +20,7 @@
 // invariants). A slot is evictable when ready, not in use and not pinned.
 //
 // Semantics:
+//  - OnLookahead: policy->OnLookahead (a drafter's expectation).
 //  - BeginStep: policy->OnStepBegin. EndStep: policy->OnStepEnd with the
 //    step's per-(layer, expert) token counts (summed from BeginLayer).
 //  - BeginLayer(layer, experts, ...): `experts` become the protected set;
@@ -143,6 +144,7 @@ class ExpertResidency final : public ExpertProvider,
   kernels::Device device() const override;
   absl::Status AttachCompute(kernels::Backend* backend,
                              kernels::Stream* stream) override;
+  void OnLookahead(const ExpertLookahead& lookahead) override;
   void BeginStep(const StepInfo& info) override;
   void EndStep() override;
   void BeginLayer(int layer, std::span<const int> experts,

@@ -62,6 +62,17 @@ struct StepStats {
   std::span<const uint32_t> activations;
 };
 
+// What a drafter expects the target to need over the coming verification
+// (DESIGN.md "on_lookahead"; MoE-SpeQ's expert lookahead buffer): per draft
+// position (0 = the first draft token's forward) and layer, the distinct
+// experts the draft's router chose for any speculating sequence, ascending.
+struct ExpertLookahead {
+  std::vector<std::vector<std::vector<int>>> experts;  // [position][layer]
+
+  void Clear() { experts.clear(); }
+  bool empty() const { return experts.empty(); }
+};
+
 // The levers and gauges a policy gets. Implemented by ExpertResidency.
 class ResidencyControl {
  public:
@@ -133,6 +144,13 @@ class OffloadPolicy {
   virtual void Attach(ResidencyControl* control) { (void)control; }
 
   virtual void OnStepBegin(const StepInfo& info) { (void)info; }
+
+  // A drafter finished this step's drafts: what it expects the target to
+  // route to while verifying them. Comes before OnStepBegin of the step that
+  // verifies them (the drafts run first), only on steps with drafts.
+  virtual void OnLookahead(const ExpertLookahead& lookahead) {
+    (void)lookahead;
+  }
 
   // The router of `layer` chose `experts` (ascending); token_counts[i]
   // tokens go to experts[i]. `hidden` is the router's input, F32 [n, d].

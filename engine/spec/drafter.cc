@@ -4,8 +4,9 @@
 
 namespace moeserve::engine::spec {
 
-void ExpertLookahead::Add(int position, int layer, int num_layers,
-                          std::span<const int> ids) {
+void AddToLookahead(ExpertLookahead* lookahead, int position, int layer,
+                    int num_layers, std::span<const int> ids) {
+  auto& experts = lookahead->experts;
   if (static_cast<int>(experts.size()) <= position) {
     experts.resize(position + 1);
   }

@@ -63,16 +63,11 @@ struct DraftOutput {
   std::vector<TokenDistribution> q;
 };
 
-// The experts the drafter expects the target to need: per draft position
-// (0 = the first draft token's forward) and layer, the distinct experts its
-// router chose for any speculating sequence, ascending.
-struct ExpertLookahead {
-  std::vector<std::vector<std::vector<int>>> experts;  // [position][layer]
-
-  void Clear() { experts.clear(); }
-  // Records `layer`'s choices at `position` (merged, kept ascending).
-  void Add(int position, int layer, int num_layers, std::span<const int> ids);
-};
+// Records `layer`'s router choices `ids` at draft `position` in
+// `lookahead` (struct in engine/offload/offload_policy.h), merged and kept
+// ascending.
+void AddToLookahead(ExpertLookahead* lookahead, int position, int layer,
+                    int num_layers, std::span<const int> ids);
 
 class Drafter {
  public:

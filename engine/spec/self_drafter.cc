@@ -65,7 +65,7 @@ void SelfDrafter::SnapshotUsable() {
 void SelfDrafter::Filter(int layer, int64_t n, int k, std::span<int32_t> ids,
                          std::span<float> weights) {
   std::vector<int> chosen(ids.begin(), ids.end());
-  lookahead_->Add(position_, layer, num_layers_, chosen);
+  AddToLookahead(lookahead_, position_, layer, num_layers_, chosen);
   const int32_t* remap =
       remap_.data() + static_cast<size_t>(layer) * num_experts_;
   for (int64_t t = 0; t < n; ++t) {
