@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> SelfSpecPolicy::Create(
   options.draft_experts = static_cast<int>(*draft);
   absl::StatusOr<int64_t> k =
       GetIntConfig(config, "num_speculative_tokens", /*default_value=*/4,
-                   /*min_value=*/0, /*max_value=*/64);
+                   /*min_value=*/0, /*max_value=*/16);  // kMaxSpeculativeTokens
   if (!k.ok()) return k.status();
   options.num_speculative_tokens = static_cast<int>(*k);
   // [0, 1): GetDoubleConfig's bounds are inclusive.

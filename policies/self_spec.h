@@ -53,7 +53,7 @@
 //                           (Mixtral: max(2, 1) = 2 would pin exactly 2 of
 //                           8). For fine-grained models the two agree
 //                           (128 experts, top-8: 16 either way).
-//   num_speculative_tokens  k, draft tokens per step, in [0, 64]; 0 =
+//   num_speculative_tokens  k, draft tokens per step, in [0, 16]; 0 =
 //                           adaptive. Default: 4.
 //   hotness_decay           the decay above, in [0, 1). Default: 0.5.
 // Test config (PolicyTestConfig): hotness_decay=0 (the pins move with each

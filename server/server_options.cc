@@ -226,26 +226,6 @@ absl::Status InEngine(absl::string_view source, const EngineSpec& spec,
       absl::StrCat(source, ": engine '", spec.name, "': ", status.message()));
 }
 
-// Fills in the drafter and k that `spec` leaves to its policy, as
-// engine::BuildEngine does (OffloadPolicy::default_drafter and
-// default_num_speculative_tokens), so that moeserve_engine_info, logs and
-// ListModels all show what the engine runs.
-absl::Status ResolveSpeculation(EngineSpec* spec) {
-  if (!spec->drafter.empty() && spec->num_speculative_tokens >= 0) {
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> policy =
-      policies::CreatePolicy(spec->policy, spec->policy_config);
-  if (!policy.ok()) return policy.status();
-  if (spec->drafter.empty()) {
-    spec->drafter = std::string((*policy)->default_drafter());
-  }
-  if (spec->num_speculative_tokens < 0) {
-    spec->num_speculative_tokens = (*policy)->default_num_speculative_tokens();
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ResolveFromFile(const EngineFlags& flags, ServerOptions* options) {
   if (!absl::StripAsciiWhitespace(flags.engines).empty()) {
     return FlagError("engines_config",
@@ -368,7 +348,7 @@ absl::Status ResolveEngines(const EngineFlags& flags, ServerOptions* options) {
     source = "--policy/--ab/--engines";
   }
   for (EngineSpec& spec : options->engines) {
-    if (absl::Status st = ResolveSpeculation(&spec); !st.ok()) {
+    if (absl::Status st = engine::ResolveSpeculation(&spec); !st.ok()) {
       return InEngine(source, spec, st);
     }
   }

@@ -318,6 +318,59 @@ TEST(SpecCancellationTest, CancellingBetweenVerificationsLosesNothing) {
   CheckSpecAccounting(stats.spec);
 }
 
+// One request of `tokens` greedy tokens on an engine with `options`; its
+// speculation totals.
+engine::SpecStats RunOne(const Fixture& f, engine::EngineOptions options,
+                         int tokens) {
+  auto engine = PlainEngine(f, options);
+  if (engine == nullptr) return {};
+  engine::GenerationRequest r = f.requests[0];
+  r.max_new_tokens = tokens;
+  r.stop.clear();
+  r.stop_token_ids.clear();
+  const Outcome o = Drain(**engine->Submit(r));
+  EXPECT_EQ(o.tokens.size(), static_cast<size_t>(tokens));
+  EXPECT_EQ(o.finish, FinishReason::kLength);
+  const engine::EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.kv_free_blocks, stats.kv_total_blocks);
+  CheckSpecAccounting(stats.spec);
+  return stats.spec;
+}
+
+TEST(SpecLengthTest, AdaptiveKGrowsWhenDraftsPassAndStopsWhenTheyFail) {
+  Fixture& f = Load("mixtral_demo");
+  using engine::spec::testing::TestDrafterKind;
+  // The oracle's script covers kNewTokens tokens; all of them pass.
+  const engine::SpecStats good =
+      RunOne(f, SpecOptions(f, TestDrafterKind::kOracle, 0), kNewTokens);
+  EXPECT_EQ(good.accepted_tokens, good.draft_tokens);
+  EXPECT_GT(good.draft_tokens, 2 * good.drafts) << "mean k stayed small";
+  // Every draft fails: k falls to 0 after a few verifications and comes back
+  // only as a one-token probe every few steps.
+  constexpr int kLong = 64;
+  const engine::SpecStats bad =
+      RunOne(f, SpecOptions(f, TestDrafterKind::kAdversarial, 0), kLong);
+  EXPECT_EQ(bad.accepted_tokens, 0u);
+  EXPECT_LT(bad.draft_tokens, kLong / 3u);
+  EXPECT_GT(bad.drafts, 0u);
+}
+
+TEST(SpecLengthTest, KIsClampedByTheTokenBudgetAndMaxNewTokens) {
+  Fixture& f = Load("mixtral_demo");
+  using engine::spec::testing::TestDrafterKind;
+  engine::EngineOptions options = SpecOptions(f, TestDrafterKind::kOracle, 8);
+  // Room for the decode token and 2 drafts per step.
+  options.max_batched_tokens = 3;
+  const engine::SpecStats s = RunOne(f, options, kNewTokens);
+  EXPECT_GT(s.drafts, 0u);
+  EXPECT_LE(s.draft_tokens, 2 * s.drafts);
+  // max_new_tokens 2: the first token comes from the prefill, the second
+  // from a plain decode (a verification could emit k + 1 > 1 tokens).
+  const engine::SpecStats two =
+      RunOne(f, SpecOptions(f, TestDrafterKind::kOracle, 8), 2);
+  EXPECT_EQ(two.drafts, 0u);
+}
+
 // Upper critical value of chi-square with `df` degrees of freedom at
 // p = 0.001 (Wilson-Hilferty; within 1% for df >= 3).
 double ChiSquareCritical(int df) {

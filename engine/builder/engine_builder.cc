@@ -16,21 +16,6 @@ absl::Status InEngine(const EngineSpec& spec, const absl::Status& status) {
                                                   "': ", status.message()));
 }
 
-// Fills in the drafter and k that `spec` leaves to its policy.
-absl::Status ResolveSpeculation(EngineSpec* spec) {
-  if (!spec->drafter.empty() && spec->num_speculative_tokens >= 0) {
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::unique_ptr<OffloadPolicy>> policy =
-      policies::CreatePolicy(spec->policy, spec->policy_config);
-  if (!policy.ok()) return policy.status();
-  if (spec->drafter.empty()) spec->drafter = (*policy)->default_drafter();
-  if (spec->num_speculative_tokens < 0) {
-    spec->num_speculative_tokens = (*policy)->default_num_speculative_tokens();
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,

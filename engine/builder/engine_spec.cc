@@ -103,4 +103,28 @@ std::string PolicyConfigText(const std::map<std::string, std::string>& config) {
   return absl::StrJoin(config, ",", absl::PairFormatter("="));
 }
 
+absl::Status ResolveSpeculation(EngineSpec* spec) {
+  if (!spec->drafter.empty() && spec->num_speculative_tokens >= 0) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<OffloadPolicy>> policy =
+      policies::CreatePolicy(spec->policy, spec->policy_config);
+  if (!policy.ok()) return policy.status();
+  if (spec->drafter.empty()) {
+    spec->drafter = std::string((*policy)->default_drafter());
+  }
+  if (spec->num_speculative_tokens < 0) {
+    spec->num_speculative_tokens = (*policy)->default_num_speculative_tokens();
+    if (spec->num_speculative_tokens < 0 ||
+        spec->num_speculative_tokens > kMaxSpeculativeTokens) {
+      return FieldError(
+          "num_speculative_tokens",
+          absl::StrCat("policy ", spec->policy, " asks for ",
+                       spec->num_speculative_tokens, ", outside [0, ",
+                       kMaxSpeculativeTokens, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace moeserve::engine

@@ -75,6 +75,14 @@ bool IsValidEngineName(std::string_view name);
 // prefix it with where the spec came from).
 absl::Status CheckEngineSpec(const EngineSpec& spec);
 
+// Fills in the drafter and k that `spec` leaves to its policy
+// (OffloadPolicy::default_drafter, default_num_speculative_tokens), so that
+// what an engine reports (ListModels, moeserve_engine_info, logs) is what it
+// runs. BuildEngine calls it; so does the server before it registers
+// engine_info. Errors: the policy's (unknown name, bad policy_config) or a
+// policy k outside [0, kMaxSpeculativeTokens].
+absl::Status ResolveSpeculation(EngineSpec* spec);
+
 // Fast-tier bytes for `spec`'s budget on `weights` (at least one blob).
 uint64_t ExpertCacheBytes(const ModelWeights& weights, double ratio,
                           int64_t megabytes);
