@@ -1,8 +1,10 @@
 #!/bin/bash
 # A real Prometheus (Debian's `prometheus`, a declared dependency installed by
-# deploy/setup.sh) scrapes a real moeserve running two A/B engines; a query
+# deploy/setup.sh) scrapes a real moeserve running three A/B engines (lru, overlap,
+# self_spec); a query
 # through Prometheus's HTTP API must return moeserve_expert_requests_total for
-# both engines, with the values /metrics shows. Also `promtool check metrics`.
+# every engine, with the values /metrics shows, and the self_spec engine
+# alone has drafted. Also `promtool check metrics`.
 #
 # Args: <moeserve binary> <moeserve_client binary>
 set -euo pipefail
@@ -43,7 +45,7 @@ trap 'on_failure' ERR
 fail() { echo "FAIL: $*" >&2; on_failure; exit 1; }
 
 "$server" --port="$grpc_port" --metrics_port="$metrics_port" \
-  --model_dir=models/demo --threads=2 --ab=lru=0.5,overlap=0.5 \
+  --model_dir=models/demo --threads=2 --ab=lru=0.4,overlap=0.3,self_spec=0.3 \
   --expert_cache_ratio=0.5 --drain_seconds=1 >"$tmp/moeserve.log" 2>&1 &
 server_pid=$!
 
@@ -71,7 +73,7 @@ for i in $(seq 600); do
 done
 
 # Traffic for both engines, chosen by name.
-for policy in lru overlap; do
+for policy in lru overlap self_spec; do
   for prompt in "The LORD" "And God said"; do
     "$client" --target="127.0.0.1:$grpc_port" --prompt="$prompt" \
       --max_new_tokens=8 --policy="$policy" >"$tmp/client.out" 2>&1 ||
@@ -99,9 +101,18 @@ for line in open(metrics_file):
     if m:
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
         want[(labels["policy"], labels["result"])] = float(m.group(2))
-expected_keys = {(p, r) for p in ("lru", "overlap") for r in ("hit", "miss")}
+expected_keys = {(p, r) for p in ("lru", "overlap", "self_spec")
+                 for r in ("hit", "hit_loading", "miss")}
 assert set(want) == expected_keys, f"/metrics has {sorted(want)}"
 assert all(v > 0 for (p, r), v in want.items() if r == "miss"), want
+# The self_spec engine drafted and verified; the others did not.
+drafts = {}
+for line in open(metrics_file):
+    m = re.match(r'moeserve_spec_decode_num_drafts_total\{policy="(\w+)"\} (\S+)$',
+                 line)
+    if m:
+        drafts[m.group(1)] = float(m.group(2))
+assert drafts.get("self_spec", 0) > 0 and drafts.get("lru") == 0, drafts
 
 
 def query(q):
