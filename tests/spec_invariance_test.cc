@@ -13,7 +13,8 @@
 //    T = 0.8 with top-k and with a repetition penalty;
 //  - accounting: accepted <= drafted, per-position acceptance never rises
 //    with the position, every KV block free after the drain, link transfers
-//    = misses + prefetch loads - cancelled.
+//    = misses + prefetch loads - cancelled;
+//  - a seeded sampled request is reproducible for a fixed drafter and k.
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -369,6 +370,29 @@ TEST(SpecLengthTest, KIsClampedByTheTokenBudgetAndMaxNewTokens) {
   const engine::SpecStats two =
       RunOne(f, SpecOptions(f, TestDrafterKind::kOracle, 8), 2);
   EXPECT_EQ(two.drafts, 0u);
+}
+
+// A seeded sampled request gives the same tokens run alone and run among
+// others, for a drafter whose drafts depend only on the tokens (the self
+// drafter's also depend on what the fast tier holds at the time).
+TEST(SpecSeedTest, SeededRequestsAreReproducibleForAFixedDrafterAndK) {
+  Fixture& f = Load("qwen3_demo_fg");
+  auto engine = PlainEngine(
+      f,
+      SpecOptions(f, engine::spec::testing::TestDrafterKind::kRepeatLast, 3));
+  ASSERT_NE(engine, nullptr);
+  engine::GenerationRequest r = f.requests[0];
+  r.stop.clear();
+  r.stop_token_ids.clear();
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 42;
+  const Outcome alone = Drain(**engine->Submit(r));
+  std::vector<std::shared_ptr<engine::RequestStream>> crowd;
+  for (const auto& other : f.requests) crowd.push_back(*engine->Submit(other));
+  auto again = *engine->Submit(r);
+  for (auto& s : crowd) Drain(*s);
+  EXPECT_EQ(Drain(*again), alone);
+  EXPECT_GT(engine->stats().spec.drafts, 0u);
 }
 
 // Upper critical value of chi-square with `df` degrees of freedom at
