@@ -68,9 +68,28 @@ struct StepStats {
 // experts the draft's router chose for any speculating sequence, ascending.
 struct ExpertLookahead {
   std::vector<std::vector<std::vector<int>>> experts;  // [position][layer]
+  // k of this draft: experts.size() < planned_positions while drafting is
+  // still in progress. The engine delivers OnLookahead after EACH draft
+  // position (a growing window) and once more when complete.
+  int planned_positions = 0;
 
   void Clear() { experts.clear(); }
   bool empty() const { return experts.empty(); }
+};
+
+// What the governor knows when the engine asks for this step's k
+// (OffloadPolicy::ChooseDraftLength; MoE-SpeQ's speculative governor).
+struct DraftLengthQuery {
+  int max_k = 0;     // the most the engine allows
+  int num_seqs = 0;  // sequences that will speculate
+  // [i]: P(draft i+1 accepted | drafts 1..i accepted), EMA, size >= max_k
+  // (may be empty before any verification).
+  std::span<const double> acceptance;
+  double draft_seconds_per_position = 0;  // measured, EMA (0: unknown yet)
+  // Target pass with no drafts (plain decode of the batch), EMA.
+  double verify_seconds_base = 0;
+  double verify_seconds_per_draft = 0;  // added per draft token, EMA
+  double link_seconds_per_expert = 0;   // one expert transfer, measured, EMA
 };
 
 // The levers and gauges a policy gets. Implemented by ExpertResidency.
@@ -140,6 +159,13 @@ class OffloadPolicy {
   virtual std::string_view default_drafter() const { return "none"; }
   virtual int default_num_speculative_tokens() const { return 0; }
 
+  // The draft length k for this step, in [0, q.max_k]; -1: the engine's own
+  // k.
+  virtual int ChooseDraftLength(const DraftLengthQuery& q) {
+    (void)q;
+    return -1;
+  }
+
   // Called once before the first step. `control` outlives the policy's use.
   virtual void Attach(ResidencyControl* control) { (void)control; }
 
@@ -147,7 +173,9 @@ class OffloadPolicy {
 
   // A drafter finished this step's drafts: what it expects the target to
   // route to while verifying them. Comes before OnStepBegin of the step that
-  // verifies them (the drafts run first), only on steps with drafts.
+  // verifies them (the drafts run first), only on steps with drafts. Also
+  // after each draft position while drafting (lookahead.experts.size() <
+  // lookahead.planned_positions: a growing window).
   virtual void OnLookahead(const ExpertLookahead& lookahead) {
     (void)lookahead;
   }

@@ -79,15 +79,23 @@ void FakeResidencyControl::EndStep() {
                       .activations = activations_});
 }
 
+void FakeResidencyControl::Lookahead(const engine::ExpertLookahead& lookahead) {
+  Deliver();
+  policy_->OnLookahead(lookahead);
+}
+
 // ---------------------------------------------------------------- control
 
 bool FakeResidencyControl::IsResident(ExpertId id) const {
   return pool_->IsResident(id);
 }
 
-bool FakeResidencyControl::Prefetch(ExpertId id) {
+bool FakeResidencyControl::Prefetch(ExpertId id) { return Prefetch(id, 0); }
+
+bool FakeResidencyControl::Prefetch(ExpertId id, int priority) {
   prefetches.push_back(ToPair(id));
-  return pool_->LoadNoWait(id, SlotPool::LoadKind::kPrefetch);
+  prefetch_priorities.push_back({ToPair(id), priority});
+  return pool_->LoadNoWait(id, SlotPool::LoadKind::kPrefetch, priority);
 }
 
 bool FakeResidencyControl::Pin(ExpertId id) {

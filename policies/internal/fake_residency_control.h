@@ -89,6 +89,9 @@ class FakeResidencyControl : public engine::ResidencyControl,
                 const float* hidden = nullptr, int64_t n = 0,
                 std::vector<int> counts = {});
   void EndStep();
+  // A drafter's lookahead, as ExpertResidency::OnLookahead: deliver, then
+  // OnLookahead.
+  void Lookahead(const engine::ExpertLookahead& lookahead);
 
   // ResidencyControl.
   int num_layers() const override { return layers_; }
@@ -97,6 +100,9 @@ class FakeResidencyControl : public engine::ResidencyControl,
   int capacity_slots() const override { return slots_; }
   bool IsResident(engine::ExpertId id) const override;
   bool Prefetch(engine::ExpertId id) override;
+  // Recorded in `prefetches` and, with its priority, in `prefetch_priorities`
+  // (Prefetch(id) is priority 0). Loads still finish at once.
+  bool Prefetch(engine::ExpertId id, int priority) override;
   bool Pin(engine::ExpertId id) override;
   void Unpin(engine::ExpertId id) override;
   void Evict(engine::ExpertId id) override;
@@ -111,6 +117,7 @@ class FakeResidencyControl : public engine::ResidencyControl,
   int misses() const { return static_cast<int>(stats().misses); }
 
   std::vector<Id> prefetches, pin_calls, unpins, evict_calls;
+  std::vector<std::pair<Id, int>> prefetch_priorities;  // (id, priority)
   std::vector<Id> victims;  // evicted to make room, in order
   std::vector<PredictCall> predict_calls;
 

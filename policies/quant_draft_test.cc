@@ -1,0 +1,385 @@
+#include "policies/quant_draft.h"
+
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "policies/internal/fake_residency_control.h"
+
+namespace moeserve::policies {
+namespace {
+
+using engine::DraftLengthQuery;
+using engine::ExpertId;
+using engine::ExpertLookahead;
+using testing::CreatePolicyOrFail;
+using ::testing::ElementsAre;
+using testing::FakeResidencyControl;
+using ::testing::HasSubstr;
+using testing::Id;
+using ::testing::IsEmpty;
+using testing::ToPairs;
+using Phase = QuantDraftPolicy::Phase;
+
+constexpr int kLow = QuantDraftPolicy::kLowPriority;
+constexpr int kHigh = QuantDraftPolicy::kHighPriority;
+
+// [position][layer] -> experts.
+using Window = std::vector<std::vector<std::vector<int>>>;
+
+// The first `n` positions of `full`, planned as full.size() positions.
+ExpertLookahead Prefix(const Window& full, int n) {
+  ExpertLookahead la;
+  la.experts.assign(full.begin(), full.begin() + n);
+  la.planned_positions = static_cast<int>(full.size());
+  return la;
+}
+
+QuantDraftPolicy* AsQuantDraft(engine::OffloadPolicy* p) {
+  return static_cast<QuantDraftPolicy*>(p);
+}
+
+TEST(QuantDraftTest, DefaultsAndSpeculationSettings) {
+  auto policy = CreatePolicyOrFail<QuantDraftPolicy>();
+  EXPECT_EQ(policy->name(), "quant_draft");
+  EXPECT_EQ(policy->default_drafter(), "int4");
+  EXPECT_EQ(policy->default_num_speculative_tokens(), 0);  // the governor
+  const auto& o = AsQuantDraft(policy.get())->options();
+  EXPECT_EQ(o.num_speculative_tokens, 4);
+  EXPECT_EQ(o.max_speculative_tokens, 8);
+  EXPECT_DOUBLE_EQ(o.phase2_start, 1.0 / 3.0);
+  EXPECT_LT(kLow, kHigh);
+  auto registered =
+      CreatePolicy("quant_draft", PolicyTestConfig("quant_draft"));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+}
+
+// Six planned positions, phase2_start 1/3: 1 position known -> phase I,
+// 3 -> phase II, 6 -> phase III.
+TEST(QuantDraftTest, ThreePhasesNothingThenLowThenHighInUseOrder) {
+  FakeResidencyControl fake(/*layers=*/2, /*experts=*/8, /*k=*/1,
+                            /*slots=*/8);
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  auto* policy = AsQuantDraft(owned.get());
+  fake.set_policy(policy);
+  // (0,1) is resident from an earlier step.
+  fake.BeginStep(0);
+  fake.RunLayer(0, {1});
+  fake.EndStep();
+  ASSERT_EQ(fake.misses(), 1);
+
+  const Window full = {
+      {{1}, {2}},  // position 0
+      {{3}, {2}},  // 1
+      {{1}, {5}},  // 2
+      {{6}, {7}},  // 3
+      {{3}, {0}},  // 4
+      {{6}, {7}},  // 5
+  };
+  fake.Lookahead(Prefix(full, 1));
+  EXPECT_EQ(policy->phase(), Phase::kI);
+  EXPECT_THAT(fake.prefetch_priorities, IsEmpty());
+
+  // Phase II: the known positions' missing experts, low priority, by layer
+  // then earliest position.
+  fake.Lookahead(Prefix(full, 3));
+  EXPECT_EQ(policy->phase(), Phase::kII);
+  using P = std::pair<Id, int>;
+  EXPECT_THAT(fake.prefetch_priorities,
+              ElementsAre(P{{0, 3}, kLow}, P{{1, 2}, kLow}, P{{1, 5}, kLow}));
+
+  // Phase III: the rest, high priority: (0,6)@3, (1,7)@3, (1,0)@4.
+  fake.prefetch_priorities.clear();
+  fake.Lookahead(Prefix(full, 6));
+  EXPECT_EQ(policy->phase(), Phase::kIII);
+  EXPECT_THAT(
+      fake.prefetch_priorities,
+      ElementsAre(P{{0, 6}, kHigh}, P{{1, 7}, kHigh}, P{{1, 0}, kHigh}));
+
+  // new(p): experts first predicted at p that were not resident when p
+  // arrived: p0 (1,2) [(0,1) resident]; p1 (0,3); p2 (1,5); p3 (0,6),(1,7);
+  // p4 (1,0); p5 none. Rows past the last position: as p5.
+  EXPECT_DOUBLE_EQ(policy->ExpectedNewExperts(0), 1);
+  EXPECT_DOUBLE_EQ(policy->ExpectedNewExperts(2), 3);
+  EXPECT_DOUBLE_EQ(policy->ExpectedNewExperts(5), 6);
+  EXPECT_DOUBLE_EQ(policy->ExpectedNewExperts(6), 6);
+
+  // The verification hits everything; the window ends with the step.
+  fake.BeginStep(1);
+  fake.RunLayer(0, {1, 3, 6});
+  fake.RunLayer(1, {0, 2, 5, 7});
+  fake.EndStep();
+  EXPECT_EQ(fake.misses(), 1);
+  EXPECT_EQ(policy->phase(), Phase::kNone);
+  EXPECT_EQ(policy->FirstPosition({0, 1}), -1);
+}
+
+TEST(QuantDraftTest, Phase2StartMovesTheBoundary) {
+  FakeResidencyControl fake(2, 8, 1, 8);
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>({{"phase2_start", "1"}});
+  auto* policy = AsQuantDraft(owned.get());
+  fake.set_policy(policy);
+  const Window full = {{{1}, {2}}, {{3}, {4}}, {{5}, {6}}};
+  fake.Lookahead(Prefix(full, 2));
+  EXPECT_EQ(policy->phase(), Phase::kI);  // 2 < 1 * 3
+  EXPECT_THAT(fake.prefetches, IsEmpty());
+  fake.Lookahead(Prefix(full, 3));
+  EXPECT_EQ(policy->phase(), Phase::kIII);
+  EXPECT_THAT(fake.prefetches, ElementsAre(Id{0, 1}, Id{0, 3}, Id{0, 5},
+                                           Id{1, 2}, Id{1, 4}, Id{1, 6}));
+
+  FakeResidencyControl fake0(2, 8, 1, 8);
+  auto owned0 = CreatePolicyOrFail<QuantDraftPolicy>({{"phase2_start", "0"}});
+  fake0.set_policy(owned0.get());
+  fake0.Lookahead(Prefix(full, 1));
+  EXPECT_EQ(AsQuantDraft(owned0.get())->phase(), Phase::kII);
+  EXPECT_THAT(fake0.prefetches, ElementsAre(Id{0, 1}, Id{1, 2}));
+}
+
+// A lookahead delivered only when complete (planned_positions 0) is phase
+// III at once.
+TEST(QuantDraftTest, UnplannedLookaheadIsComplete) {
+  FakeResidencyControl fake(2, 8, 1, 8);
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  fake.set_policy(owned.get());
+  ExpertLookahead la;
+  la.experts = {{{4}, {5}}};
+  fake.Lookahead(la);
+  EXPECT_EQ(AsQuantDraft(owned.get())->phase(), Phase::kIII);
+  using P = std::pair<Id, int>;
+  EXPECT_THAT(fake.prefetch_priorities,
+              ElementsAre(P{{0, 4}, kHigh}, P{{1, 5}, kHigh}));
+}
+
+// Window experts nearest first, up to the fast tier's capacity: a third
+// could only displace one needed sooner.
+TEST(QuantDraftTest, NeverPrefetchesMoreThanTheCapacity) {
+  FakeResidencyControl fake(2, 8, 1, /*slots=*/2);
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  fake.set_policy(owned.get());
+  ExpertLookahead la;
+  la.experts = {{{0, 1}, {2}}};
+  fake.Lookahead(la);
+  EXPECT_THAT(fake.prefetches, ElementsAre(Id{0, 0}, Id{0, 1}));
+  EXPECT_THAT(fake.resident(), ElementsAre(Id{0, 0}, Id{0, 1}));
+}
+
+// A refused Prefetch (no victim: everything pinned) ends the round.
+TEST(QuantDraftTest, StopsAtTheFirstRefusedPrefetch) {
+  FakeResidencyControl fake(2, 8, 1, /*slots=*/2);
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  fake.set_policy(owned.get());
+  ASSERT_TRUE(fake.Pin({1, 6}));
+  ASSERT_TRUE(fake.Pin({1, 7}));
+  ExpertLookahead la;
+  la.experts = {{{0, 1}, {2}}};
+  fake.Lookahead(la);
+  EXPECT_THAT(fake.prefetches, ElementsAre(Id{0, 0}));
+  EXPECT_THAT(fake.resident(), ElementsAre(Id{1, 6}, Id{1, 7}));
+}
+
+// Hand-computed Belady order over a scripted window, before the step and
+// after its first layer.
+TEST(QuantDraftTest, BeladyOverTheWindowThenLru) {
+  FakeResidencyControl fake(/*layers=*/3, /*experts=*/8, /*k=*/1,
+                            /*slots=*/16);
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  auto* policy = AsQuantDraft(owned.get());
+  fake.set_policy(policy);
+  ExpertLookahead la;
+  la.planned_positions = 3;
+  la.experts = {
+      {{0}, {3}, {5}},  // position 0
+      {{1}, {3}, {6}},  // 1
+      {{}, {4}, {5}},   // 2
+  };
+  fake.Lookahead(la);
+  // Next uses (layer, earliest position): (0,0)@0 (0,1)@1 (1,3)@0 (1,4)@2
+  // (2,5)@0 (2,6)@1; (0,7) and (1,7) are not in the window.
+  const std::vector<ExpertId> candidates = {{0, 0}, {0, 1}, {0, 7}, {1, 3},
+                                            {1, 4}, {1, 7}, {2, 5}, {2, 6}};
+  std::vector<ExpertId> victims;
+  policy->ChooseVictims(candidates, 8, &victims);
+  EXPECT_THAT(ToPairs(victims),
+              ElementsAre(Id{0, 7}, Id{1, 7},  // outside: never used, by id
+                          Id{2, 6}, Id{2, 5},  // farthest layer, later pos
+                          Id{1, 4}, Id{1, 3}, Id{0, 1}, Id{0, 0}));
+  victims.clear();
+  policy->ChooseVictims(candidates, 3, &victims);
+  EXPECT_THAT(ToPairs(victims), ElementsAre(Id{0, 7}, Id{1, 7}, Id{2, 6}));
+
+  // The verification routes layer 0 to {0}: layer 0 is done, so (0,0) and
+  // (0,1) leave the window; among the outside ones the least recently used
+  // go first ((0,0) was just accessed).
+  fake.BeginStep(1);
+  fake.RunLayer(0, {0});
+  victims.clear();
+  policy->ChooseVictims(candidates, 8, &victims);
+  EXPECT_THAT(ToPairs(victims),
+              ElementsAre(Id{0, 1}, Id{0, 7}, Id{1, 7}, Id{0, 0},  // outside
+                          Id{2, 6}, Id{2, 5}, Id{1, 4}, Id{1, 3}));
+}
+
+TEST(QuantDraftTest, LruBreaksTiesWithinTheWindow) {
+  FakeResidencyControl fake(2, 8, 1, 16);
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  auto* policy = AsQuantDraft(owned.get());
+  fake.set_policy(policy);
+  ExpertLookahead la;
+  la.experts = {{{}, {2, 3}}};  // same layer, same position: a tie
+  fake.Lookahead(la);
+  const std::vector<ExpertId> candidates = {{1, 2}, {1, 3}};
+  std::vector<ExpertId> victims;
+  policy->ChooseVictims(candidates, 1, &victims);
+  EXPECT_THAT(ToPairs(victims), ElementsAre(Id{1, 2}));  // by id
+  policy->OnAccess({1, 3});
+  policy->OnAccess({1, 2});
+  victims.clear();
+  policy->ChooseVictims(candidates, 2, &victims);
+  EXPECT_THAT(ToPairs(victims), ElementsAre(Id{1, 3}, Id{1, 2}));
+}
+
+// Through the fake's demand loads: LRU would evict (1,1), the oldest, which
+// the window needs at layer 1; Belady evicts (0,2), outside the window.
+TEST(QuantDraftTest, DemandLoadsEvictOutsideTheWindowBeforeLru) {
+  FakeResidencyControl fake(/*layers=*/2, /*experts=*/8, /*k=*/1,
+                            /*slots=*/3);
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  fake.set_policy(owned.get());
+  fake.BeginStep(0);
+  fake.RunLayer(1, {1});
+  fake.EndStep();
+  fake.BeginStep(1);
+  fake.RunLayer(0, {0, 2});
+  fake.EndStep();
+  ASSERT_EQ(fake.misses(), 3);
+  ExpertLookahead la;
+  la.experts = {{{0}, {1}}};
+  fake.Lookahead(la);
+  EXPECT_THAT(fake.prefetches, IsEmpty());  // all resident
+  fake.BeginStep(2);
+  fake.RunLayer(0, {0, 3});
+  fake.RunLayer(1, {1});
+  fake.EndStep();
+  EXPECT_THAT(fake.victims, ElementsAre(Id{0, 2}));
+  EXPECT_EQ(fake.misses(), 4);  // (0,3) only; (1,1) hit
+}
+
+// Timings of the governor tests: draft 2 ms a position, verification 10 ms
+// plus 1 ms a draft.
+DraftLengthQuery Query(const std::vector<double>& acceptance, double link) {
+  DraftLengthQuery q;
+  q.max_k = 8;
+  q.num_seqs = 1;
+  q.acceptance = acceptance;
+  q.draft_seconds_per_position = 0.002;
+  q.verify_seconds_base = 0.010;
+  q.verify_seconds_per_draft = 0.001;
+  q.link_seconds_per_expert = link;
+  return q;
+}
+
+TEST(QuantDraftGovernorTest, DefaultUntilMeasured) {
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  auto* policy = AsQuantDraft(owned.get());
+  DraftLengthQuery q;
+  q.max_k = 8;
+  EXPECT_EQ(policy->ChooseDraftLength(q), 4);
+  q.max_k = 2;
+  EXPECT_EQ(policy->ChooseDraftLength(q), 2);  // the engine's bound
+  const std::vector<double> p(8, 0.9);
+  DraftLengthQuery no_draft_time = Query(p, 0);
+  no_draft_time.draft_seconds_per_position = 0;
+  EXPECT_EQ(policy->ChooseDraftLength(no_draft_time), 4);
+  DraftLengthQuery no_acceptance = Query({}, 0);
+  EXPECT_EQ(policy->ChooseDraftLength(no_acceptance), 4);
+  auto zero =
+      CreatePolicyOrFail<QuantDraftPolicy>({{"num_speculative_tokens", "0"}});
+  EXPECT_EQ(zero->ChooseDraftLength(q), 0);
+}
+
+// p = 0.99, no link cost: Theta(k) = E(k) / (10 + 3k) ms rises up to k = 8
+// (E(8) = 8.649, 8.649 / 34 = .2544 > E(7) / 31 = 7.726 / 31 = .2492); the
+// config's and the engine's bounds cap it. (At p = 0.9 it would peak at
+// k = 5: E(5) / 25 = .1874 > E(6) / 28 = .1863.)
+TEST(QuantDraftGovernorTest, HighAcceptanceTakesTheLargestK) {
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  EXPECT_EQ(owned->ChooseDraftLength(Query(std::vector<double>(8, 0.9), 0)), 5);
+  const std::vector<double> p(8, 0.99);
+  EXPECT_EQ(owned->ChooseDraftLength(Query(p, 0)), 8);
+  DraftLengthQuery q = Query(p, 0);
+  q.max_k = 5;
+  EXPECT_EQ(owned->ChooseDraftLength(q), 5);
+  auto capped = CreatePolicyOrFail<QuantDraftPolicy>(
+      {{"max_speculative_tokens", "3"}, {"num_speculative_tokens", "2"}});
+  EXPECT_EQ(capped->ChooseDraftLength(Query(p, 0)), 3);
+  // Fewer acceptance entries than max_k: no further.
+  EXPECT_EQ(owned->ChooseDraftLength(Query({0.99, 0.99}, 0)), 2);
+}
+
+// p = 0.8. E(k) = 1, 1.8, 2.44, 2.952, 3.3616, 3.689, 3.951, 4.161, ...
+// Fast link (0): T = 10 + 3k ms; Theta = .1, .1385, .1525, .1554, .1528 ->
+//   k = 3.
+// Slow link (5 ms/expert) with a window whose 4 experts all come with
+//   position 0 (new(0) = 4, new(p > 0) = 0): T = 30 + 3k ms; Theta =
+//   .0333, .0545, .0678, .0757, .0800, .0820, .0823 (k = 6), .0816 -> k = 6:
+//   the misses of the first row are paid anyway, more drafts amortise them.
+TEST(QuantDraftGovernorTest, SlowLinkAmortisedByALongerDraft) {
+  FakeResidencyControl fake(2, 8, 1, 16);
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  auto* policy = AsQuantDraft(owned.get());
+  fake.set_policy(policy);
+  ExpertLookahead la;
+  la.experts = {{{0, 1}, {2, 3}}, {{0, 1}, {2, 3}}, {{0, 1}, {2, 3}}};
+  fake.Lookahead(la);
+  EXPECT_DOUBLE_EQ(policy->ExpectedNewExperts(0), 4);
+  EXPECT_DOUBLE_EQ(policy->ExpectedNewExperts(8), 4);
+  const std::vector<double> p(8, 0.8);
+  EXPECT_EQ(policy->ChooseDraftLength(Query(p, 0)), 3);
+  EXPECT_EQ(policy->ChooseDraftLength(Query(p, 0.005)), 6);
+}
+
+// p = 0.5: Theta(1) = 1.5 / 13 > Theta(0) = 1 / 10 > Theta(2) = 1.75 / 16
+// -> 1. p = 0.2: Theta(1) = 1.2 / 13 < 1 / 10 -> 0, with a probe of 1 every
+// kProbeInterval-th time.
+TEST(QuantDraftGovernorTest, LowAcceptanceDraftsLittleOrNothing) {
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  EXPECT_EQ(owned->ChooseDraftLength(Query(std::vector<double>(8, 0.5), 0)), 1);
+  const DraftLengthQuery low = Query(std::vector<double>(8, 0.2), 0);
+  std::vector<int> ks;
+  for (int i = 0; i < QuantDraftPolicy::kProbeInterval + 1; ++i) {
+    ks.push_back(owned->ChooseDraftLength(low));
+  }
+  EXPECT_THAT(ks, ElementsAre(0, 0, 0, 0, 0, 0, 0, 1, 0));
+  DraftLengthQuery none = low;
+  none.max_k = 0;
+  EXPECT_EQ(owned->ChooseDraftLength(none), 0);
+}
+
+TEST(QuantDraftTest, RefusesBadConfigNamingTheKey) {
+  const std::vector<std::pair<PolicyConfig, std::string>> bad = {
+      {{{"draft_experts", "2"}}, "draft_experts"},
+      {{{"num_speculative_tokens", "-1"}}, "num_speculative_tokens"},
+      {{{"num_speculative_tokens", "x"}}, "num_speculative_tokens"},
+      {{{"num_speculative_tokens", "9"}}, "num_speculative_tokens"},  // > 8
+      {{{"max_speculative_tokens", "17"}}, "max_speculative_tokens"},
+      {{{"max_speculative_tokens", "2"}, {"num_speculative_tokens", "3"}},
+       "num_speculative_tokens"},
+      {{{"phase2_start", "1.5"}}, "phase2_start"},
+      {{{"phase2_start", "nan"}}, "phase2_start"},
+  };
+  for (const auto& [config, key] : bad) {
+    auto policy = QuantDraftPolicy::Create(config);
+    EXPECT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument)
+        << key;
+    EXPECT_THAT(policy.status().message(), HasSubstr(key));
+  }
+  // A smaller bound lowers the default k with it.
+  auto small =
+      CreatePolicyOrFail<QuantDraftPolicy>({{"max_speculative_tokens", "2"}});
+  EXPECT_EQ(AsQuantDraft(small.get())->options().num_speculative_tokens, 2);
+}
+
+}  // namespace
+}  // namespace moeserve::policies
