@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 
 namespace moeserve::kernels {
@@ -225,6 +226,20 @@ class Backend {
   virtual absl::Status ExpertFfn(Stream& s, const Tensor& x, const Tensor& blob,
                                  int64_t ffn, const Tensor& workspace,
                                  const Tensor& out) = 0;
+
+  // ExpertFfn with an int4 expert (kernels/int4_expert.h, a quantized draft
+  // model): out = (silu(x Wg^T) * (x Wu^T)) Wd^T with the dequantised int4
+  // weights (q * bf16 scale, exact in fp32) and fp32 accumulation.
+  // x F32[m, layout.hidden], blob U8[layout.bytes] (one expert in the
+  // layout's byte layout, 16-byte aligned), workspace F32 with
+  // >= ExpertFfnWorkspaceElems(m, layout.ffn) elements (any shape),
+  // out F32[m, layout.hidden]. `layout` must be what
+  // Int4ExpertLayoutWithGroups gives for its hidden, ffn and groups.
+  virtual absl::Status ExpertFfnInt4(Stream& s, const Tensor& x,
+                                     const Tensor& blob,
+                                     const Int4ExpertLayout& layout,
+                                     const Tensor& workspace,
+                                     const Tensor& out) = 0;
 
   // Row-wise softmax (sampler). x, out F32[n, V]; out may alias x.
   virtual absl::Status Softmax(Stream& s, const Tensor& x,

@@ -313,6 +313,47 @@ absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
   return absl::OkStatus();
 }
 
+absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
+                                const Int4ExpertLayout& layout,
+                                const Tensor& workspace, const Tensor& out) {
+  constexpr char kOp[] = "ExpertFfnInt4";
+  absl::StatusOr<Int4ExpertLayout> canonical = Int4ExpertLayoutWithGroups(
+      layout.hidden, layout.ffn, layout.group_in, layout.group_out);
+  if (!canonical.ok()) {
+    return Invalid(kOp, absl::StrCat("layout: ", canonical.status().message()));
+  }
+  if (!(*canonical == layout)) {
+    return Invalid(kOp,
+                   "layout offsets are not those of its shape and groups "
+                   "(use MakeInt4ExpertLayout)");
+  }
+  const int64_t hidden = layout.hidden, ffn = layout.ffn;
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, hidden}));
+  const int64_t m = x.dim(0);
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, blob, "blob", d, DType::kU8, {layout.bytes}));
+  if (reinterpret_cast<uintptr_t>(blob.raw()) % 16 != 0) {
+    return Invalid(kOp, "blob must be 16-byte aligned");
+  }
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {m, hidden}));
+  if (!workspace.valid() || workspace.dtype() != DType::kF32 ||
+      workspace.device() != d ||
+      workspace.numel() < ExpertFfnWorkspaceElems(m, ffn) ||
+      (workspace.numel() > 0 && workspace.raw() == nullptr)) {
+    return Invalid(kOp, absl::StrCat("workspace ", workspace.DebugString(),
+                                     " needs F32 with at least ",
+                                     ExpertFfnWorkspaceElems(m, ffn),
+                                     " elements on ", DeviceName(d)));
+  }
+  if (Overlaps(out, x) || Overlaps(out, blob) || Overlaps(out, workspace) ||
+      Overlaps(workspace, x) || Overlaps(workspace, blob)) {
+    return Invalid(kOp, "out, workspace and inputs must not overlap");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSoftmax(Device d, const Tensor& x, const Tensor& out) {
   constexpr char kOp[] = "Softmax";
   MOESERVE_RETURN_IF_ERROR(

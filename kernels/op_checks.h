@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/backend.h"
+#include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 
 namespace moeserve::kernels {
@@ -63,6 +64,12 @@ absl::Status CheckSigmoidGatedAdd(Device d, const Tensor& x, const Tensor& gate,
 absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
                             int64_t ffn, const Tensor& workspace,
                             const Tensor& out);
+// ExpertFfnInt4: also checks that `layout` is consistent (the offsets of
+// Int4ExpertLayoutWithGroups for its hidden, ffn and groups) and that blob is
+// 16-byte aligned.
+absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
+                                const Int4ExpertLayout& layout,
+                                const Tensor& workspace, const Tensor& out);
 absl::Status CheckSoftmax(Device d, const Tensor& x, const Tensor& out);
 absl::Status CheckArgmax(Device d, const Tensor& x, const Tensor& out);
 

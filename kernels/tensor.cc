@@ -26,6 +26,8 @@ const char* DTypeName(DType dtype) {
       return "I32";
     case DType::kI4:
       return "I4";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }
@@ -39,6 +41,8 @@ int DTypeBits(DType dtype) {
       return 16;
     case DType::kI4:
       return 4;
+    case DType::kU8:
+      return 8;
   }
   return 0;
 }

@@ -24,9 +24,9 @@ namespace moeserve::kernels {
 
 enum class Device { kCpu, kCuda };
 
-// Element types. I4 is reserved for int4 expert weights (two values a byte);
-// no op accepts it yet.
-enum class DType { kF32, kBF16, kI32, kI4 };
+// Element types. I4: int4 weights, two values a byte (CudaBackend::MatMulInt4).
+// U8: raw bytes, e.g. a packed int4 expert (Backend::ExpertFfnInt4).
+enum class DType { kF32, kBF16, kI32, kI4, kU8 };
 
 const char* DeviceName(Device device);
 const char* DTypeName(DType dtype);
@@ -72,6 +72,10 @@ struct DTypeOf<bf16> {
 template <>
 struct DTypeOf<int32_t> {
   static constexpr DType value = DType::kI32;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::kU8;
 };
 
 class Tensor {

@@ -52,6 +52,8 @@ TEST(Tensor, ShapeReshapeSlice) {
   const int64_t bad[] = {2, -1};
   EXPECT_FALSE(Tensor::Make(buf.data(), DType::kF32, bad, 2).ok());
   EXPECT_EQ(Tensor(nullptr, DType::kI4, {3}).nbytes(), 2);
+  EXPECT_EQ(Tensor(nullptr, DType::kU8, {3, 5}).nbytes(), 15);
+  EXPECT_EQ(std::string(DTypeName(DType::kU8)), "U8");
 }
 
 TEST(OpChecks, CheckTensorRejectsMismatches) {

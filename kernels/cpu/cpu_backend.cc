@@ -8,6 +8,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/host_memory.h"
+#include "kernels/cpu/matmul_int4.h"
 #include "kernels/op_checks.h"
 
 namespace moeserve::kernels::cpu {
@@ -90,7 +91,11 @@ absl::Status CheckAttentionValues(const Tensor& q, const PagedKvCache& cache,
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
     : pool_(options.num_threads),
-      isa_(options.use_simd ? BestIsa() : Isa::kScalar) {}
+      isa_(options.use_simd ? BestIsa() : Isa::kScalar),
+      int4_isa_(!options.use_simd ? Isa::kScalar
+                : (BestInt4Isa() == Isa::kAvx512 && !options.use_avx512)
+                    ? Isa::kAvx2
+                    : BestInt4Isa()) {}
 
 std::string CpuBackend::name() const {
   return absl::StrCat("cpu-", IsaName(isa_), "-", pool_.num_threads(), "t");
@@ -325,6 +330,28 @@ absl::Status CpuBackend::ExpertFfn(Stream& s, const Tensor& x,
   SiluMulRows(pool_, gate_up, 2 * ffn, gate_up + ffn, 2 * ffn, m, ffn, act);
   MatMulBf16(pool_, isa_, act, m, ffn, w + 2 * ffn * hidden, hidden, nullptr,
              out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
+                                       const Tensor& blob,
+                                       const Int4ExpertLayout& layout,
+                                       const Tensor& workspace,
+                                       const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckExpertFfnInt4(Device::kCpu, x, blob, layout, workspace, out));
+  const int64_t m = x.dim(0), ffn = layout.ffn;
+  const auto* expert = static_cast<const std::byte*>(blob.raw());
+  const Int4Matrix gate = Int4ExpertPart(expert, layout, Int4Part::kGate);
+  const Int4Matrix up = Int4ExpertPart(expert, layout, Int4Part::kUp);
+  const Int4Matrix down = Int4ExpertPart(expert, layout, Int4Part::kDown);
+  float* gate_up = workspace.data<float>();  // [m, 2 * ffn]
+  float* act = gate_up + m * 2 * ffn;        // [m, ffn]
+  // Gate and up stacked as one [2*ffn, hidden] weight: one pass, one split.
+  MatMulInt4(pool_, int4_isa_, x.data<float>(), m, gate, &up, gate_up);
+  SiluMulRows(pool_, gate_up, 2 * ffn, gate_up + ffn, 2 * ffn, m, ffn, act);
+  MatMulInt4(pool_, int4_isa_, act, m, down, nullptr, out.data<float>());
   return absl::OkStatus();
 }
 

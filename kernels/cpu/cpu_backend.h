@@ -3,7 +3,8 @@
 // once on the backend's thread pool: a CPU Stream is a handle whose ops have
 // completed when the enqueueing call returns, and Synchronize() is a no-op
 // that returns OK. Vectorised kernels (AVX2+FMA) are picked at runtime with a
-// scalar fallback, so the binary needs no -march flag.
+// scalar fallback, so the binary needs no -march flag; the int4 expert FFN
+// also has an AVX-512F kernel (matmul_int4.h).
 //
 // Extra CPU limits (InvalidArgument beyond them): head_dim <= 512, KV
 // block_size <= 1024, router experts <= 1024.
@@ -29,6 +30,9 @@ struct CpuBackendOptions {
   // Use the best SIMD kernels the CPU supports; false forces the scalar ones
   // (tests compare both). Default: true.
   bool use_simd = true;
+  // With use_simd, let the int4 kernels use AVX-512F where the CPU has it;
+  // false caps them at AVX2 (tests compare both). Default: true.
+  bool use_avx512 = true;
 };
 
 class CpuBackend final : public Backend {
@@ -38,7 +42,10 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::kCpu; }
   std::string name() const override;
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override;
+  // The kernels' instruction set: isa() for the bf16 ones (MatMul,
+  // ExpertFfn, ...), int4_isa() for ExpertFfnInt4.
   Isa isa() const { return isa_; }
+  Isa int4_isa() const { return int4_isa_; }
 
   // Memory API: host memory, memcpy at enqueue time, timestamp events.
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t bytes) override;
@@ -89,6 +96,10 @@ class CpuBackend final : public Backend {
   absl::Status ExpertFfn(Stream& s, const Tensor& x, const Tensor& blob,
                          int64_t ffn, const Tensor& workspace,
                          const Tensor& out) override;
+  absl::Status ExpertFfnInt4(Stream& s, const Tensor& x, const Tensor& blob,
+                             const Int4ExpertLayout& layout,
+                             const Tensor& workspace,
+                             const Tensor& out) override;
   absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
   absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
 
@@ -98,6 +109,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   Isa isa_;
+  Isa int4_isa_;
 };
 
 }  // namespace moeserve::kernels::cpu

@@ -131,7 +131,17 @@ Isa BestIsa() {
 #endif
 }
 
-const char* IsaName(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
 
 void MatMulBf16(ThreadPool& pool, Isa isa, const float* x, int64_t m, int64_t k,
                 const bf16* w, int64_t n, const bf16* bias, float* y) {
@@ -153,7 +163,7 @@ void MatMulBf16(ThreadPool& pool, Isa isa, const float* x, int64_t m, int64_t k,
       [&](int64_t t0, int64_t t1) {
         const int64_t j0 = t0 * kTileRows, j1 = std::min(n, t1 * kTileRows);
 #if defined(__x86_64__)
-        if (isa == Isa::kAvx2) {
+        if (isa != Isa::kScalar) {  // kAvx512 runs the AVX2 kernel.
           ColsAvx2(x, m, k, w, n, bias, y, j0, j1);
           return;
         }

@@ -21,10 +21,13 @@
 
 namespace moeserve::kernels::cpu {
 
-// Instruction-set variant of the CPU kernels.
-enum class Isa { kScalar, kAvx2 };
+// Instruction-set variant of the CPU kernels. kAvx512 (AVX-512F + AVX2 +
+// FMA) has its own kernel only for int4 (matmul_int4.h); the bf16 kernels
+// run their AVX2 code under it.
+enum class Isa { kScalar, kAvx2, kAvx512 };
 
-// The best variant this CPU supports (checked once, at first call).
+// The best variant of the bf16 kernels this CPU supports (checked once, at
+// first call): kAvx2 or kScalar. See BestInt4Isa() for int4.
 Isa BestIsa();
 const char* IsaName(Isa isa);
 

@@ -5,11 +5,15 @@
 //   BM_Memcpy          256 MiB memcpy, bytes counted once (read side)
 //   BM_MatMul          decode-shaped y = x W^T, bytes = weight bytes read
 //   BM_ExpertFfn       one fused SwiGLU expert, bytes = expert blob bytes
+//   BM_ExpertFfnInt4   the same expert quantized to int4 (int4_expert.h),
+//                      bytes = int4 expert bytes (q + scales); the label
+//                      names the int4 kernel's ISA
 // Weights rotate through enough copies (>= 256 MiB) to defeat the L3 cache,
 // as an MoE layer's experts do. Args: m, k, n (hidden, ffn), threads.
 //
 //   bazel run --config=opt //kernels/cpu:ops_benchmark
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -20,7 +24,9 @@
 #include "benchmark/benchmark.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 
 namespace moeserve::kernels::cpu {
@@ -121,6 +127,42 @@ void BM_ExpertFfn(benchmark::State& state) {
   state.SetLabel(backend.name());
 }
 
+void BM_ExpertFfnInt4(benchmark::State& state) {
+  const int64_t m = state.range(0), hidden = state.range(1),
+                ffn = state.range(2);
+  CpuBackend backend({Threads(state.range(3)), true});
+  auto stream = *backend.CreateStream();
+  absl::StatusOr<Int4ExpertLayout> layout = MakeInt4ExpertLayout(hidden, ffn);
+  if (!layout.ok()) {
+    state.SkipWithError(std::string(layout.status().message()).c_str());
+    return;
+  }
+  // One quantized expert, copied to enough 64-byte aligned slots (layout.bytes
+  // is a multiple of 64) to defeat the L3 cache.
+  const int64_t bytes = layout->bytes;
+  const int64_t copies = std::max<int64_t>(1, kRotateBytes / bytes);
+  std::unique_ptr<Buffer> pool = *backend.Allocate(bytes * copies);
+  auto* base = static_cast<std::byte*>(pool->data());
+  QuantizeExpertInt4(RandomBf16(3 * ffn * hidden).data(), *layout, base);
+  for (int64_t c = 1; c < copies; ++c) {
+    std::memcpy(base + c * bytes, base, bytes);
+  }
+  std::vector<float> x(m * hidden, 0.5f), out(m * hidden);
+  std::vector<float> ws(ExpertFfnWorkspaceElems(m, ffn));
+  int64_t i = 0;
+  for (auto _ : state) {
+    absl::Status st = backend.ExpertFfnInt4(
+        *stream, Tensor(x.data(), DType::kF32, {m, hidden}),
+        Tensor(base + (i++ % copies) * bytes, DType::kU8, {bytes}), *layout,
+        Tensor(ws.data(), DType::kF32, {int64_t(ws.size())}),
+        Tensor(out.data(), DType::kF32, {m, hidden}));
+    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel(
+      absl::StrCat(backend.name(), " int4 ", IsaName(backend.int4_isa())));
+}
+
 // {m, k, n, threads (0 = all cores)}: Qwen1.5-MoE-sized (2048 x 1408) and
 // Mixtral-sized (4096 x 14336) expert projections at decode batch 1 and 8.
 BENCHMARK(BM_MatMul)
@@ -136,6 +178,13 @@ BENCHMARK(BM_ExpertFfn)
     ->Args({1, 2048, 1408, 0})
     ->Args({8, 2048, 1408, 0})
     ->Args({1, 4096, 14336, 0})
+    ->UseRealTime();
+// {m, hidden, ffn, threads}: GB/s of int4 bytes read at decode m = 1.
+BENCHMARK(BM_ExpertFfnInt4)
+    ->Args({1, 2048, 1408, 0})
+    ->Args({1, 4096, 14336, 1})
+    ->Args({1, 4096, 14336, 0})
+    ->Args({8, 4096, 14336, 0})
     ->UseRealTime();
 
 }  // namespace

@@ -20,6 +20,7 @@
 //     tests.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -30,7 +31,9 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/matmul_int4.h"
 #include "kernels/cpu/reference_ops.h"
+#include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 #include "kernels/testing/differential.h"
 
@@ -39,6 +42,7 @@ namespace {
 
 using ::moeserve::kernels::testing::Close;
 using ::moeserve::kernels::testing::kTolDot;
+using ::moeserve::kernels::testing::kTolInt4Dot;
 using ::moeserve::kernels::testing::kTolPointwise;
 using ::moeserve::kernels::testing::NewTokenQueries;
 using ::moeserve::kernels::testing::Rng;
@@ -155,6 +159,120 @@ TEST_P(Ops, ExpertFfn) {
     RunExpertFfn(*this, m, 2048, 1408, rng);
   }
   RunExpertFfn(*this, 5, 52, 37, rng);  // Odd sizes: SIMD tails everywhere.
+}
+
+// ---- ExpertFfnInt4: the int4 expert of a quantized draft model. The weights
+// dequantise exactly (q * bf16 scale), so the SIMD kernels differ from the
+// double-accumulating reference only by fp32 accumulation: kTolInt4Dot.
+
+// layout.bytes of 64-byte aligned host memory (the op wants 16).
+struct Int4Blob {
+  explicit Int4Blob(int64_t bytes) : storage(bytes + 64) {
+    const auto base = reinterpret_cast<uintptr_t>(storage.data());
+    data = storage.data() + ((64 - base % 64) % 64);
+  }
+  std::vector<uint8_t> storage;
+  uint8_t* data;
+};
+
+// A random bf16 expert, quantized.
+struct QuantizedExpert {
+  QuantizedExpert(int64_t hidden, int64_t ffn, Rng& rng)
+      : layout(*MakeInt4ExpertLayout(hidden, ffn)),
+        weights(rng.Bf16Tiled(3 * ffn * hidden, int64_t{1} << 20, -0.1f, 0.1f)),
+        blob(layout.bytes) {
+    QuantizeExpertInt4(weights.data(), layout,
+                       reinterpret_cast<std::byte*>(blob.data));
+  }
+  Tensor View() { return Tensor(blob.data, DType::kU8, {layout.bytes}); }
+  Int4ExpertLayout layout;
+  std::vector<bf16> weights;
+  Int4Blob blob;
+};
+
+void RunExpertFfnInt4(CpuBackend& b, Stream& s, QuantizedExpert& e, int64_t m,
+                      Rng& rng) {
+  const int64_t hidden = e.layout.hidden, ffn = e.layout.ffn;
+  SCOPED_TRACE(absl::StrCat("m=", m, " hidden=", hidden, " ffn=", ffn,
+                            " int4 isa=", IsaName(b.int4_isa()),
+                            " threads=", b.num_threads()));
+  auto x = rng.F32(m * hidden);
+  std::vector<float> ws(ExpertFfnWorkspaceElems(m, ffn), NAN);
+  std::vector<float> got(m * hidden, NAN), want(m * hidden);
+  absl::Status st =
+      b.ExpertFfnInt4(s, T(x, {m, hidden}), e.View(), e.layout,
+                      T(ws, {int64_t(ws.size())}), T(got, {m, hidden}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(s.Synchronize().ok());
+  ref::ExpertFfnInt4(T(x, {m, hidden}), e.View(), e.layout,
+                     T(want, {m, hidden}));
+  EXPECT_TRUE(Close(got, want, kTolInt4Dot));
+}
+
+TEST_P(Ops, ExpertFfnInt4) {
+  Rng rng(15);
+  // The demo models (group_out 32 and 128), then odd groups: 144 -> 16,
+  // 40 and 52 (k itself: SIMD plus a scalar tail), 6 (tail only).
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {256, 96}, {256, 128}, {144, 40}, {40, 52}, {144, 6}};
+  // With SIMD on an AVX-512 machine, also the AVX2 kernel.
+  std::vector<std::unique_ptr<CpuBackend>> backends;
+  if (GetParam().simd && BestInt4Isa() == Isa::kAvx512) {
+    backends.push_back(std::make_unique<CpuBackend>(
+        CpuBackendOptions{GetParam().threads, true, /*use_avx512=*/false}));
+  }
+  for (auto [hidden, ffn] : shapes) {
+    QuantizedExpert e(hidden, ffn, rng);
+    for (int64_t m : {1, 3, 8, 17}) {
+      RunExpertFfnInt4(*backend_, S(), e, m, rng);
+      for (auto& b : backends) {
+        auto s = b->CreateStream();
+        ASSERT_TRUE(s.ok());
+        RunExpertFfnInt4(*b, **s, e, m, rng);
+      }
+    }
+  }
+}
+
+// Mixtral-sized (4096 x 14336) at decode m = 1 on every SIMD variant: the
+// quantization and the reference dominate, so once, not per configuration.
+TEST(ExpertFfnInt4, MixtralShapeAtM1) {
+  Rng rng(16);
+  QuantizedExpert e(4096, 14336, rng);
+  std::vector<Isa> seen;
+  for (bool avx512 : {true, false}) {
+    CpuBackend b(CpuBackendOptions{2, true, avx512});
+    if (std::find(seen.begin(), seen.end(), b.int4_isa()) != seen.end()) {
+      continue;
+    }
+    seen.push_back(b.int4_isa());
+    auto s = b.CreateStream();
+    ASSERT_TRUE(s.ok());
+    RunExpertFfnInt4(b, **s, e, 1, rng);
+  }
+}
+
+// The expert quantizer is the per-matrix reference quantizer, bit for bit.
+TEST(ExpertFfnInt4, QuantizerMatchesReferenceQuantizeInt4) {
+  Rng rng(17);
+  QuantizedExpert e(256, 96, rng);
+  const int64_t hidden = 256, ffn = 96;
+  const Int4Part parts[] = {Int4Part::kGate, Int4Part::kUp, Int4Part::kDown};
+  for (int p = 0; p < 3; ++p) {
+    const Int4Matrix w = Int4ExpertPart(
+        reinterpret_cast<const std::byte*>(e.blob.data), e.layout, parts[p]);
+    std::vector<uint8_t> wq(w.rows * w.cols / 2);
+    std::vector<bf16> scales(w.rows * (w.cols / w.group));
+    ASSERT_TRUE(ref::QuantizeInt4(
+                    Tensor(e.weights.data() + p * ffn * hidden, DType::kBF16,
+                           {w.rows, w.cols}),
+                    w.group, Tensor(wq.data(), DType::kI4, {w.rows, w.cols}),
+                    T(scales, {w.rows, w.cols / w.group}))
+                    .ok());
+    EXPECT_EQ(std::vector<uint8_t>(w.q, w.q + wq.size()), wq) << "part " << p;
+    EXPECT_EQ(std::vector<bf16>(w.scales, w.scales + scales.size()), scales)
+        << "part " << p;
+  }
 }
 
 TEST_P(Ops, RmsNormIncludingPerHeadView) {
@@ -530,6 +648,62 @@ TEST_F(Refuses, RouterAndExpertFfn) {
   EXPECT_TRUE(b_.ExpertFfn(s, T(x, {3, 16}), T(blob, {3 * 8 * 16}), 8,
                            T(ws, {72}), T(out, {3, 16}))
                   .ok());
+}
+
+TEST_F(Refuses, ExpertFfnInt4) {
+  Stream& s = *s_;
+  Rng rng(18);
+  QuantizedExpert e(32, 16, rng);
+  std::vector<float> x(3 * 32), out(3 * 32), ws(3 * 3 * 16);
+  std::vector<bf16> bf(e.layout.bytes / 2);
+  auto run = [&](const Tensor& xt, const Tensor& blob,
+                 const Int4ExpertLayout& layout, const Tensor& wst,
+                 const Tensor& outt) {
+    return b_.ExpertFfnInt4(s, xt, blob, layout, wst, outt);
+  };
+  auto expect_invalid_naming = [&](const absl::Status& st, const char* what) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(what), std::string::npos) << st;
+  };
+  EXPECT_TRUE(
+      run(T(x, {3, 32}), e.View(), e.layout, T(ws, {144}), T(out, {3, 32}))
+          .ok());
+  expect_invalid_naming(
+      run(T(x, {3, 16}), e.View(), e.layout, T(ws, {144}), T(out, {3, 32})),
+      "x");
+  expect_invalid_naming(run(T(x, {3, 32}), T(bf, {e.layout.bytes / 2}),
+                            e.layout, T(ws, {144}), T(out, {3, 32})),
+                        "blob");
+  expect_invalid_naming(
+      run(T(x, {3, 32}), Tensor(e.blob.data, DType::kU8, {e.layout.bytes - 1}),
+          e.layout, T(ws, {144}), T(out, {3, 32})),
+      "blob");
+  expect_invalid_naming(
+      run(T(x, {3, 32}), Tensor(e.blob.data + 1, DType::kU8, {e.layout.bytes}),
+          e.layout, T(ws, {144}), T(out, {3, 32})),
+      "aligned");
+  Int4ExpertLayout bad = e.layout;
+  bad.down_q += 64;
+  expect_invalid_naming(
+      run(T(x, {3, 32}), e.View(), bad, T(ws, {144}), T(out, {3, 32})),
+      "layout");
+  bad = e.layout;
+  bad.group_in = 3;
+  expect_invalid_naming(
+      run(T(x, {3, 32}), e.View(), bad, T(ws, {144}), T(out, {3, 32})),
+      "layout");
+  expect_invalid_naming(
+      run(T(x, {3, 32}), e.View(), e.layout, T(ws, {143}), T(out, {3, 32})),
+      "workspace");
+  expect_invalid_naming(
+      run(T(x, {3, 32}), e.View(), e.layout, T(ws, {144}), T(out, {2, 32})),
+      "out");
+  ExpectInvalid(run(T(x, {3, 32}), e.View(), e.layout, T(ws, {144}),
+                    T(ws, {3, 32})));  // Out aliases the workspace.
+  ExpectInvalid(
+      run(T(x, {3, 32}),
+          Tensor(e.blob.data, DType::kU8, {e.layout.bytes}, Device::kCuda),
+          e.layout, T(ws, {144}), T(out, {3, 32})));
 }
 
 TEST_F(Refuses, KvCacheAndAttention) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -223,6 +224,35 @@ void ExpertFfn(const Tensor& x, const Tensor& blob, int64_t ffn,
           Tensor(act.data(), DType::kF32, {m, ffn}));
   MatMul(Tensor(act.data(), DType::kF32, {m, ffn}),
          Tensor(w + 2 * ffn * hidden, DType::kBF16, {hidden, ffn}), none, out);
+}
+
+void ExpertFfnInt4(const Tensor& x, const Tensor& blob,
+                   const Int4ExpertLayout& layout, const Tensor& out) {
+  const int64_t m = x.dim(0), ffn = layout.ffn;
+  const auto* expert = static_cast<const std::byte*>(blob.raw());
+  const Int4Matrix gate = Int4ExpertPart(expert, layout, Int4Part::kGate);
+  const Int4Matrix up = Int4ExpertPart(expert, layout, Int4Part::kUp);
+  const Int4Matrix down = Int4ExpertPart(expert, layout, Int4Part::kDown);
+  // out[r, j] = sum_c in[r, c] * w(j, c), double accumulation.
+  auto product = [](const float* in, int64_t rows, const Int4Matrix& w,
+                    float* res) {
+    for (int64_t j = 0; j < w.rows; ++j) {
+      for (int64_t r = 0; r < rows; ++r) {
+        double acc = 0;
+        for (int64_t c = 0; c < w.cols; ++c) {
+          acc += double{in[r * w.cols + c]} * Int4At(w, j, c);
+        }
+        res[r * w.rows + j] = static_cast<float>(acc);
+      }
+    }
+  };
+  std::vector<float> g(m * ffn), u(m * ffn), act(m * ffn);
+  product(x.data<float>(), m, gate, g.data());
+  product(x.data<float>(), m, up, u.data());
+  SiluMul(Tensor(g.data(), DType::kF32, {m, ffn}),
+          Tensor(u.data(), DType::kF32, {m, ffn}),
+          Tensor(act.data(), DType::kF32, {m, ffn}));
+  product(act.data(), m, down, out.data<float>());
 }
 
 void Softmax(const Tensor& x, const Tensor& out) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/backend.h"
+#include "kernels/int4_expert.h"
 
 namespace moeserve::kernels::cpu::ref {
 
@@ -36,6 +37,11 @@ void SigmoidGatedAdd(const Tensor& x, const Tensor& gate, const Tensor& y);
 // Computed the long way: three separate matrix products from the blob.
 void ExpertFfn(const Tensor& x, const Tensor& blob, int64_t ffn,
                const Tensor& out);
+// ExpertFfnInt4 the long way: each int4 weight dequantised (Int4At), three
+// double-accumulated matrix products, gate and up rounded to fp32 before
+// SiluMul as in ExpertFfn. blob U8[layout.bytes] on the host.
+void ExpertFfnInt4(const Tensor& x, const Tensor& blob,
+                   const Int4ExpertLayout& layout, const Tensor& out);
 void Softmax(const Tensor& x, const Tensor& out);
 void Argmax(const Tensor& x, const Tensor& out);
 

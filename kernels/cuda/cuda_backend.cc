@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <cstddef>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,7 @@
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/int4_checks.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/int4_expert.h"
 #include "kernels/op_checks.h"
 
 namespace moeserve::kernels::cuda {
@@ -310,6 +312,37 @@ absl::Status CudaBackend::ExpertFfn(Stream& s, const Tensor& x,
                "ExpertFfn silu"));
   return Gemm(*cs, act, m, ffn, w + 2 * ffn * hidden, hidden, nullptr,
               out.data<float>(), "ExpertFfn down");
+}
+
+absl::Status CudaBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
+                                        const Tensor& blob,
+                                        const Int4ExpertLayout& layout,
+                                        const Tensor& workspace,
+                                        const Tensor& out) {
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckExpertFfnInt4(Device::kCuda, x, blob, layout, workspace, out));
+  const int64_t m = x.dim(0), hidden = layout.hidden, ffn = layout.ffn;
+  const auto* expert = static_cast<const std::byte*>(blob.raw());
+  const Int4Matrix gate = Int4ExpertPart(expert, layout, Int4Part::kGate);
+  const Int4Matrix up = Int4ExpertPart(expert, layout, Int4Part::kUp);
+  const Int4Matrix down = Int4ExpertPart(expert, layout, Int4Part::kDown);
+  float* g = workspace.data<float>();  // [m, ffn]
+  float* u = g + m * ffn;              // [m, ffn]
+  float* act = u + m * ffn;            // [m, ffn], 16-byte aligned: ffn even.
+  MOESERVE_RETURN_IF_ERROR(
+      FromCuda(LaunchMatMulInt4(x.data<float>(), m, hidden, gate.q, gate.scales,
+                                gate.group, ffn, g, st),
+               "ExpertFfnInt4 gate"));
+  MOESERVE_RETURN_IF_ERROR(
+      FromCuda(LaunchMatMulInt4(x.data<float>(), m, hidden, up.q, up.scales,
+                                up.group, ffn, u, st),
+               "ExpertFfnInt4 up"));
+  MOESERVE_RETURN_IF_ERROR(FromCuda(
+      LaunchSiluMul(g, ffn, u, ffn, m, ffn, act, st), "ExpertFfnInt4 silu"));
+  return FromCuda(LaunchMatMulInt4(act, m, ffn, down.q, down.scales, down.group,
+                                   hidden, out.data<float>(), st),
+                  "ExpertFfnInt4 down");
 }
 
 absl::Status CudaBackend::Softmax(Stream& s, const Tensor& x,

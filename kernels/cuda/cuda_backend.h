@@ -116,12 +116,19 @@ class CudaBackend final : public Backend {
   absl::Status ExpertFfn(Stream& s, const Tensor& x, const Tensor& blob,
                          int64_t ffn, const Tensor& workspace,
                          const Tensor& out) override;
+  // gate and up: two int4 GEMVs (LaunchMatMulInt4) into the workspace, then
+  // SiluMul, then the down GEMV; any even group (the vector path needs
+  // 32 | group and 16-byte aligned bases, else the scalar path runs).
+  absl::Status ExpertFfnInt4(Stream& s, const Tensor& x, const Tensor& blob,
+                             const Int4ExpertLayout& layout,
+                             const Tensor& workspace,
+                             const Tensor& out) override;
   absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
   absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
 
-  // ---- Not in the Backend interface: reserved for a quantized draft model
-  // (the CPU engine has no use for it yet; the CPU side is only the scalar
-  // reference kernels/cpu/reference_ops.h QuantizeInt4 / MatMulInt4Reference).
+  // ---- Not in the Backend interface (ExpertFfnInt4 is; it runs on this
+  // op's launcher). CPU side: the scalar reference
+  // kernels/cpu/reference_ops.h QuantizeInt4 / MatMulInt4Reference.
   // out = x * dequant(wq)^T with signed symmetric int4 weights, two a byte
   // (low nibble = even column), value = (q - 8) * scale, one bf16 scale per
   // `group` columns of each output row:

@@ -6,8 +6,9 @@
 // 151936; Mixtral: hidden 4096, 32 x 128, 8 kv heads, ffn 14336) are copied to
 // the device, the op runs, the output comes back and is compared at the
 // shared harness's tolerance for how the kernel computes
-// (kernels/testing/differential.h). Every op is covered, MatMul on both of
-// its paths (GEMV and cuBLASLt), plus the CUDA-only behaviour (out-of-range
+// (kernels/testing/differential.h). Every op is covered (ExpertFfnInt4 on
+// experts quantized by int4_expert.h), MatMul on both of its paths (GEMV and
+// cuBLASLt), plus the CUDA-only behaviour (out-of-range
 // indices are zeros or skipped) and refusals (InvalidArgument).
 //
 // Without a CUDA device every test skips with CudaBackend::Create()'s status.
@@ -17,6 +18,7 @@
 // (the first 192 and the last 64) while the device computes all of them.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -32,6 +34,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 #include "kernels/testing/differential.h"
 
@@ -370,6 +373,89 @@ TEST_F(CudaOps, MatMulInt4) {
     CheckMatMulInt4(B(), S(), m, 2048, 130, 64, 3, rng);  // Scalar.
     CheckMatMulInt4(B(), S(), m, 128, 5, 128, 1, rng);
   }
+}
+
+// ---------------------------------------------------------- ExpertFfnInt4
+
+// A random expert quantized on the host (int4_expert.h) and copied to the
+// device; the op against ref::ExpertFfnInt4 on the host copy.
+void CheckExpertFfnInt4(CudaBackend& b, Stream& s, int64_t m, int64_t hidden,
+                        int64_t ffn, Rng& rng) {
+  SCOPED_TRACE(absl::StrCat("m=", m, " hidden=", hidden, " ffn=", ffn));
+  absl::StatusOr<Int4ExpertLayout> layout = MakeInt4ExpertLayout(hidden, ffn);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto w = rng.Bf16Tiled(3 * ffn * hidden, int64_t{1} << 20, -0.1f, 0.1f);
+  auto blob = Zeros<uint8_t>(layout->bytes);
+  QuantizeExpertInt4(w.data(), *layout,
+                     reinterpret_cast<std::byte*>(blob.data()));
+  auto x = rng.F32(m * hidden);
+  std::vector<float> want(m * hidden);
+  ref::ExpertFfnInt4(H(x, {m, hidden}), H(blob, {layout->bytes}), *layout,
+                     H(want, {m, hidden}));
+  DeviceBuf<float> dx(x), dws(Nans(ExpertFfnWorkspaceElems(m, ffn)));
+  DeviceBuf<uint8_t> dblob(blob);
+  DeviceBuf<float> dout(Nans(m * hidden));
+  absl::Status st = b.ExpertFfnInt4(
+      s, dx.View({m, hidden}), dblob.View({layout->bytes}), *layout,
+      dws.View({ExpertFfnWorkspaceElems(m, ffn)}), dout.View({m, hidden}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(s.Synchronize().ok());
+  EXPECT_TRUE(Close(dout.ToHost(), want, kTolInt4Dot));
+}
+
+TEST_F(CudaOps, ExpertFfnInt4) {
+  Rng rng(9);
+  for (int64_t m : {1, 3, 8, 17}) {
+    CheckExpertFfnInt4(B(), S(), m, 256, 96, rng);   // demo, group_out 32
+    CheckExpertFfnInt4(B(), S(), m, 256, 128, rng);  // demo, group_out 128
+    CheckExpertFfnInt4(B(), S(), m, 144, 40, rng);   // groups 16, 40: scalar
+  }
+  CheckExpertFfnInt4(B(), S(), 1, 2048, 1408, rng);   // Qwen
+  CheckExpertFfnInt4(B(), S(), 1, 4096, 14336, rng);  // Mixtral
+}
+
+TEST_F(CudaOps, ExpertFfnInt4RefusalsNameTheArgument) {
+  const int64_t m = 2, hidden = 32, ffn = 16;
+  absl::StatusOr<Int4ExpertLayout> layout = MakeInt4ExpertLayout(hidden, ffn);
+  ASSERT_TRUE(layout.ok());
+  const int64_t ws_elems = ExpertFfnWorkspaceElems(m, ffn);
+  DeviceBuf<float> x(Zeros<float>(m * hidden)), out(Zeros<float>(m * hidden)),
+      ws(Zeros<float>(ws_elems));
+  DeviceBuf<uint8_t> blob(Zeros<uint8_t>(layout->bytes));
+  DeviceBuf<uint8_t> unaligned(Zeros<uint8_t>(layout->bytes), 1);
+  auto expect_invalid = [](absl::Status st, const std::string& word) {
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+    EXPECT_NE(st.message().find(word), std::string::npos) << st;
+  };
+  EXPECT_TRUE(B().ExpertFfnInt4(S(), x.View({m, hidden}),
+                                blob.View({layout->bytes}), *layout,
+                                ws.View({ws_elems}), out.View({m, hidden}))
+                  .ok());
+  std::vector<uint8_t> host_blob(layout->bytes);
+  expect_invalid(
+      B().ExpertFfnInt4(S(), x.View({m, hidden}), H(host_blob, {layout->bytes}),
+                        *layout, ws.View({ws_elems}), out.View({m, hidden})),
+      "blob");
+  expect_invalid(
+      B().ExpertFfnInt4(S(), x.View({m, hidden}),
+                        blob.View(DType::kBF16, {layout->bytes / 2}), *layout,
+                        ws.View({ws_elems}), out.View({m, hidden})),
+      "blob");
+  expect_invalid(B().ExpertFfnInt4(S(), x.View({m, hidden}),
+                                   unaligned.View({layout->bytes}), *layout,
+                                   ws.View({ws_elems}), out.View({m, hidden})),
+                 "aligned");
+  Int4ExpertLayout bad = *layout;
+  bad.bytes += 64;
+  expect_invalid(
+      B().ExpertFfnInt4(S(), x.View({m, hidden}), blob.View({layout->bytes}),
+                        bad, ws.View({ws_elems}), out.View({m, hidden})),
+      "layout");
+  expect_invalid(B().ExpertFfnInt4(
+                     S(), x.View({m, hidden}), blob.View({layout->bytes}),
+                     *layout, ws.View({ws_elems - 1}), out.View({m, hidden})),
+                 "workspace");
+  ASSERT_TRUE(S().Synchronize().ok());
 }
 
 // ------------------------------------------------------- Elementwise ops
