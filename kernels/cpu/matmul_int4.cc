@@ -1,6 +1,7 @@
 #include "kernels/cpu/matmul_int4.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -69,7 +70,7 @@ void ColsScalar(const float* x, int64_t m, const Stacked& w, int64_t n,
 #define MOESERVE_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
 // The 16 nibbles of 8 bytes at p, one a byte, in column order (low nibble of
-// byte i = column 2i). SSE2 only; inlined into both kernels.
+// byte i = column 2i).
 MOESERVE_AVX2 inline __m128i Nibbles16Avx2(const uint8_t* p) {
   const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
   const __m128i mask = _mm_set1_epi8(0x0f);
@@ -77,14 +78,6 @@ MOESERVE_AVX2 inline __m128i Nibbles16Avx2(const uint8_t* p) {
   const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
   return _mm_unpacklo_epi8(lo, hi);
 }
-MOESERVE_AVX512 inline __m128i Nibbles16Avx512(const uint8_t* p) {
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m128i lo = _mm_and_si128(b, mask);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
-  return _mm_unpacklo_epi8(lo, hi);
-}
-
 MOESERVE_AVX2 inline float HorizontalSumAvx2(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -139,34 +132,72 @@ MOESERVE_AVX2 void TileAvx2(const float* x, int64_t k, int64_t group,
   }
 }
 
+// AVX-512: a 16-entry table per group and weight row holds the 16 possible
+// weights (n - 8) * scale, exact in fp32; vpermps looks the weights up by the
+// nibbles directly. 8 bytes (16 columns) broadcast to the 32-bit lanes give
+// lo, hi, lo, hi, ...; shifting lane 2i and 2i+1 right by 4i leaves column i
+// and column 8 + i in their low 4 bits, which are all vpermps reads. So the
+// lanes hold the columns in the order 0, 8, 1, 9, ..., 7, 15, and x is
+// permuted to match once per call (PermuteForAvx512).
+
+// x rows with each full 16-column chunk of every group in the lane order
+// above; other (tail) columns copied.
+void PermuteForAvx512(const float* x, int64_t m, int64_t k, int64_t group,
+                      float* xp) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x + r * k;
+    float* pr = xp + r * k;
+    for (int64_t g0 = 0; g0 < k; g0 += group) {
+      const int64_t g1 = g0 + group;
+      int64_t c = g0;
+      for (; c + 16 <= g1; c += 16) {
+        for (int i = 0; i < 8; ++i) {
+          pr[c + 2 * i] = xr[c + i];
+          pr[c + 2 * i + 1] = xr[c + 8 + i];
+        }
+      }
+      for (; c < g1; ++c) pr[c] = xr[c];
+    }
+  }
+}
+
 template <int MR, int NR>
-MOESERVE_AVX512 void TileAvx512(const float* x, int64_t k, int64_t group,
+MOESERVE_AVX512 void TileAvx512(const float* xp, int64_t k, int64_t group,
                                 const uint8_t* const* q, const bf16* const* s,
                                 float* y, int64_t ldy) {
   __m512 acc[MR][NR];
   float tail[MR][NR] = {};
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
+  const __m512 levels =
+      _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20,
+                                           20, 24, 24, 28, 28);
   for (int64_t g0 = 0; g0 < k; g0 += group) {
     const int64_t g1 = g0 + group;
+    __m512 table[NR];
+    for (int j = 0; j < NR; ++j) {
+      table[j] =
+          _mm512_mul_ps(levels, _mm512_set1_ps(Bf16ToFloat(s[j][g0 / group])));
+    }
     int64_t c = g0;
     for (; c + 16 <= g1; c += 16) {
       for (int j = 0; j < NR; ++j) {
-        const float sc = Bf16ToFloat(s[j][g0 / group]);
-        const __m512 w = _mm512_fmadd_ps(
-            _mm512_cvtepi32_ps(
-                _mm512_cvtepu8_epi32(Nibbles16Avx512(q[j] + c / 2))),
-            _mm512_set1_ps(sc), _mm512_set1_ps(-8 * sc));
+        uint64_t bytes;
+        std::memcpy(&bytes, q[j] + c / 2, sizeof(bytes));
+        const __m512i idx = _mm512_srlv_epi32(
+            _mm512_set1_epi64(static_cast<long long>(bytes)), shifts);
+        const __m512 w = _mm512_permutexvar_ps(idx, table[j]);
         for (int r = 0; r < MR; ++r) {
           acc[r][j] =
-              _mm512_fmadd_ps(w, _mm512_loadu_ps(x + r * k + c), acc[r][j]);
+              _mm512_fmadd_ps(w, _mm512_loadu_ps(xp + r * k + c), acc[r][j]);
         }
       }
     }
     for (; c < g1; ++c) {
       for (int j = 0; j < NR; ++j) {
         const float w = WeightAt(q[j], s[j], group, c);
-        for (int r = 0; r < MR; ++r) tail[r][j] += x[r * k + c] * w;
+        for (int r = 0; r < MR; ++r) tail[r][j] += xp[r * k + c] * w;
       }
     }
   }
@@ -258,6 +289,16 @@ void MatMulInt4(ThreadPool& pool, Isa isa, const float* x, int64_t m,
   const int64_t n = a.rows + (b ? b->rows : 0), k = a.cols;
   if (m == 0 || n == 0) return;
   const Stacked w{a, b};
+#if defined(__x86_64__)
+  // The AVX-512 kernel reads x in its lane order (PermuteForAvx512); the
+  // buffer is the calling thread's, read by the pool during this call only.
+  thread_local std::vector<float> permuted;
+  if (isa == Isa::kAvx512) {
+    permuted.resize(m * k);
+    PermuteForAvx512(x, m, k, a.group, permuted.data());
+    x = permuted.data();
+  }
+#endif
   // Threads split the weight rows in whole tiles; tiny products stay on the
   // calling thread because a wake-up costs more than they do.
   const int64_t tiles = (n + kTileRows - 1) / kTileRows;

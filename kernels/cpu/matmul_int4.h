@@ -7,10 +7,13 @@
 // [0, a.rows) from `a`, then b's), so one pass and one thread split serve
 // both. Strategy as MatMulBf16: the thread pool splits the output columns in
 // tiles of 4 weight rows; each thread walks its weight rows once per block of
-// up to kRowBlock rows of x. The SIMD kernels unpack 16 nibbles at a time to
-// fp32, dequantise exactly (q * scale, one FMA with the -8 offset folded in)
-// and accumulate with FMA in fp32: AVX-512F (16 lanes) where the CPU has it,
-// else AVX2+FMA (8 lanes); the scalar kernel is the portable fallback.
+// up to kRowBlock rows of x. Weights dequantise exactly (q * bf16 scale) and
+// accumulate with FMA in fp32. AVX2+FMA (8 lanes): 16 nibbles at a time
+// unpacked to fp32 and dequantised by one FMA with the -8 offset folded in.
+// AVX-512F (16 lanes, where the CPU has it): a 16-entry table of the group's
+// weights (n - 8) * scale per weight row, looked up with vpermps by the
+// nibbles shifted into place (no unpacking), against x permuted once per
+// call into the matching lane order. The scalar kernel is the fallback.
 // Columns of a group not a multiple of 16 (only when group = k < 128) take a
 // scalar tail.
 //
