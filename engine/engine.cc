@@ -57,6 +57,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     MOESERVE_ASSIGN_OR_RETURN(
         engine->drafter_,
         options.make_drafter(engine->model_.get(), engine->kv_.get()));
+    ExpertProvider* experts = engine->experts_.get();
+    engine->drafter_->SetLookaheadListener(
+        [experts](const ExpertLookahead& l) { experts->OnLookahead(l); });
   }
   if (options.registry != nullptr) {
     Engine* raw = engine.get();
@@ -258,6 +261,10 @@ bool Engine::Step() {
   }
   absl::Status st = model_->Forward(batch, kv_.get(), &logits_);
   const absl::Time forward_end = absl::Now();
+  if (st.ok() && drafter_ != nullptr) {
+    RecordForwardTime(batch,
+                      absl::ToDoubleSeconds(forward_end - forward_start));
+  }
   const int64_t vocab = weights_->config().vocab_size;
   const float* rows = logits_.data();
   for (size_t i = 0; i < scheduled.size(); ++i) {

@@ -148,6 +148,10 @@ class Engine {
   // Speculation: this step's k per decoding sequence (after the plain
   // schedule fits), the drafts, and the verification of a verify chunk.
   int WantedDraftLength(Sequence* seq);
+  // The offload policy's k for this step (its governor), or -1.
+  int GovernorDraftLength(const std::vector<Sequence*>& scheduled);
+  // Feeds the governor's timings from one forward pass.
+  void RecordForwardTime(std::span<const SequenceChunk> batch, double seconds);
   void GrantDraftLengths(const std::vector<Sequence*>& scheduled,
                          int64_t budget);
   void Draft(const std::vector<Sequence*>& scheduled);
@@ -177,6 +181,15 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<float> logits_;
   ExpertLookahead lookahead_;
+  // What the policy's speculative governor is told (DraftLengthQuery), as
+  // EMAs; and the k it chose for this step (-1: none).
+  struct SpecTimings {
+    std::vector<double> acceptance;  // [i]: P(draft i+1 passes | 1..i did)
+    double draft_seconds_per_position = 0;
+    double verify_seconds_base = 0;
+    double verify_seconds_per_draft = 0;
+  } timings_;
+  int step_k_ = -1;
 
   mutable base::Mutex mu_;
   // Signalled when work arrives (Submit) or the engine stops.

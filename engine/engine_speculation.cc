@@ -23,6 +23,12 @@ constexpr double kWorthwhileRun = 0.35;
 // so its EMA can recover when the text becomes predictable.
 constexpr int kProbeInterval = 8;
 
+// Timing EMAs start at their first sample.
+constexpr double kTimingWeight = 0.1;
+void Ema(double* value, double sample) {
+  *value = *value == 0 ? sample : *value + kTimingWeight * (sample - *value);
+}
+
 int DraftLengthFor(double acceptance, int max_k) {
   if (acceptance >= 0.999) return max_k;
   if (acceptance <= kWorthwhileRun) return 0;
@@ -38,7 +44,9 @@ int DraftLengthFor(double acceptance, int max_k) {
 // max_new_tokens and every draft position within the context.
 int Engine::WantedDraftLength(Sequence* seq) {
   int k = options_.num_speculative_tokens;
-  if (k == 0) {
+  if (k == 0 && step_k_ >= 0) {
+    k = step_k_;
+  } else if (k == 0) {
     k = DraftLengthFor(seq->acceptance, options_.max_speculative_tokens);
     if (k == 0 && ++seq->steps_without_draft >= kProbeInterval) {
       seq->steps_without_draft = 0;
@@ -58,6 +66,9 @@ int Engine::WantedDraftLength(Sequence* seq) {
 // prefill is never speculative (its logits come from the prefill).
 void Engine::GrantDraftLengths(const std::vector<Sequence*>& scheduled,
                                int64_t budget) {
+  step_k_ = options_.num_speculative_tokens == 0
+                ? GovernorDraftLength(scheduled)
+                : -1;
   for (Sequence* seq : scheduled) {
     seq->spec_k = 0;
     seq->draft = {};
@@ -71,6 +82,45 @@ void Engine::GrantDraftLengths(const std::vector<Sequence*>& scheduled,
     while (k > 0 && !kv_->Grow(&seq->blocks, seq->computed + 1 + k).ok()) --k;
     seq->spec_k = k;
     budget -= k;
+  }
+}
+
+// Adaptive k: the offload policy may choose one k for the step from what
+// the engine measured (acceptance per position, draft and verify time) and
+// the link's transfer time.
+int Engine::GovernorDraftLength(const std::vector<Sequence*>& scheduled) {
+  DraftLengthQuery query;
+  query.max_k = options_.max_speculative_tokens;
+  for (const Sequence* seq : scheduled) {
+    query.num_seqs += seq->chunk == 1 && seq->generated >= 1;
+  }
+  if (query.num_seqs == 0) return -1;
+  query.acceptance = timings_.acceptance;
+  query.draft_seconds_per_position = timings_.draft_seconds_per_position;
+  query.verify_seconds_base = timings_.verify_seconds_base;
+  query.verify_seconds_per_draft = timings_.verify_seconds_per_draft;
+  query.link_seconds_per_expert = experts_->link_seconds_per_transfer();
+  const int k = experts_->ChooseDraftLength(query);
+  return k < 0 ? -1 : std::min(k, options_.max_speculative_tokens);
+}
+
+void Engine::RecordForwardTime(std::span<const SequenceChunk> batch,
+                               double seconds) {
+  int drafts = 0;
+  bool prefill = false;
+  for (const SequenceChunk& c : batch) {
+    if (c.num_logits > 1) {
+      drafts += c.num_logits - 1;
+    } else if (c.tokens.size() > 1) {
+      prefill = true;
+    }
+  }
+  if (prefill) return;  // prefill chunks would blur both figures
+  if (drafts == 0) {
+    Ema(&timings_.verify_seconds_base, seconds);
+  } else if (timings_.verify_seconds_base > 0) {
+    Ema(&timings_.verify_seconds_per_draft,
+        std::max(0.0, seconds - timings_.verify_seconds_base) / drafts);
   }
 }
 
@@ -99,6 +149,10 @@ void Engine::Draft(const std::vector<Sequence*>& scheduled) {
     spec_stats_.draft_seconds += seconds;
   }
   if (metrics_ != nullptr) metrics_->AddDraftSeconds(seconds);
+  int positions = 0;
+  for (const spec::DraftInput& in : inputs)
+    positions = std::max(positions, in.k);
+  Ema(&timings_.draft_seconds_per_position, seconds / positions);
   if (st.ok() && outputs.size() != inputs.size()) {
     st = absl::InternalError("drafter returned the wrong number of drafts");
   }
@@ -156,10 +210,16 @@ void Engine::EmitVerified(Sequence* seq, const float* rows) {
       reason = FinishReason::kTimeLimit;
     }
   }
-  // Acceptance EMA over the drafts that were judged.
+  // Acceptance EMAs over the drafts that were judged: the sequence's, and
+  // the engine's per position (conditional on reaching it).
+  if (static_cast<int>(timings_.acceptance.size()) < judged) {
+    timings_.acceptance.resize(judged, kInitialAcceptance);
+  }
   for (int j = 0; j < judged; ++j) {
     const double outcome = j < accepted ? 1.0 : 0.0;
     seq->acceptance += kAcceptanceWeight * (outcome - seq->acceptance);
+    timings_.acceptance[j] +=
+        kAcceptanceWeight * (outcome - timings_.acceptance[j]);
   }
   if (seq->request.count_in_metrics) {
     base::MutexLock lock(&mu_);

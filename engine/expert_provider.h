@@ -30,6 +30,12 @@ class ExpertProvider {
   // not its backend's.
   virtual kernels::Device device() const { return kernels::Device::kCpu; }
 
+  // Non-null when Acquire's blobs are int4 experts in this layout
+  // (kernels/int4_expert.h; an int4 draft's pool) instead of packed bf16.
+  virtual const kernels::Int4ExpertLayout* int4_layout() const {
+    return nullptr;
+  }
+
   // Called once by MoeModel::Create, before any step: the backend and the
   // stream on which the forward pass reads the blobs (both outlive the
   // provider's use of them).
@@ -44,6 +50,15 @@ class ExpertProvider {
   virtual void OnLookahead(const ExpertLookahead& lookahead) {
     (void)lookahead;
   }
+
+  // The offload policy's k for this step (its speculative governor), or -1
+  // to leave k to the engine.
+  virtual int ChooseDraftLength(const DraftLengthQuery& query) {
+    (void)query;
+    return -1;
+  }
+  // Measured seconds of one expert transfer on the link (0: none yet).
+  virtual double link_seconds_per_transfer() const { return 0; }
 
   // Brackets one forward pass (one engine step).
   virtual void BeginStep(const StepInfo& info) { (void)info; }

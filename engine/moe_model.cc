@@ -545,6 +545,8 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   active_experts_->BeginLayer(layer, selected, counts,
                               static_cast<float*>(s.h.data()), n);
   Tensor moe_out = F32(s.moe_out, {n, d});
+  // An int4 draft's experts run the int4 kernel.
+  const kernels::Int4ExpertLayout* int4 = active_experts_->int4_layout();
   for (int e : selected) {
     MOESERVE_ASSIGN_OR_RETURN(const std::byte* blob_data,
                               active_experts_->Acquire({layer, e}));
@@ -555,10 +557,16 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
     Tensor in = F32(s.expert_in, {m, d});
     Tensor out = F32(s.expert_out, {m, d});
     Tensor ws = F32(s.expert_ws, {kernels::ExpertFfnWorkspaceElems(m, ffn)});
-    Tensor blob(const_cast<std::byte*>(blob_data), KDType::kBF16, {3 * ffn * d},
-                backend_->device());
     absl::Status status = backend_->GatherRows(st, h, rows, in);
-    if (status.ok()) status = backend_->ExpertFfn(st, in, blob, ffn, ws, out);
+    if (status.ok() && int4 != nullptr) {
+      Tensor blob(const_cast<std::byte*>(blob_data), KDType::kU8, {int4->bytes},
+                  backend_->device());
+      status = backend_->ExpertFfnInt4(st, in, blob, *int4, ws, out);
+    } else if (status.ok()) {
+      Tensor blob(const_cast<std::byte*>(blob_data), KDType::kBF16,
+                  {3 * ffn * d}, backend_->device());
+      status = backend_->ExpertFfn(st, in, blob, ffn, ws, out);
+    }
     if (status.ok()) status = backend_->ScaleAddRows(st, out, rows, w, moe_out);
     // No wait here: the blob stays valid until the stream has passed these
     // ops (ExpertProvider::Acquire, expert_provider.h; the offloaded fast

@@ -1,8 +1,9 @@
 // Speculative decoding is lossless (DESIGN.md "SpecDecoder"; issue 12):
 //  - greedy: tokens, text and finish reasons identical to the plain
 //    all-resident run for every drafter (oracle, adversarial, repeat_last,
-//    self) x every registered policy x fast-tier budget {one layer's
+//    self, int4) x every registered policy x fast-tier budget {one layer's
 //    experts, 25%, 100%} x k {1, 4, adaptive}, on both trained demo models,
+//    (int4: the draft pool on top of the budget, draft_budget extra),
 //    with 3 requests arriving staggered, a stop string and a stop token that
 //    land inside accepted runs;
 //  - the same under KV preemption and with a request cancelled between
@@ -191,6 +192,8 @@ TEST_P(SpecInvarianceTest, GreedyOutputIsIdenticalToPlainDecoding) {
   spec.policy_config = policies::PolicyTestConfig(policy);
   spec.drafter = drafter;
   spec.num_speculative_tokens = k;
+  // The int4 pool on top of the budget: "layer" could not hold it.
+  spec.draft_budget = "extra";
   const uint64_t blob = f.weights->expert({0, 0}).bytes;
   spec.expert_cache_ratio = budget == "25%" ? 0.25 : 1.0;
   if (budget == "layer") {
@@ -239,7 +242,7 @@ INSTANTIATE_TEST_SUITE_P(
     Matrix, SpecInvarianceTest,
     ::testing::Combine(::testing::Values("mixtral_demo", "qwen3_demo_fg"),
                        ::testing::Values("oracle", "adversarial", "repeat_last",
-                                         "self"),
+                                         "self", "int4"),
                        ::testing::ValuesIn(policies::RegisteredPolicies()),
                        ::testing::Values("layer", "25%", "100%"),
                        ::testing::Values(1, 4, 0)),
@@ -495,13 +498,15 @@ TEST_P(SpecDistributionTest, SampledTokensKeepTheirDistribution) {
   ExpectSameDistribution(expected.second, got.second, "3rd token");
 }
 
-// The self drafter samples its drafts from a q of its own (the general
-// case of speculative sampling). Point-mass drafters (repeat_last) are
+// The self and int4 drafters sample their drafts from a q of their own (the
+// general case of speculative sampling). Point-mass drafters (repeat_last) are
 // almost never accepted on this model at T = 0.8 (0 of 1200 here), which
 // would leave the comparison vacuous; verifier_test covers point masses.
 INSTANTIATE_TEST_SUITE_P(Sampling, SpecDistributionTest,
                          ::testing::Values(std::make_tuple("self", "top_k"),
-                                           std::make_tuple("self", "penalty")),
+                                           std::make_tuple("self", "penalty"),
+                                           std::make_tuple("int4", "top_k"),
+                                           std::make_tuple("int4", "penalty")),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
                                   std::get<1>(info.param);

@@ -4,8 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "engine/builder/offload_stack.h"
 #include "engine/spec/drafter_registry.h"
+#include "engine/spec/quantized_experts.h"
 #include "policies/registry.h"
 
 namespace moeserve::engine {
@@ -14,6 +16,41 @@ namespace {
 absl::Status InEngine(const EngineSpec& spec, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("engine '", spec.name,
                                                   "': ", status.message()));
+}
+
+// The int4 draft's pool lives in fast memory: with draft_budget "shared"
+// it comes out of the expert cache's budget.
+absl::Status ChargeDraftMemory(const ModelWeights& weights,
+                               BuiltEngine* built) {
+  if (built->spec.drafter != "int4") return absl::OkStatus();
+  MOESERVE_ASSIGN_OR_RETURN(built->draft_bytes,
+                            spec::QuantizedExperts::BytesFor(weights.config()));
+  if (built->spec.draft_budget != "shared") return absl::OkStatus();
+  const uint64_t blob = weights.expert({0, 0}).bytes;
+  if (built->expert_cache_bytes < built->draft_bytes + blob) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert_cache_ratio: the int4 draft takes ", built->draft_bytes,
+        " bytes of the ", built->expert_cache_bytes,
+        "-byte fast-tier budget, leaving less than one expert slot (", blob,
+        " bytes); raise the budget or set draft_budget extra"));
+  }
+  built->expert_cache_bytes -= built->draft_bytes;
+  return absl::OkStatus();
+}
+
+// Shows the draft's bytes as moeserve_expert_cache_bytes{state="draft"}
+// beside the residency's empty/loading/ready.
+absl::Status ExportDraftBytes(metrics::Registry* registry,
+                              const BuiltEngine& built) {
+  if (registry == nullptr || built.draft_bytes == 0) return absl::OkStatus();
+  MOESERVE_ASSIGN_OR_RETURN(metrics::GaugeFamily * family,
+                            registry->AddGauge("moeserve_expert_cache_bytes",
+                                               "Fast-tier bytes by slot state.",
+                                               {"policy", "state"}));
+  MOESERVE_ASSIGN_OR_RETURN(metrics::Gauge * gauge,
+                            family->WithLabels({built.spec.name, "draft"}));
+  gauge->Set(static_cast<double>(built.draft_bytes));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -35,6 +72,9 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
     return InEngine(spec, st);
   }
   built.expert_cache_bytes = ExpertCacheBytes(*model.weights, spec);
+  if (absl::Status st = ChargeDraftMemory(*model.weights, &built); !st.ok()) {
+    return InEngine(spec, st);
+  }
   EngineOptions options;
   options.name = spec.name;
   options.kv_cache_bytes = spec.kv_cache_bytes;
@@ -78,6 +118,7 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
       context.draft_experts = stack->mutable_residency().draft_experts();
       context.residency = &stack->residency();
       context.policy = stack->policy();
+      context.backend = model.backend;
       return (*factory)(context);
     };
   }
@@ -85,6 +126,9 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
       model.weights, model.tokenizer, model.backend, options, make_experts);
   if (!engine.ok()) return InEngine(spec, engine.status());
   built.engine = *std::move(engine);
+  if (absl::Status st = ExportDraftBytes(model.registry, built); !st.ok()) {
+    return InEngine(spec, st);
+  }
   built.residency = &stack->residency();
   return built;
 }

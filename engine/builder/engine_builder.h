@@ -34,8 +34,11 @@ struct SharedModel {
 // A running engine and handles to what it is made of.
 struct BuiltEngine {
   EngineSpec spec;
-  // The fast-tier budget the spec resolved to on this model.
+  // The fast-tier budget the spec resolved to on this model (the expert
+  // cache; with draft_budget "shared" the draft's bytes are taken out).
   uint64_t expert_cache_bytes = 0;
+  // The drafter's own expert weights in fast memory (int4 pool), or 0.
+  uint64_t draft_bytes = 0;
   std::unique_ptr<Engine> engine;
   // The engine's fast tier (hit/miss and link statistics). Owned by
   // `engine`; valid while it lives.

@@ -63,6 +63,11 @@ absl::Status CheckEngineSpec(const EngineSpec& spec) {
         absl::StrCat("unknown drafter '", spec.drafter, "' (registered: none, ",
                      absl::StrJoin(spec::RegisteredDrafters(), ", "), ")"));
   }
+  if (spec.draft_budget != "shared" && spec.draft_budget != "extra") {
+    return FieldError(
+        "draft_budget",
+        absl::StrCat("must be shared or extra, got '", spec.draft_budget, "'"));
+  }
   if (spec.num_speculative_tokens < -1 ||
       spec.num_speculative_tokens > kMaxSpeculativeTokens) {
     return FieldError(

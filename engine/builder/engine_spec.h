@@ -60,6 +60,10 @@ struct EngineSpec {
   std::string drafter;
   int num_speculative_tokens = -1;
   std::string draft_model_dir;  // external drafter only
+  // Where a drafter's own expert weights (the int4 draft's pool) come
+  // from: "shared" charges them to the fast-tier budget above (the honest
+  // same-memory comparison), "extra" adds them on top (same expert cache).
+  std::string draft_budget = "shared";
 };
 
 // The most draft tokens per step an engine may ask for.

@@ -39,6 +39,12 @@ class OffloadStack final : public ExpertProvider {
   void OnLookahead(const ExpertLookahead& lookahead) override {
     residency_->OnLookahead(lookahead);
   }
+  int ChooseDraftLength(const DraftLengthQuery& query) override {
+    return residency_->ChooseDraftLength(query);
+  }
+  double link_seconds_per_transfer() const override {
+    return residency_->link_seconds_per_transfer();
+  }
   void BeginStep(const StepInfo& info) override { residency_->BeginStep(info); }
   void EndStep() override { residency_->EndStep(); }
   void BeginLayer(int layer, std::span<const int> experts,

@@ -156,6 +156,16 @@ void ExpertResidency::OnLookahead(const ExpertLookahead& lookahead) {
   policy_->OnLookahead(lookahead);
 }
 
+int ExpertResidency::ChooseDraftLength(const DraftLengthQuery& query) {
+  hooks_.Deliver(policy_);
+  return policy_->ChooseDraftLength(query);
+}
+
+double ExpertResidency::link_seconds_per_transfer() const {
+  const uint64_t transfers = link_->transfers();
+  return transfers == 0 ? 0.0 : link_->busy_seconds() / transfers;
+}
+
 void ExpertResidency::BeginStep(const StepInfo& info) {
   {
     MutexLock lock(&step_mu_);

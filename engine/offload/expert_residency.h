@@ -21,6 +21,7 @@
 //
 // Semantics:
 //  - OnLookahead: policy->OnLookahead (a drafter's expectation).
+//    ChooseDraftLength: policy->ChooseDraftLength (its governor).
 //  - BeginStep: policy->OnStepBegin. EndStep: policy->OnStepEnd with the
 //    step's per-(layer, expert) token counts (summed from BeginLayer).
 //  - BeginLayer(layer, experts, ...): `experts` become the protected set;
@@ -145,6 +146,8 @@ class ExpertResidency final : public ExpertProvider,
   absl::Status AttachCompute(kernels::Backend* backend,
                              kernels::Stream* stream) override;
   void OnLookahead(const ExpertLookahead& lookahead) override;
+  int ChooseDraftLength(const DraftLengthQuery& query) override;
+  double link_seconds_per_transfer() const override;
   void BeginStep(const StepInfo& info) override;
   void EndStep() override;
   void BeginLayer(int layer, std::span<const int> experts,

@@ -30,6 +30,7 @@
 #include "engine/moe_model.h"
 #include "engine/offload/offload_policy.h"
 #include "engine/sampling/sampler.h"
+#include "kernels/backend.h"
 
 namespace moeserve::engine::spec {
 
@@ -81,6 +82,23 @@ class Drafter {
   virtual absl::Status Propose(std::span<const DraftInput> inputs,
                                std::vector<DraftOutput>* outputs,
                                ExpertLookahead* lookahead) = 0;
+
+  // Called by a drafter that fills the lookahead position by position after
+  // each position but the last (a growing window, planned_positions set),
+  // so an offload policy can prefetch while the rest is drafted; the engine
+  // delivers the complete window after Propose. The engine sets it.
+  using LookaheadListener = std::function<void(const ExpertLookahead&)>;
+  void SetLookaheadListener(LookaheadListener listener) {
+    listener_ = std::move(listener);
+  }
+
+ protected:
+  void NotifyLookahead(const ExpertLookahead& lookahead) const {
+    if (listener_) listener_(lookahead);
+  }
+
+ private:
+  LookaheadListener listener_;
 };
 
 // What a drafter may use of the engine it drafts for (all borrowed; they
@@ -99,6 +117,9 @@ struct DrafterContext {
   // The engine's offload policy (null without offload): a policy may steer
   // its drafter (e.g. self_spec's pinned experts).
   OffloadPolicy* policy = nullptr;
+  // The compute backend (a drafter with weights of its own puts them in
+  // its memory).
+  kernels::Backend* backend = nullptr;
 };
 
 using DrafterFactory = std::function<absl::StatusOr<std::unique_ptr<Drafter>>(
