@@ -96,6 +96,10 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
               ? std::string("adaptive k")
               : absl::StrCat("k=", built_spec.num_speculative_tokens));
     }
+    if (named.built.draft_bytes > 0) {
+      absl::StrAppend(&speculation, ", draft ", named.built.draft_bytes >> 20,
+                      " MiB (", built_spec.draft_budget, ")");
+    }
     spdlog::info("engine '{}': policy {}{}, fast tier {} MiB, {} slow tier, {}",
                  built_spec.name, built_spec.policy,
                  config.empty() ? "" : absl::StrCat(" (", config, ")"),
@@ -159,6 +163,8 @@ v1::ListModelsResponse EngineHost::ListModels() const {
     info->set_max_batched_tokens(spec.max_batched_tokens);
     info->set_max_waiting(spec.max_waiting);
     info->set_num_speculative_tokens(spec.num_speculative_tokens);
+    info->set_draft_budget(spec.draft_budget);
+    info->set_draft_bytes(e.built.draft_bytes);
   }
   return response;
 }

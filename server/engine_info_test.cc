@@ -27,7 +27,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-absl::StatusOr<ServerOptions> Options(const std::string& config) {
+absl::StatusOr<ServerOptions> Options(const std::string& config,
+                                      double expert_cache_ratio = 0.5) {
   ServerOptions options;
   options.model_dir = std::string(std::getenv("TEST_SRCDIR")) +
                       "/moeserve/tests/golden/mixtral_tiny";
@@ -37,7 +38,7 @@ absl::StatusOr<ServerOptions> Options(const std::string& config) {
   std::ofstream(path) << config;
   EngineFlags flags;
   flags.engines_config = path;
-  flags.defaults.expert_cache_ratio = 0.5;
+  flags.defaults.expert_cache_ratio = expert_cache_ratio;
   flags.defaults.kv_cache_bytes = 8 << 20;
   flags.defaults.max_num_seqs = 4;
   if (absl::Status st = ResolveEngines(flags, &options); !st.ok()) return st;
@@ -141,6 +142,106 @@ TEST(EngineInfoTest, ListModelsAndEngineInfoShowTheResolvedDrafterAndK) {
                                   "moeserve_spec_decode_num_draft_tokens_total",
                                   {"policy=\"self_spec_off\""}),
             0);
+}
+
+// quant_draft runs the int4 drafter with an adaptive k; its draft's bytes
+// come out of the fast-tier budget ("shared") or on top of it ("extra"),
+// and ListModels and moeserve_engine_info say which and how many.
+TEST(EngineInfoTest, QuantDraftShowsItsDraftBudgetAndBytes) {
+  absl::StatusOr<ServerOptions> options = Options(R"({
+    "engines": [
+      {"name": "lru", "policy": "lru"},
+      {"name": "quant_draft"},
+      {"name": "qd_extra", "policy": "quant_draft", "draft_budget": "extra"}
+    ],
+    "ab": {"lru": 1, "quant_draft": 1}
+  })");
+  ASSERT_TRUE(options.ok()) << options.status();
+  metrics::Registry registry;
+  absl::StatusOr<std::unique_ptr<ServerMetrics>> server_metrics =
+      ServerMetrics::Create(&registry, *options, [] { return true; });
+  ASSERT_TRUE(server_metrics.ok()) << server_metrics.status();
+  absl::StatusOr<std::unique_ptr<EngineHost>> host = EngineHost::Create(
+      *options, &registry, testing::HandOffTokenizer(*options));
+  ASSERT_TRUE(host.ok()) << host.status();
+
+  const v1::ListModelsResponse models = (*host)->ListModels();
+  ASSERT_EQ(models.models_size(), 1);
+  std::map<std::string, v1::EngineInfo> engines;
+  for (const v1::EngineInfo& e : models.models(0).engines()) {
+    engines[e.name()] = e;
+  }
+  ASSERT_EQ(engines.size(), 3u);
+  const v1::EngineInfo& lru = engines["lru"];
+  const v1::EngineInfo& shared = engines["quant_draft"];
+  const v1::EngineInfo& extra = engines["qd_extra"];
+  EXPECT_EQ(lru.drafter(), "none");
+  EXPECT_EQ(lru.draft_bytes(), 0u);
+  EXPECT_EQ(lru.draft_budget(), "shared");
+  EXPECT_EQ(shared.drafter(), "int4");
+  EXPECT_EQ(shared.num_speculative_tokens(), 0u);  // the governor's k
+  EXPECT_EQ(shared.draft_budget(), "shared");
+  EXPECT_GT(shared.draft_bytes(), 0u);
+  // Shared: the draft comes out of the same budget; extra: on top of it.
+  EXPECT_EQ(shared.expert_cache_bytes() + shared.draft_bytes(),
+            lru.expert_cache_bytes());
+  EXPECT_EQ(extra.draft_budget(), "extra");
+  EXPECT_EQ(extra.draft_bytes(), shared.draft_bytes());
+  EXPECT_EQ(extra.expert_cache_bytes(), lru.expert_cache_bytes());
+
+  const std::string text = registry.Serialize();
+  for (const auto& [name, info] : engines) {
+    EXPECT_THAT(text,
+                HasSubstr(absl::StrCat(
+                    "num_speculative_tokens=\"", info.num_speculative_tokens(),
+                    "\",draft_budget=\"", info.draft_budget(),
+                    "\",draft_bytes=\"", info.draft_bytes(), "\"}")))
+        << name;
+  }
+  EXPECT_THAT(text, HasSubstr(absl::StrCat(
+                        "moeserve_expert_cache_bytes{policy=\"quant_draft\","
+                        "state=\"draft\"} ",
+                        shared.draft_bytes())));
+  EXPECT_THAT(text, Not(HasSubstr("moeserve_expert_cache_bytes{policy=\"lru\","
+                                  "state=\"draft\"}")));
+
+  // Speculation never changes greedy tokens.
+  EXPECT_EQ(Greedy(host->get(), "lru"), Greedy(host->get(), "quant_draft"));
+  EXPECT_EQ(Greedy(host->get(), "lru"), Greedy(host->get(), "qd_extra"));
+  EXPECT_GT(
+      testing::SumOfSamples(registry, "moeserve_spec_decode_num_drafts_total",
+                            {"policy=\"quant_draft\""}),
+      0);
+}
+
+// A budget that cannot hold the int4 draft and one expert refuses the
+// engine at start, naming the budget and the way out; with draft_budget
+// extra the same budget serves.
+TEST(EngineInfoTest, AnInt4DraftThatDoesNotFitTheBudgetIsRefused) {
+  absl::StatusOr<ServerOptions> options =
+      Options(R"({"engines": [{"name": "quant_draft"}]})",
+              /*expert_cache_ratio=*/0.1);
+  ASSERT_TRUE(options.ok()) << options.status();
+  metrics::Registry registry;
+  absl::StatusOr<std::unique_ptr<EngineHost>> host = EngineHost::Create(
+      *options, &registry, testing::HandOffTokenizer(*options));
+  ASSERT_FALSE(host.ok());
+  EXPECT_EQ(host.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(host.status().message()),
+              HasSubstr("engine 'quant_draft': expert_cache_ratio: the int4 "
+                        "draft takes "));
+  EXPECT_THAT(std::string(host.status().message()),
+              HasSubstr("set draft_budget extra"));
+
+  options = Options(
+      R"({"engines": [{"name": "quant_draft", "draft_budget": "extra"}]})",
+      /*expert_cache_ratio=*/0.1);
+  ASSERT_TRUE(options.ok()) << options.status();
+  metrics::Registry registry2;  // outlives the engine that reports to it
+  absl::StatusOr<std::unique_ptr<EngineHost>> extra = EngineHost::Create(
+      *options, &registry2, testing::HandOffTokenizer(*options));
+  ASSERT_TRUE(extra.ok()) << extra.status();
+  EXPECT_EQ(Greedy(extra->get(), "quant_draft").size(), 16u);
 }
 
 }  // namespace

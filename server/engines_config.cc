@@ -31,7 +31,8 @@ constexpr const char* kEngineKeys[] = {"name",
                                        "max_waiting",
                                        "drafter",
                                        "num_speculative_tokens",
-                                       "draft_model_dir"};
+                                       "draft_model_dir",
+                                       "draft_budget"};
 constexpr const char* kTopKeys[] = {"engines", "ab", "default"};
 
 template <size_t N>
@@ -145,6 +146,9 @@ absl::Status ReadEngine(const json& obj, EngineSpec* spec) {
   MOESERVE_ASSIGN_OR_RETURN(
       spec->draft_model_dir,
       json_util::GetString(obj, "draft_model_dir", spec->draft_model_dir));
+  MOESERVE_ASSIGN_OR_RETURN(
+      spec->draft_budget,
+      json_util::GetString(obj, "draft_budget", spec->draft_budget));
   return engine::CheckEngineSpec(*spec);
 }
 

@@ -16,14 +16,19 @@
 // (object; values are strings, numbers or booleans), expert_cache_ratio,
 // expert_cache_mb, slow_tier, link_gbps, link_latency_us, kv_cache_mb,
 // max_num_seqs, max_batched_tokens, max_waiting, drafter,
-// num_speculative_tokens, draft_model_dir. A key an engine leaves out takes
-// the server-wide flag's value. "default" (the engine of requests that name
-// none when there is no "ab") defaults to the first engine.
+// num_speculative_tokens, draft_model_dir, draft_budget. A key an engine
+// leaves out takes the server-wide flag's value. "default" (the engine of
+// requests that name none when there is no "ab") defaults to the first
+// engine.
 //
-// Speculation: "drafter" is a registered drafter ("self"), "none", or ""
-// (the policy's own: self_spec -> self, the others none);
+// Speculation: "drafter" is a registered drafter ("self", "int4"), "none",
+// or "" (the policy's own: self_spec -> self, quant_draft -> int4, the
+// others none);
 // "num_speculative_tokens" is 1..16 (fixed) or 0 (adaptive); left out (and
-// no --num_speculative_tokens), the policy's own. ParseEnginesConfig keeps
+// no --num_speculative_tokens), the policy's own (quant_draft: 0, its
+// governor picks k). "draft_budget" ("shared" | "extra", default
+// --draft_budget) says whether the int4 draft's pool comes out of the
+// engine's fast-tier budget or on top of it. ParseEnginesConfig keeps
 // "" and -1 as they are; ResolveEngines resolves them (server_options.h).
 // So one file can A/B "lru" against "lru + self draft":
 //   {"engines": [{"name": "lru", "policy": "lru"},
@@ -33,7 +38,8 @@
 // Refused, with a message naming the file, the engine and the key: unknown
 // keys, wrong types, duplicate names, unknown policies, policy_config keys
 // or drafters (the message lists the registered ones), num_speculative_tokens
-// outside 0..16, A/B weights that are negative, sum to 0 or name no engine.
+// outside 0..16, draft_budget other than shared / extra, A/B weights that
+// are negative, sum to 0 or name no engine.
 #ifndef MOESERVE_SERVER_ENGINES_CONFIG_H_
 #define MOESERVE_SERVER_ENGINES_CONFIG_H_
 

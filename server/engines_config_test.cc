@@ -84,7 +84,7 @@ TEST(EnginesConfigTest, RefusalsNameTheEngineAndTheKey) {
        "expert_cache_mb, not both"},
       {R"({"engines": [{"name": "a", "policy": "lru", "drafter": "eagle"}]})",
        "engine 'a': drafter: unknown drafter 'eagle' (registered: none, "
-       "self"},
+       "int4, self"},
       {R"({"engines": [{"name": "a", "num_speculative_tokens": 17}]})",
        "engine 'a': num_speculative_tokens: must be in [0, 16]"},
       {R"({"engines": [{"name": "a", "num_speculative_tokens": -1}]})",
@@ -93,6 +93,10 @@ TEST(EnginesConfigTest, RefusalsNameTheEngineAndTheKey) {
        "engine 'a': field \"num_speculative_tokens\" must be an integer"},
       {R"({"engines": [{"name": "a", "drafter": 1}]})",
        "engine 'a': field \"drafter\" must be a string"},
+      {R"({"engines": [{"name": "a", "draft_budget": "more"}]})",
+       "engine 'a': draft_budget: must be shared or extra, got 'more'"},
+      {R"({"engines": [{"name": "a", "draft_budget": 1}]})",
+       "engine 'a': field \"draft_budget\" must be a string"},
       {R"({"engines": [{"name": "a", "policy": "lru",
                         "policy_config": {"k": [1]}}]})",
        "policy_config: key 'k' must be a string, number or boolean"},
@@ -298,6 +302,65 @@ TEST(ResolveEnginesTest, SpeculationFlagsReachEveryFlagFormEngine) {
   }
 }
 
+// quant_draft brings the int4 drafter and an adaptive k (its governor);
+// --draft_budget is every engine's default, an engine's own key wins.
+TEST(ResolveEnginesTest, QuantDraftResolvesToInt4AndDraftBudgetIsInherited) {
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/quant_draft_engines.json";
+  std::ofstream(path) << R"({
+    "engines": [
+      {"name": "quant_draft"},
+      {"name": "qd_shared", "policy": "quant_draft", "draft_budget": "shared"},
+      {"name": "qd_k3", "policy": "quant_draft", "num_speculative_tokens": 3,
+       "draft_budget": "extra"},
+      {"name": "lru", "policy": "lru"}
+    ]
+  })";
+  EngineFlags flags;
+  flags.engines_config = path;
+  ServerOptions o;
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  std::map<std::string, engine::EngineSpec> got;
+  for (const engine::EngineSpec& s : o.engines) got[s.name] = s;
+  EXPECT_EQ(got["quant_draft"].drafter, "int4");
+  EXPECT_EQ(got["quant_draft"].num_speculative_tokens, 0);  // adaptive
+  EXPECT_EQ(got["quant_draft"].draft_budget, "shared");     // the default
+  EXPECT_EQ(got["qd_k3"].drafter, "int4");
+  EXPECT_EQ(got["qd_k3"].num_speculative_tokens, 3);
+  EXPECT_EQ(got["qd_k3"].draft_budget, "extra");
+  EXPECT_EQ(got["lru"].drafter, "none");
+
+  // --draft_budget=extra: engines that leave the key out inherit it.
+  flags.defaults.draft_budget = "extra";
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  got.clear();
+  for (const engine::EngineSpec& s : o.engines) got[s.name] = s;
+  EXPECT_EQ(got["quant_draft"].draft_budget, "extra");
+  EXPECT_EQ(got["qd_shared"].draft_budget, "shared");
+  EXPECT_EQ(got["qd_k3"].draft_budget, "extra");
+  EXPECT_EQ(got["lru"].draft_budget, "extra");
+
+  // The flag forms: --policy=quant_draft --ab=lru=1,quant_draft=1
+  // --draft_budget=extra.
+  flags = EngineFlags();
+  flags.policy = "quant_draft";
+  flags.ab = "lru=1,quant_draft=1";
+  flags.defaults.draft_budget = "extra";
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  ASSERT_EQ(o.engines.size(), 2u);
+  EXPECT_EQ(o.engines[0].name, "quant_draft");
+  EXPECT_EQ(o.engines[0].drafter, "int4");
+  EXPECT_EQ(o.engines[0].num_speculative_tokens, 0);
+  EXPECT_EQ(o.engines[0].draft_budget, "extra");
+  EXPECT_EQ(o.engines[1].drafter, "none");
+  EXPECT_EQ(o.engines[1].draft_budget, "extra");
+  flags.engines = "quant_draft=quant_draft@ratio=0.5,lru=lru";
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  for (const engine::EngineSpec& s : o.engines) {
+    EXPECT_EQ(s.draft_budget, "extra") << s.name;
+  }
+}
+
 TEST(ResolveEnginesTest, BadSpeculationFlagsAreNamedAsFlags) {
   EngineFlags flags;
   flags.defaults.drafter = "eagle";
@@ -306,7 +369,7 @@ TEST(ResolveEnginesTest, BadSpeculationFlagsAreNamedAsFlags) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(st.message()),
               HasSubstr("--drafter: unknown drafter 'eagle' (registered: "
-                        "none, self"));
+                        "none, int4, self"));
   for (int k : {-2, 17}) {
     flags = EngineFlags();
     flags.defaults.num_speculative_tokens = k;
@@ -315,6 +378,12 @@ TEST(ResolveEnginesTest, BadSpeculationFlagsAreNamedAsFlags) {
                 HasSubstr("--num_speculative_tokens: must be in [0, 16]"))
         << k;
   }
+  flags = EngineFlags();
+  flags.defaults.draft_budget = "more";
+  st = ResolveEngines(flags, &o);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("--draft_budget: must be shared or extra, got 'more'"));
   // Also with a file (whose engines could override them).
   const std::string path =
       std::string(std::getenv("TEST_TMPDIR")) + "/one_engine.json";
@@ -324,6 +393,10 @@ TEST(ResolveEnginesTest, BadSpeculationFlagsAreNamedAsFlags) {
   flags.defaults.drafter = "eagle";
   EXPECT_THAT(std::string(ResolveEngines(flags, &o).message()),
               HasSubstr("--drafter: unknown drafter 'eagle'"));
+  flags.defaults.drafter = "";
+  flags.defaults.draft_budget = "";
+  EXPECT_THAT(std::string(ResolveEngines(flags, &o).message()),
+              HasSubstr("--draft_budget: must be shared or extra, got ''"));
 }
 
 TEST(ResolveEnginesTest, EnginesFlagKeepsThePolicyEngineFirst) {

@@ -1,9 +1,12 @@
 #include "server/server_metrics.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model_config.h"
+#include "engine/spec/quantized_experts.h"
 
 namespace moeserve::server {
 namespace {
@@ -58,12 +61,30 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
       {"policy", "offload_policy", "policy_config", "model_dir", "backend",
        "ab_weight", "expert_cache_ratio", "expert_cache_mb", "slow_tier",
        "link_gbps", "link_latency_us", "kv_cache_bytes", "max_num_seqs",
-       "max_batched_tokens", "max_waiting", "drafter",
-       "num_speculative_tokens"});
+       "max_batched_tokens", "max_waiting", "drafter", "num_speculative_tokens",
+       "draft_budget", "draft_bytes"});
   if (!info.ok()) return info.status();
   // ResolveEngines resolved each engine's drafter and k from its policy
   // where the flags and file left them open: the labels show what the
   // engine runs (as ListModels does).
+  // The int4 draft's bytes (what BuildEngine charges, BuiltEngine::
+  // draft_bytes) follow from the model's config alone; without a readable
+  // config.json the model will not load either, and the label is empty.
+  std::optional<engine::ModelConfig> model_config;
+  for (const engine::EngineSpec& spec : options.engines) {
+    if (spec.drafter != "int4" || model_config.has_value()) continue;
+    absl::StatusOr<engine::ModelConfig> c =
+        engine::LoadModelConfig(options.model_dir);
+    if (c.ok()) model_config = *std::move(c);
+    break;
+  }
+  auto draft_bytes = [&model_config](const engine::EngineSpec& spec) {
+    if (spec.drafter != "int4") return std::string("0");
+    if (!model_config.has_value()) return std::string();
+    absl::StatusOr<uint64_t> bytes =
+        engine::spec::QuantizedExperts::BytesFor(*model_config);
+    return bytes.ok() ? absl::StrCat(*bytes) : std::string();
+  };
   for (const engine::EngineSpec& spec : options.engines) {
     absl::StatusOr<metrics::Gauge*> g = (*info)->WithLabels(
         {spec.name, spec.policy, engine::PolicyConfigText(spec.policy_config),
@@ -74,7 +95,8 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
          absl::StrCat(spec.link.gbps), absl::StrCat(spec.link.latency_us),
          absl::StrCat(spec.kv_cache_bytes), absl::StrCat(spec.max_num_seqs),
          absl::StrCat(spec.max_batched_tokens), absl::StrCat(spec.max_waiting),
-         spec.drafter, absl::StrCat(spec.num_speculative_tokens)});
+         spec.drafter, absl::StrCat(spec.num_speculative_tokens),
+         spec.draft_budget, draft_bytes(spec)});
     if (!g.ok()) return g.status();
     (*g)->Set(1);
   }

@@ -84,18 +84,29 @@ ABSL_FLAG(std::string, policy_config, "",
           "--engines_config.");
 ABSL_FLAG(std::string, drafter, "",
           "Speculative decoding drafter of every engine: a registered "
-          "drafter (self: the target restricted to its resident experts), "
+          "drafter (self: the target restricted to its resident experts; "
+          "int4: an int4 copy of every expert), "
           "none (no speculation, even for self_spec), or empty for each "
-          "policy's own (self_spec: self; the others: none). Engines in "
+          "policy's own (self_spec: self; quant_draft: int4; the others: "
+          "none). Engines in "
           "--engines_config may set their own \"drafter\".");
 ABSL_FLAG(int, num_speculative_tokens, -1,
           "Draft tokens per speculative step, 1 to 16 (fixed); 0: adaptive "
           "(per sequence, from the acceptance rate); -1: the policy's own "
-          "(self_spec: its num_speculative_tokens config, 4 by default; the "
-          "others: adaptive). Only matters with a drafter.");
+          "(self_spec: its num_speculative_tokens config, 4 by default; "
+          "quant_draft and the others: adaptive, quant_draft's from its "
+          "governor). Only matters with a drafter.");
 ABSL_FLAG(std::string, draft_model_dir, "models/demo-draft",
           "Model directory of the external drafter (reserved: passed to the "
           "engines, read by no drafter yet).");
+ABSL_FLAG(std::string, draft_budget, "shared",
+          "Where a drafter's own expert weights (the int4 draft's pool, "
+          "quant_draft's default) come from: shared (out of each engine's "
+          "--expert_cache_ratio / --expert_cache_mb budget: the same-memory "
+          "comparison; an engine whose budget cannot hold the draft plus one "
+          "expert is refused) or extra (on top of it: the same expert "
+          "cache). Engines in --engines_config may set their own "
+          "\"draft_budget\".");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 512,
           "Largest max_new_tokens a request may ask for (and the default).");
 ABSL_FLAG(uint32_t, max_input_tokens, 2048, "Longest prompt, in tokens.");
@@ -326,6 +337,7 @@ absl::Status ResolveEngines(const EngineFlags& flags, ServerOptions* options) {
   EngineSpec speculation;
   speculation.drafter = flags.defaults.drafter;
   speculation.num_speculative_tokens = flags.defaults.num_speculative_tokens;
+  speculation.draft_budget = flags.defaults.draft_budget;
   if (absl::Status st = engine::CheckEngineSpec(speculation); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("--", st.message()));
   }
@@ -422,6 +434,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   d.drafter = absl::GetFlag(FLAGS_drafter);
   d.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
   d.draft_model_dir = absl::GetFlag(FLAGS_draft_model_dir);
+  d.draft_budget = absl::GetFlag(FLAGS_draft_budget);
   flags.policy = absl::GetFlag(FLAGS_policy);
   flags.policy_given = !flags.policy.empty();
   if (flags.policy.empty()) flags.policy = "lru";

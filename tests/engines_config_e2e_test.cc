@@ -162,6 +162,9 @@ TEST(EnginesConfigRefusalTest, BadFilesAreRefusedAtStartByName) {
        {"ab: 'c' is not one of the engines"}},
       {R"({"engines": [{"name": "a", "expert_cache_ratio": "half"}]})",
        {"engine 'a'", "expert_cache_ratio"}},
+      {R"({"engines": [{"name": "qd", "policy": "quant_draft",
+                        "draft_budget": "more"}]})",
+       {"engine 'qd'", "draft_budget: must be shared or extra, got 'more'"}},
       {R"({"engines": [], "extra": 1})", {"unknown key 'extra'"}},
       {R"({"engines": [)", {"engines config"}},
   };
@@ -191,6 +194,14 @@ TEST(EnginesConfigRefusalTest, BadFilesAreRefusedAtStartByName) {
   EXPECT_EQ(run->exit_code, 2) << run->output;
   EXPECT_THAT(run->output, HasSubstr("engine 'lru': policy_config:"));
   EXPECT_THAT(run->output, HasSubstr("top_percent"));
+  run = testing::RunToExit(kBinary,
+                           {"--policy=quant_draft", "--draft_budget=more",
+                            "--port=0", "--metrics_port=0"},
+                           absl::Seconds(30));
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->exit_code, 2) << run->output;
+  EXPECT_THAT(run->output,
+              HasSubstr("--draft_budget: must be shared or extra, got 'more'"));
 }
 
 }  // namespace
