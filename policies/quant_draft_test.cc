@@ -346,7 +346,9 @@ TEST(QuantDraftGovernorTest, SlowLinkAmortisedByALongerDraft) {
 TEST(QuantDraftGovernorTest, LowAcceptanceDraftsLittleOrNothing) {
   auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
   EXPECT_EQ(owned->ChooseDraftLength(Query(std::vector<double>(8, 0.5), 0)), 1);
-  const DraftLengthQuery low = Query(std::vector<double>(8, 0.2), 0);
+  // Named: the query only points at its acceptance values.
+  const std::vector<double> p_low(8, 0.2);
+  const DraftLengthQuery low = Query(p_low, 0);
   std::vector<int> ks;
   for (int i = 0; i < QuantDraftPolicy::kProbeInterval + 1; ++i) {
     ks.push_back(owned->ChooseDraftLength(low));
