@@ -77,6 +77,32 @@ std::vector<uint32_t> Greedy(EngineHost* host, const std::string& engine) {
   return tokens;
 }
 
+// A server's metrics and engine host for `options`, and what ListModels
+// says of each engine, by name.
+struct Served {
+  metrics::Registry registry;
+  std::unique_ptr<ServerMetrics> server_metrics;
+  std::unique_ptr<EngineHost> host;
+  std::map<std::string, v1::EngineInfo> engines;
+};
+
+void Serve(const absl::StatusOr<ServerOptions>& options, Served* served) {
+  ASSERT_TRUE(options.ok()) << options.status();
+  absl::StatusOr<std::unique_ptr<ServerMetrics>> server_metrics =
+      ServerMetrics::Create(&served->registry, *options, [] { return true; });
+  ASSERT_TRUE(server_metrics.ok()) << server_metrics.status();
+  served->server_metrics = *std::move(server_metrics);
+  absl::StatusOr<std::unique_ptr<EngineHost>> host = EngineHost::Create(
+      *options, &served->registry, testing::HandOffTokenizer(*options));
+  ASSERT_TRUE(host.ok()) << host.status();
+  served->host = *std::move(host);
+  const v1::ListModelsResponse models = served->host->ListModels();
+  ASSERT_EQ(models.models_size(), 1);
+  for (const v1::EngineInfo& e : models.models(0).engines()) {
+    served->engines[e.name()] = e;
+  }
+}
+
 TEST(EngineInfoTest, ListModelsAndEngineInfoShowTheResolvedDrafterAndK) {
   absl::StatusOr<ServerOptions> options = Options(R"({
     "engines": [
@@ -88,21 +114,11 @@ TEST(EngineInfoTest, ListModelsAndEngineInfoShowTheResolvedDrafterAndK) {
     ],
     "ab": {"lru": 1, "lru_self": 1}
   })");
-  ASSERT_TRUE(options.ok()) << options.status();
-  metrics::Registry registry;
-  absl::StatusOr<std::unique_ptr<ServerMetrics>> server_metrics =
-      ServerMetrics::Create(&registry, *options, [] { return true; });
-  ASSERT_TRUE(server_metrics.ok()) << server_metrics.status();
-  absl::StatusOr<std::unique_ptr<EngineHost>> host = EngineHost::Create(
-      *options, &registry, testing::HandOffTokenizer(*options));
-  ASSERT_TRUE(host.ok()) << host.status();
-
-  const v1::ListModelsResponse models = (*host)->ListModels();
-  ASSERT_EQ(models.models_size(), 1);
-  std::map<std::string, v1::EngineInfo> engines;
-  for (const v1::EngineInfo& e : models.models(0).engines()) {
-    engines[e.name()] = e;
-  }
+  Served served;
+  ASSERT_NO_FATAL_FAILURE(Serve(options, &served));
+  metrics::Registry& registry = served.registry;
+  EngineHost* host = served.host.get();
+  std::map<std::string, v1::EngineInfo>& engines = served.engines;
   ASSERT_EQ(engines.size(), 4u);
   EXPECT_EQ(engines["lru"].drafter(), "none");
   EXPECT_EQ(engines["lru_self"].drafter(), "self");
@@ -127,9 +143,8 @@ TEST(EngineInfoTest, ListModelsAndEngineInfoShowTheResolvedDrafterAndK) {
 
   // lru vs lru + self draft: the same tokens; only the drafting engine
   // counts drafts.
-  EXPECT_EQ(Greedy(host->get(), "lru"), Greedy(host->get(), "lru_self"));
-  EXPECT_EQ(Greedy(host->get(), "self_spec"),
-            Greedy(host->get(), "self_spec_off"));
+  EXPECT_EQ(Greedy(host, "lru"), Greedy(host, "lru_self"));
+  EXPECT_EQ(Greedy(host, "self_spec"), Greedy(host, "self_spec_off"));
   EXPECT_GT(testing::SumOfSamples(registry,
                                   "moeserve_spec_decode_num_draft_tokens_total",
                                   {"policy=\"lru_self\""}),
@@ -156,21 +171,11 @@ TEST(EngineInfoTest, QuantDraftShowsItsDraftBudgetAndBytes) {
     ],
     "ab": {"lru": 1, "quant_draft": 1}
   })");
-  ASSERT_TRUE(options.ok()) << options.status();
-  metrics::Registry registry;
-  absl::StatusOr<std::unique_ptr<ServerMetrics>> server_metrics =
-      ServerMetrics::Create(&registry, *options, [] { return true; });
-  ASSERT_TRUE(server_metrics.ok()) << server_metrics.status();
-  absl::StatusOr<std::unique_ptr<EngineHost>> host = EngineHost::Create(
-      *options, &registry, testing::HandOffTokenizer(*options));
-  ASSERT_TRUE(host.ok()) << host.status();
-
-  const v1::ListModelsResponse models = (*host)->ListModels();
-  ASSERT_EQ(models.models_size(), 1);
-  std::map<std::string, v1::EngineInfo> engines;
-  for (const v1::EngineInfo& e : models.models(0).engines()) {
-    engines[e.name()] = e;
-  }
+  Served served;
+  ASSERT_NO_FATAL_FAILURE(Serve(options, &served));
+  metrics::Registry& registry = served.registry;
+  EngineHost* host = served.host.get();
+  std::map<std::string, v1::EngineInfo>& engines = served.engines;
   ASSERT_EQ(engines.size(), 3u);
   const v1::EngineInfo& lru = engines["lru"];
   const v1::EngineInfo& shared = engines["quant_draft"];
@@ -206,8 +211,8 @@ TEST(EngineInfoTest, QuantDraftShowsItsDraftBudgetAndBytes) {
                                   "state=\"draft\"}")));
 
   // Speculation never changes greedy tokens.
-  EXPECT_EQ(Greedy(host->get(), "lru"), Greedy(host->get(), "quant_draft"));
-  EXPECT_EQ(Greedy(host->get(), "lru"), Greedy(host->get(), "qd_extra"));
+  EXPECT_EQ(Greedy(host, "lru"), Greedy(host, "quant_draft"));
+  EXPECT_EQ(Greedy(host, "lru"), Greedy(host, "qd_extra"));
   EXPECT_GT(
       testing::SumOfSamples(registry, "moeserve_spec_decode_num_drafts_total",
                             {"policy=\"quant_draft\""}),

@@ -12,8 +12,6 @@
 //   cuda      VRAM slots on a GPU; skipped without one. Its baseline is the
 //             CUDA run with every expert resident (CUDA-vs-CPU agreement is
 //             //tests:cuda_parity_test's job).
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -21,21 +19,17 @@
 #include "engine/builder/engine_builder.h"
 #include "engine/engine.h"
 #include "engine/model_weights.h"
+#include "engine/testing/golden.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "nlohmann/json.hpp"
 #include "policies/registry.h"
 
 namespace moeserve {
 namespace {
 
 constexpr int kNewTokens = 12;
-
-std::string Runfile(const std::string& path) {
-  return std::string(getenv("TEST_SRCDIR")) + "/moeserve/" + path;
-}
 
 struct Fixture {
   std::unique_ptr<engine::ModelWeights> weights;
@@ -107,16 +101,13 @@ Fixture& Load(const std::string& name) {
   auto [it, inserted] = fixtures->try_emplace(name);
   Fixture& f = it->second;
   if (!inserted) return f;
-  std::ifstream in(Runfile("tests/golden/" + name + "/golden.json"));
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json golden = nlohmann::json::parse(text.str());
-  const std::string dir = Runfile(golden.at("model_dir").get<std::string>());
+  const engine::testing::Golden golden = engine::testing::ReadGolden(name);
+  const std::string dir = engine::testing::Runfile(golden.model_dir);
   f.weights = *engine::ModelWeights::Load(dir);
   f.tokenizer = *engine::Tokenizer::LoadFromModelDir(dir);
-  for (const auto& c : golden.at("cases")) {
+  for (const engine::testing::GoldenCase& c : golden.cases) {
     if (f.prompts.size() == 3) break;
-    f.prompts.push_back(c.at("prompt_ids").get<std::vector<int32_t>>());
+    f.prompts.push_back(c.prompt);
   }
   // Every expert resident in the weights' arena: no offload at all.
   auto engine = engine::Engine::Create(f.weights.get(), f.tokenizer.get(),

@@ -17,9 +17,7 @@
 //    = misses + prefetch loads - cancelled;
 //  - a seeded sampled request is reproducible for a fixed drafter and k.
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -28,10 +26,10 @@
 #include "engine/engine.h"
 #include "engine/model_weights.h"
 #include "engine/spec/testing/test_drafters.h"
+#include "engine/testing/golden.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "nlohmann/json.hpp"
 #include "policies/registry.h"
 
 namespace moeserve {
@@ -40,10 +38,6 @@ namespace {
 using engine::FinishReason;
 
 constexpr int kNewTokens = 16;
-
-std::string Runfile(const std::string& path) {
-  return std::string(getenv("TEST_SRCDIR")) + "/moeserve/" + path;
-}
 
 kernels::Backend* CpuBackend() {
   static auto* backend = new kernels::cpu::CpuBackend({.num_threads = 2});
@@ -134,17 +128,14 @@ Fixture& Load(const std::string& name) {
   auto [it, inserted] = fixtures->try_emplace(name);
   Fixture& f = it->second;
   if (!inserted) return f;
-  std::ifstream in(Runfile("tests/golden/" + name + "/golden.json"));
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json golden = nlohmann::json::parse(text.str());
-  const std::string dir = Runfile(golden.at("model_dir").get<std::string>());
+  const engine::testing::Golden golden = engine::testing::ReadGolden(name);
+  const std::string dir = engine::testing::Runfile(golden.model_dir);
   f.weights = *engine::ModelWeights::Load(dir);
   f.tokenizer = *engine::Tokenizer::LoadFromModelDir(dir);
-  for (const auto& c : golden.at("cases")) {
+  for (const engine::testing::GoldenCase& c : golden.cases) {
     if (f.requests.size() == 3) break;
     engine::GenerationRequest r;
-    r.prompt = c.at("prompt_ids").get<std::vector<int32_t>>();
+    r.prompt = c.prompt;
     r.max_new_tokens = kNewTokens;
     r.ignore_eos = true;
     f.requests.push_back(r);

@@ -4,6 +4,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "kernels/cpu/simd_x86.h"
 #endif
 
 namespace moeserve::kernels::cpu {
@@ -44,19 +46,10 @@ void ColsScalar(const float* x, int64_t m, int64_t k, const bf16* w, int64_t n,
 
 // ---- AVX2 + FMA kernel -----------------------------------------------------
 #if defined(__x86_64__)
-#define MOESERVE_AVX2 __attribute__((target("avx2,fma")))
-
 // Eight bf16 -> eight fp32: widen to 32 bits and shift into the high half.
 MOESERVE_AVX2 inline __m256 LoadBf16x8(const bf16* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-MOESERVE_AVX2 inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // y[MR rows, NR cols] for x rows x[0..MR) and weight rows w[0..NR).

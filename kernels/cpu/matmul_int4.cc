@@ -6,6 +6,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "kernels/cpu/simd_x86.h"
 #endif
 
 namespace moeserve::kernels::cpu {
@@ -66,8 +68,6 @@ void ColsScalar(const float* x, int64_t m, const Stacked& w, int64_t n,
 }
 
 #if defined(__x86_64__)
-#define MOESERVE_AVX2 __attribute__((target("avx2,fma")))
-#define MOESERVE_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
 // The 16 nibbles of 8 bytes at p, one a byte, in column order (low nibble of
 // byte i = column 2i).
@@ -77,12 +77,6 @@ MOESERVE_AVX2 inline __m128i Nibbles16Avx2(const uint8_t* p) {
   const __m128i lo = _mm_and_si128(b, mask);
   const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
   return _mm_unpacklo_epi8(lo, hi);
-}
-MOESERVE_AVX2 inline float HorizontalSumAvx2(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // y[MR rows, NR cols] for x rows x[0..MR) (row stride k) and the NR weight
@@ -127,7 +121,7 @@ MOESERVE_AVX2 void TileAvx2(const float* x, int64_t k, int64_t group,
   }
   for (int r = 0; r < MR; ++r) {
     for (int j = 0; j < NR; ++j) {
-      y[r * ldy + j] = HorizontalSumAvx2(acc[r][j]) + tail[r][j];
+      y[r * ldy + j] = HorizontalSum(acc[r][j]) + tail[r][j];
     }
   }
 }
