@@ -71,12 +71,17 @@ ABSL_FLAG(std::string, policies, "",
           "Comma list of offload policies (e.g. on_demand,lru,lfu_static,"
           "overlap): run the policy comparison on the first --model_dir "
           "(default models/demo) instead of the roofline benchmark.");
-ABSL_FLAG(std::string, drafters, "none",
-          "Policy mode: comma list of drafters; every policy runs with each "
-          "(EngineSpec::drafter): a registered drafter (self, ...), none (no "
-          "drafter added: the policy as it comes; self_spec brings self), "
-          "off (no speculation, even for self_spec), or an empty entry (the "
-          "policy's own), e.g. --drafters=none,self or --drafters=,self.");
+ABSL_FLAG(std::string, drafters, "own",
+          "Policy mode: comma list of drafters; every policy runs with each. "
+          "An entry is EngineSpec::drafter verbatim: a registered drafter "
+          "(self, int4, ...), none (no speculation, even for self_spec or "
+          "quant_draft), or own / an empty entry (the policy's own drafter), "
+          "e.g. --drafters=own,none,int4.");
+ABSL_FLAG(std::string, draft_budget, "shared",
+          "Policy mode: comma list of EngineSpec::draft_budget values for "
+          "cells whose drafter has its own pool in fast memory (int4): "
+          "shared (taken from the fast-tier budget: same memory) and/or "
+          "extra (added on top: same expert cache).");
 ABSL_FLAG(int, num_speculative_tokens, -1,
           "Policy mode: draft tokens per step for every drafted cell: > 0 "
           "fixed, 0 adaptive, -1 the policy's own (adaptive for a policy "
@@ -187,8 +192,10 @@ int PolicyMain(int threads) {
   o.model_dir = Resolve(dirs.empty() ? "models/demo" : dirs.front());
   o.policies =
       absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
-  // Empty entries are kept: "" is the policy's own drafter.
+  // Empty entries are kept: "" is the policy's own drafter (as "own").
   o.drafters = absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',');
+  o.draft_budgets =
+      absl::StrSplit(absl::GetFlag(FLAGS_draft_budget), ',', absl::SkipEmpty());
   o.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
   o.ratios = ParseDoubles(absl::GetFlag(FLAGS_expert_cache_ratio));
   o.concurrencies = ParseInts(absl::GetFlag(FLAGS_concurrency));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 #include <thread>
@@ -22,6 +23,8 @@
 #include "engine/tokenizer.h"
 #include "kernels/tensor.h"
 #include "policies/registry.h"
+#include "tools/bench/access_trace.h"
+#include "tools/bench/belady.h"
 #include "tools/bench/expert_compute.h"
 #include "tools/bench/prompts.h"
 #include "tools/bench/stand_in_tokenizer.h"
@@ -84,6 +87,9 @@ struct Cell {
   std::string entry;    // As given in PolicyBenchOptions::drafters.
   std::string drafter;  // "none" or a registered drafter.
   int k = 0;            // num_speculative_tokens (0: adaptive); 0 for none.
+  // EngineSpec::draft_budget for a drafter with its own pool, else "".
+  std::string budget;
+  uint64_t pool_bytes = 0;  // That pool's bytes (0: none).
 };
 
 // Every (policy, drafter entry) of `o`, resolved as EngineSpec would be
@@ -99,12 +105,12 @@ absl::StatusOr<std::vector<Cell>> ResolveCells(
     for (const std::string& entry : o.drafters) {
       Cell c{.policy = policy, .entry = entry};
       if (entry == "off") {
-        c.drafter = "none";
-      } else if (entry.empty() || entry == "none") {
-        c.drafter = own_drafter;
-      } else {
-        c.drafter = entry;
+        return absl::InvalidArgumentError(
+            "--drafters: 'off' is gone; entries are EngineSpec::drafter "
+            "verbatim: 'none' (no speculation), 'own' or '' (the policy's "
+            "own drafter), or a registered drafter");
       }
+      c.drafter = entry.empty() || entry == "own" ? own_drafter : entry;
       if (c.drafter != "none") {
         c.k = o.num_speculative_tokens >= 0
                   ? o.num_speculative_tokens
@@ -118,6 +124,61 @@ absl::StatusOr<std::vector<Cell>> ResolveCells(
     }
   }
   return cells;
+}
+
+// The drafter's own pool in fast memory (BuiltEngine::draft_bytes) for
+// every drafter of `cells`, measured by building a small engine with
+// draft_budget "extra" (no pool: 0).
+absl::StatusOr<std::map<std::string, uint64_t>> DraftPools(
+    const std::vector<Cell>& cells, const engine::ModelWeights* weights,
+    const engine::Tokenizer* tokenizer, kernels::Backend* backend,
+    const PolicyBenchOptions& o, const policies::PolicyConfig& config) {
+  std::map<std::string, uint64_t> pools;
+  for (const Cell& c : cells) {
+    if (c.drafter == "none" || pools.contains(c.drafter)) continue;
+    engine::EngineSpec spec;
+    spec.name = c.policy;
+    spec.policy = c.policy;
+    spec.policy_config = config;
+    spec.drafter = c.drafter;
+    spec.num_speculative_tokens = c.k;
+    spec.expert_cache_ratio = 0.01;  // one blob at least
+    spec.slow_tier = o.slow_tier;
+    spec.max_num_seqs = 1;
+    spec.kv_cache_bytes = 8 << 20;
+    spec.draft_budget = "extra";
+    absl::StatusOr<engine::BuiltEngine> built =
+        engine::BuildEngine({weights, tokenizer, backend, nullptr}, spec);
+    if (!built.ok()) return built.status();
+    pools[c.drafter] = built->draft_bytes;
+  }
+  return pools;
+}
+
+// `cells` with the budget axis: a drafter with a pool once per budget.
+std::vector<Cell> WithBudgets(const std::vector<Cell>& cells,
+                              const std::map<std::string, uint64_t>& pools,
+                              const std::vector<std::string>& budgets) {
+  std::vector<Cell> out;
+  for (const Cell& c : cells) {
+    auto it = pools.find(c.drafter);
+    if (it == pools.end() || it->second == 0) {
+      out.push_back(c);
+      continue;
+    }
+    for (const std::string& b : budgets) {
+      Cell x = c;
+      x.budget = b;
+      x.pool_bytes = it->second;
+      const bool seen =
+          std::any_of(out.begin(), out.end(), [&x](const Cell& y) {
+            return y.policy == x.policy && y.drafter == x.drafter &&
+                   y.k == x.k && y.budget == x.budget;
+          });
+      if (!seen) out.push_back(std::move(x));
+    }
+  }
+  return out;
 }
 
 // "none", "self k=4", "self k=adaptive".
@@ -145,14 +206,17 @@ absl::StatusOr<PolicyResult> RunOne(
   spec.policy_config = config;
   spec.drafter = cell.drafter;
   spec.num_speculative_tokens = cell.drafter == "none" ? -1 : cell.k;
+  spec.draft_budget = cell.budget.empty() ? "shared" : cell.budget;
   spec.expert_cache_ratio = ratio;
   spec.slow_tier = o.slow_tier;
   spec.link = {.gbps = o.link_gbps, .latency_us = o.link_latency_us};
   spec.max_num_seqs = concurrency;
   // On a device backend the builder puts the slots in device memory and the
   // link copies on the device (the all-host fast tier is the CPU's case).
-  absl::StatusOr<engine::BuiltEngine> built =
-      engine::BuildEngine({weights, tokenizer, backend, nullptr}, spec);
+  // The policy is wrapped to record the target's acquires (access_trace.h).
+  TraceRegistration trace;
+  absl::StatusOr<engine::BuiltEngine> built = engine::BuildEngine(
+      {weights, tokenizer, backend, nullptr}, trace.Wrap(spec));
   if (!built.ok()) return built.status();
   engine::Engine* const engine = built->engine.get();
   const engine::ExpertResidency* const stack = built->residency;
@@ -169,6 +233,7 @@ absl::StatusOr<PolicyResult> RunOne(
 
   const engine::ResidencyStats before = stack->stats();
   const engine::SpecStats spec_before = engine->stats().spec;
+  trace.trace().Start();
   std::vector<RequestTrace> traces(o.num_requests);
   std::vector<std::thread> drainers;
   const auto start = Clock::now();
@@ -186,6 +251,7 @@ absl::StatusOr<PolicyResult> RunOne(
   }
   for (std::thread& t : drainers) t.join();
   const auto end = Clock::now();
+  const std::vector<engine::ExpertId> accesses = trace.trace().Stop();
   const engine::ResidencyStats after = stack->stats();
   const engine::SpecStats spec_after = engine->stats().spec;
 
@@ -193,6 +259,8 @@ absl::StatusOr<PolicyResult> RunOne(
   r.policy = policy;
   r.drafter_entry = cell.entry;
   r.drafter = built->spec.drafter;
+  r.draft_budget = cell.budget;
+  r.draft_bytes = built->draft_bytes;
   r.num_speculative_tokens =
       r.drafter == "none" ? 0 : built->spec.num_speculative_tokens;
   r.ratio = ratio;
@@ -226,6 +294,12 @@ absl::StatusOr<PolicyResult> RunOne(
   if (const uint64_t acquires = r.hits + r.hits_loading + r.misses) {
     r.hit_rate = double(r.hits) / acquires;
     r.hit_loading_share = double(r.hits_loading) / acquires;
+  }
+  {
+    const OracleHits oracle = BeladyHits(accesses, r.slots, /*warm=*/true);
+    r.trace_accesses = oracle.accesses;
+    r.oracle_hits = oracle.hits;
+    r.oracle_hit_rate = oracle.hit_rate();
   }
   r.link_bytes = after.link_bytes - before.link_bytes;
   r.link_transfers = after.link_transfers - before.link_transfers;
@@ -293,6 +367,15 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
   absl::StatusOr<policies::PolicyConfig> config =
       policies::ParsePolicyConfig(o.policy_config);
   if (!config.ok()) return config.status();
+  for (const std::string& b : o.draft_budgets) {
+    if (b != "shared" && b != "extra") {
+      return absl::InvalidArgumentError(
+          "--draft_budget entries must be shared or extra");
+    }
+  }
+  if (o.draft_budgets.empty()) {
+    return absl::InvalidArgumentError("need >= 1 draft budget");
+  }
   absl::StatusOr<std::vector<Cell>> cells = ResolveCells(o, *config);
   if (!cells.ok()) return cells.status();
   absl::StatusOr<std::unique_ptr<engine::ModelWeights>> weights =
@@ -308,6 +391,13 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
       synthetic ? StandInTokenizer((*weights)->config().vocab_size)
                 : engine::Tokenizer::LoadFromModelDir(o.model_dir);
   if (!tokenizer.ok()) return tokenizer.status();
+
+  {
+    absl::StatusOr<std::map<std::string, uint64_t>> pools = DraftPools(
+        *cells, weights->get(), tokenizer->get(), backend, o, *config);
+    if (!pools.ok()) return pools.status();
+    *cells = WithBudgets(*cells, *pools, o.draft_budgets);
+  }
 
   PolicyReport report;
   report.machine = DescribeMachine();
@@ -370,15 +460,36 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
   for (double ratio : o.ratios) {
     for (int conc : o.concurrencies) {
       const size_t first = report.results.size();
+      // A shared draft pool must leave at least one expert slot (as
+      // BuildEngine checks); such cells are skipped, not failed.
+      const uint64_t budget = engine::ExpertCacheBytes(**weights, ratio, 0);
+      std::vector<bool> runnable(cells->size(), true);
+      for (size_t p = 0; p < cells->size(); ++p) {
+        const Cell& cell = (*cells)[p];
+        if (cell.budget != "shared" ||
+            budget >= cell.pool_bytes + report.expert_blob_bytes) {
+          continue;
+        }
+        runnable[p] = false;
+        if (conc != o.concurrencies.front()) continue;
+        report.skipped.push_back(absl::StrFormat(
+            "ratio %.2f: %s + %s, budget shared: the draft pool (%s) leaves "
+            "no expert slot in the %s fast tier",
+            ratio, cell.policy, DrafterLabel(cell.drafter, cell.k),
+            HumanBytes(cell.pool_bytes), HumanBytes(budget)));
+      }
       std::vector<std::vector<PolicyResult>> runs(cells->size());
       for (int rep = 0; rep < std::max(1, o.repeats); ++rep) {
         for (size_t p = 0; p < cells->size(); ++p) {
+          if (!runnable[p]) continue;
           const Cell& cell = (*cells)[p];
           std::fprintf(stderr,
-                       "  ratio %.2f concurrency %d policy %s drafter %s "
+                       "  ratio %.2f concurrency %d policy %s drafter %s%s "
                        "(repeat %d) ...\n",
                        ratio, conc, cell.policy.c_str(),
-                       DrafterLabel(cell.drafter, cell.k).c_str(), rep + 1);
+                       DrafterLabel(cell.drafter, cell.k).c_str(),
+                       cell.budget.empty() ? "" : (" " + cell.budget).c_str(),
+                       rep + 1);
           absl::StatusOr<PolicyResult> r =
               RunOne(weights->get(), tokenizer->get(), backend, o, *config,
                      prompts, cell, ratio, conc);
@@ -387,6 +498,7 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
         }
       }
       for (std::vector<PolicyResult>& v : runs) {
+        if (v.empty()) continue;  // skipped
         std::vector<double> tps;
         for (const PolicyResult& r : v) tps.push_back(r.tokens_per_s);
         // Every repeat must generate the same tokens as the reported one.
@@ -523,24 +635,35 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                static_cast<long long>(rep.results.front().tokens));
   std::fprintf(
       out,
-      "drafters: %s (none: the policy as it comes; '': the policy's own; "
-      "off: no speculation); num_speculative_tokens %d (-1: the policy's "
-      "own, 0: adaptive)\n\n",
+      "drafters: %s (EngineSpec::drafter: none = no speculation; own or '' "
+      "= the policy's own drafter); num_speculative_tokens %d (-1: the "
+      "policy's own, 0: adaptive); draft_budget %s (drafters with their own "
+      "pool: shared = taken from the fast-tier budget, extra = on top)\n",
       absl::StrJoin(o.drafters, ",",
                     [](std::string* out, const std::string& d) {
                       absl::StrAppend(out, d.empty() ? "''" : d);
                     })
           .c_str(),
-      o.num_speculative_tokens);
+      o.num_speculative_tokens, absl::StrJoin(o.draft_budgets, ",").c_str());
   std::fprintf(out,
-               "| ratio | conc | policy | drafter | slots | tok/s | vs "
-               "on_demand | vs no drafter | TPOT mean/p50/p99 ms | hit rate "
-               "| hit_loading | transfers/tok | link KiB/tok | stall share | "
-               "link busy | expert copy GB/s (x plain) | prefetch precision "
-               "(used/loads) | cancelled prefetches |\n");
+               "oracle hit: Belady's MIN on the cell's own target access "
+               "trace at its slots, starting with the first `slots` "
+               "distinct experts resident (no demand-caching policy can "
+               "hit more; a prefetching one can)\n");
+  for (const std::string& s : rep.skipped) {
+    std::fprintf(out, "skipped: %s\n", s.c_str());
+  }
+  std::fprintf(out, "\n");
+  std::fprintf(out,
+               "| ratio | conc | policy | drafter | budget | draft MiB | slots "
+               "| tok/s | vs on_demand | vs no drafter | TPOT mean/p50/p99 ms "
+               "| hit rate | oracle hit | hit_loading | transfers/tok | link "
+               "KiB/tok | stall share | link busy | expert copy GB/s (x "
+               "plain) | prefetch precision (used/loads) | cancelled "
+               "prefetches |\n");
   std::fprintf(out,
                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-               "---|---|---|\n");
+               "---|---|---|---|---|---|\n");
   for (const PolicyResult& r : rep.results) {
     const std::string vs =
         r.speedup_vs_on_demand > 0
@@ -560,18 +683,23 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
             ? absl::StrFormat("%.2f (%.2fx)", r.expert_copy_gbps,
                               r.expert_copy_vs_plain)
             : "n/a";
-    std::fprintf(out,
-                 "| %.2f | %d | %s | %s | %d | %.1f | %s | %s | %.2f / %.2f / "
-                 "%.2f | %.3f | %.3f | %.2f | %.1f | %.1f%% | %.1f%% | %s | %s "
-                 "| %d |\n",
-                 r.ratio, r.concurrency, r.policy.c_str(),
-                 DrafterLabel(r.drafter, r.num_speculative_tokens).c_str(),
-                 r.slots, r.tokens_per_s, vs.c_str(), vs_plain.c_str(),
-                 r.tpot_mean_ms, r.tpot_p50_ms, r.tpot_p99_ms, r.hit_rate,
-                 r.hit_loading_share, r.transfers_per_token,
-                 r.link_bytes_per_token / 1024.0, 100 * r.stall_share,
-                 100 * r.link_busy_share, copy.c_str(), prec.c_str(),
-                 static_cast<int>(r.prefetch_cancelled));
+    std::fprintf(
+        out,
+        "| %.2f | %d | %s | %s | %s | %s | %d | %.1f | %s | %s | %.2f "
+        "/ %.2f / %.2f | %.3f | %.3f | %.3f | %.2f | %.1f | %.1f%% | "
+        "%.1f%% | %s | %s | %d |\n",
+        r.ratio, r.concurrency, r.policy.c_str(),
+        DrafterLabel(r.drafter, r.num_speculative_tokens).c_str(),
+        r.draft_budget.empty() ? "-" : r.draft_budget.c_str(),
+        r.draft_bytes > 0
+            ? absl::StrFormat("%.2f", r.draft_bytes / double(1 << 20)).c_str()
+            : "-",
+        r.slots, r.tokens_per_s, vs.c_str(), vs_plain.c_str(), r.tpot_mean_ms,
+        r.tpot_p50_ms, r.tpot_p99_ms, r.hit_rate, r.oracle_hit_rate,
+        r.hit_loading_share, r.transfers_per_token,
+        r.link_bytes_per_token / 1024.0, 100 * r.stall_share,
+        100 * r.link_busy_share, copy.c_str(), prec.c_str(),
+        static_cast<int>(r.prefetch_cancelled));
   }
   // Speculation: only when some cell drafted.
   const bool any_drafter =
@@ -584,22 +712,23 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                "/ drafts, mean k = draft tokens / drafts, shares of wall "
                "time):\n\n");
   std::fprintf(out,
-               "| ratio | conc | policy | drafter | tok/s | vs on_demand | vs "
-               "no drafter | drafts | draft tokens | accepted | acceptance | "
+               "| ratio | conc | policy | drafter | budget | tok/s | vs "
+               "on_demand | vs no drafter | drafts | draft tokens | accepted | "
+               "acceptance | "
                "tokens/verification | mean k | draft share | verify share "
                "|\n");
   std::fprintf(out,
                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-               "\n");
+               "---|\n");
   for (const PolicyResult& r : rep.results) {
     if (r.drafter == "none") continue;
     std::fprintf(
         out,
-        "| %.2f | %d | %s | %s | %.1f | %s | %s | %d | %d | %d | %s | %s | %s "
-        "| %.1f%% | %.1f%% |\n",
+        "| %.2f | %d | %s | %s | %s | %.1f | %s | %s | %d | %d | %d | %s | %s "
+        "| %s | %.1f%% | %.1f%% |\n",
         r.ratio, r.concurrency, r.policy.c_str(),
         DrafterLabel(r.drafter, r.num_speculative_tokens).c_str(),
-        r.tokens_per_s,
+        r.draft_budget.empty() ? "-" : r.draft_budget.c_str(), r.tokens_per_s,
         r.speedup_vs_on_demand > 0
             ? absl::StrFormat("%.2fx", r.speedup_vs_on_demand).c_str()
             : "n/a",
@@ -657,10 +786,12 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
       {"policy_config", o.policy_config},
       {"repeats", o.repeats},
       {"drafters", o.drafters},
+      {"draft_budgets", o.draft_budgets},
       {"num_speculative_tokens", o.num_speculative_tokens},
       {"greedy", true}};
   j["outputs_identical"] = rep.outputs_identical;
   j["distinct_generated_tokens"] = rep.distinct_generated_tokens;
+  j["skipped"] = rep.skipped;
   j["results"] = nlohmann::json::array();
   for (const PolicyResult& r : rep.results) {
     nlohmann::json x = {
@@ -668,6 +799,8 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
         {"drafter_entry", r.drafter_entry},
         {"drafter", r.drafter},
         {"num_speculative_tokens", r.num_speculative_tokens},
+        {"draft_budget", r.draft_budget},
+        {"draft_bytes", r.draft_bytes},
         {"expert_cache_ratio", r.ratio},
         {"concurrency", r.concurrency},
         {"slots", r.slots},
@@ -683,6 +816,9 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
         {"misses", r.misses},
         {"hit_rate", r.hit_rate},
         {"hit_loading_share", r.hit_loading_share},
+        {"trace_accesses", r.trace_accesses},
+        {"oracle_hits", r.oracle_hits},
+        {"oracle_hit_rate", r.oracle_hit_rate},
         {"link_bytes", r.link_bytes},
         {"link_transfers", r.link_transfers},
         {"link_bytes_per_token", r.link_bytes_per_token},

@@ -5,12 +5,24 @@
 // timed part and latency per token.
 //
 // Drafter axis: every policy runs once per entry of `drafters`, through
-// EngineSpec::drafter / num_speculative_tokens. An entry is a registered
-// drafter ("self", ...), "" (the policy's own: EngineSpec's ""), "none" (no
-// drafter added: the policy as it comes, so a policy that brings its own
-// drafter, self_spec -> self, still speculates with it) or "off" (no
-// speculation at all, even for such a policy). Entries that resolve to the
+// EngineSpec::drafter / num_speculative_tokens. An entry is EngineSpec's
+// drafter verbatim, so the bench and the server mean the same: a registered
+// drafter ("self", "int4", ...), "none" (no speculation at all, even for a
+// policy that brings a drafter: self_spec, quant_draft) or "" (the policy's
+// own drafter); "own" is a readable alias of "". Entries that resolve to the
 // same (drafter, k) for a policy run once.
+//
+// Draft budget axis: a cell whose drafter keeps its own expert pool in fast
+// memory (BuiltEngine::draft_bytes > 0: int4) runs once per entry of
+// `draft_budgets` (EngineSpec::draft_budget): "shared" takes the pool out of
+// the fast-tier budget (same memory), "extra" adds it on top (same expert
+// cache). Other cells run once. A shared cell whose pool leaves no expert
+// slot in the budget is skipped (PolicyReport::skipped).
+//
+// Oracle: every cell's target expert access trace (the (layer, expert)
+// acquires of its timed part, in order; access_trace.h) is replayed with
+// Belady's MIN at the cell's slot count (belady.h, warm start): the hit
+// rate no demand-caching policy can beat on that trace.
 //
 // Runs on any Backend: on a device backend (CUDA) the fast tier's expert
 // slots live in device memory and the link copies on the device's copy
@@ -41,8 +53,10 @@ struct PolicyBenchOptions {
   std::string model_name;  // For the report; default: the directory's name.
   std::vector<std::string> policies = {"on_demand", "lru", "lfu_static",
                                        "overlap"};
-  // See the header comment: "none", "off", "" or a registered drafter.
-  std::vector<std::string> drafters = {"none"};
+  // See the header comment: "none", "" / "own" or a registered drafter.
+  std::vector<std::string> drafters = {"own"};
+  // See the header comment: "shared" and/or "extra".
+  std::vector<std::string> draft_budgets = {"shared"};
   // EngineSpec::num_speculative_tokens for every drafted cell: > 0 fixed, 0
   // adaptive, -1 the policy's own (adaptive for a policy without one).
   int num_speculative_tokens = -1;
@@ -69,6 +83,9 @@ struct PolicyResult {
   std::string drafter_entry;  // As given in PolicyBenchOptions::drafters.
   std::string drafter;        // Resolved (BuiltEngine::spec): "none", "self".
   int num_speculative_tokens = 0;  // Resolved; 0 adaptive (with a drafter).
+  // EngineSpec::draft_budget when the drafter has its own pool, else "".
+  std::string draft_budget;
+  uint64_t draft_bytes = 0;  // BuiltEngine::draft_bytes.
   double ratio = 0;
   int concurrency = 0;
   int slots = 0;  // Fast-tier expert slots.
@@ -89,6 +106,10 @@ struct PolicyResult {
   uint64_t hits = 0, hits_loading = 0, misses = 0;
   double hit_rate = 0;           // hits / (hits + hits_loading + misses).
   double hit_loading_share = 0;  // hits_loading / the same.
+  // Belady's MIN on this run's access trace at `slots` (warm start).
+  uint64_t trace_accesses = 0;
+  uint64_t oracle_hits = 0;
+  double oracle_hit_rate = 0;
   uint64_t link_bytes = 0;
   uint64_t link_transfers = 0;
   double link_bytes_per_token = 0;
@@ -139,6 +160,9 @@ struct PolicyReport {
   bool outputs_identical = false;     // Across every run.
   int distinct_generated_tokens = 0;  // Token ids in one run's outputs.
   std::vector<PolicyResult> results;
+  // Cells not run, each with why (a shared draft pool larger than the
+  // budget).
+  std::vector<std::string> skipped;
 };
 
 absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,

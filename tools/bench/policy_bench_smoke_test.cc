@@ -1,7 +1,8 @@
 // Runs moeserve_bench's policy mode with tiny settings and checks the JSON
 // report: on models/demo (text prompts; 2 requests x 4 tokens, 2 policies,
 // one ratio, link emulation on), with a drafter axis (speculative decoding
-// cells: the speculation columns and accepted <= drafted), on a generated
+// cells: the speculation columns and accepted <= drafted; the int4 drafter
+// with both draft budgets and the Belady oracle), on a generated
 // random-weight model without tokenizer (synthetic prompts), and
 // --backend=cuda (a clear error without a
 // GPU; a report from the CUDA backend with one). Not a performance test: no
@@ -90,9 +91,19 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
   }
   // on_demand never prefetches; its precision is null (n/a).
   EXPECT_TRUE(j["results"][0]["prefetch_precision"].is_null());
-  // The default drafter axis is "none": no speculation anywhere.
-  EXPECT_EQ(j["workload"].at("drafters"), nlohmann::json::array({"none"}));
+  // The default drafter axis is "own": the policy's own drafter, none for
+  // these two policies.
+  EXPECT_EQ(j["workload"].at("drafters"), nlohmann::json::array({"own"}));
+  EXPECT_EQ(j["workload"].at("draft_budgets"),
+            nlohmann::json::array({"shared"}));
+  EXPECT_TRUE(j.at("skipped").empty());
   for (const nlohmann::json& r : j["results"]) {
+    // The oracle replayed the run's own acquires.
+    EXPECT_GT(r.at("trace_accesses").get<int>(), 0) << r.dump();
+    EXPECT_GE(r.at("oracle_hit_rate").get<double>(), 0);
+    EXPECT_LE(r.at("oracle_hit_rate").get<double>(), 1);
+    EXPECT_EQ(r.at("draft_budget"), "");
+    EXPECT_EQ(r.at("draft_bytes").get<int>(), 0);
     EXPECT_EQ(r.at("drafter"), "none");
     EXPECT_EQ(r.at("draft_tokens").get<int>(), 0);
     EXPECT_TRUE(r.at("acceptance_rate").is_null());
@@ -106,12 +117,12 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
 
 TEST(PolicyBenchSmokeTest, DrafterAxisReportsSpeculation) {
   const std::string json_path = TmpFile("policy_bench_spec.json");
-  // on_demand x {none, self, off (= none)} and self_spec x {none (= its own
-  // self), self (the same cell), off}: 4 distinct cells.
+  // on_demand x {own (= none), self, none} and self_spec x {own (= its
+  // self), self (the same cell), none (no speculation)}: 4 distinct cells.
   const std::string cmd = Runfile("tools/bench/moeserve_bench") +
                           " --model_dir=" + Runfile("models/demo") +
                           " --policies=on_demand,self_spec"
-                          " --drafters=none,self,off"
+                          " --drafters=own,self,none"
                           " --num_speculative_tokens=2"
                           " --expert_cache_ratio=0.5 --link_gbps=20"
                           " --link_latency_us=5 --num_requests=2"
@@ -125,7 +136,7 @@ TEST(PolicyBenchSmokeTest, DrafterAxisReportsSpeculation) {
   EXPECT_TRUE(j.at("outputs_identical").get<bool>());
   EXPECT_EQ(j["workload"].at("num_speculative_tokens"), 2);
   EXPECT_EQ(j["workload"].at("drafters"),
-            nlohmann::json::array({"none", "self", "off"}));
+            nlohmann::json::array({"own", "self", "none"}));
   const nlohmann::json& rs = j.at("results");
   ASSERT_EQ(rs.size(), 4u) << rs.dump();
   const std::pair<const char*, const char*> cells[] = {{"on_demand", "none"},
@@ -136,8 +147,8 @@ TEST(PolicyBenchSmokeTest, DrafterAxisReportsSpeculation) {
     EXPECT_EQ(rs[i].at("policy"), cells[i].first) << i;
     EXPECT_EQ(rs[i].at("drafter"), cells[i].second) << i;
   }
-  EXPECT_EQ(rs[2].at("drafter_entry"), "none");  // self_spec brings self
-  EXPECT_EQ(rs[3].at("drafter_entry"), "off");
+  EXPECT_EQ(rs[2].at("drafter_entry"), "own");  // self_spec brings self
+  EXPECT_EQ(rs[3].at("drafter_entry"), "none");
   for (const nlohmann::json& r : rs) {
     EXPECT_EQ(r.at("tokens").get<int>(), 2 * 6) << r.dump();
     for (const char* key : {"hits",
@@ -190,6 +201,57 @@ TEST(PolicyBenchSmokeTest, DrafterAxisReportsSpeculation) {
   }
   // self_spec speculates with its own drafter at a fixed k = 2.
   EXPECT_GT(rs[2].at("draft_tokens").get<int>(), 0) << rs[2].dump();
+  // on_demand never keeps an expert: the oracle's hits bound its zero.
+  EXPECT_EQ(rs[0].at("hits").get<int>(), 0);
+  EXPECT_GE(rs[0].at("oracle_hits").get<int>(), 0);
+}
+
+TEST(PolicyBenchSmokeTest, Int4DrafterWithBothBudgets) {
+  const std::string json_path = TmpFile("policy_bench_int4.json");
+  // quant_draft x {own (= int4, k adaptive), none} x budgets: at R = 0.25
+  // the int4 pool (~28% of the expert bytes) leaves no slot when shared, so
+  // that cell is skipped; at R = 0.5 both budgets run.
+  const std::string cmd = Runfile("tools/bench/moeserve_bench") +
+                          " --model_dir=" + Runfile("models/demo") +
+                          " --policies=lru,quant_draft --drafters=own,int4"
+                          " --draft_budget=shared,extra"
+                          " --expert_cache_ratio=0.25,0.5 --link_gbps=20"
+                          " --link_latency_us=5 --num_requests=2"
+                          " --max_new_tokens=6 --concurrency=2 --threads=2"
+                          " --json_out=" +
+                          json_path;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
+  EXPECT_TRUE(j.at("outputs_identical").get<bool>());
+  EXPECT_EQ(j["workload"].at("draft_budgets"),
+            nlohmann::json::array({"shared", "extra"}));
+  // lru + int4 shared and quant_draft + int4 shared at R = 0.25.
+  EXPECT_EQ(j.at("skipped").size(), 2u) << j.at("skipped").dump();
+  // Cells per ratio: lru none, lru int4 x 2 budgets, quant_draft int4 x 2;
+  // R = 0.25 loses the two shared ones.
+  const nlohmann::json& rs = j.at("results");
+  ASSERT_EQ(rs.size(), 3u + 5u) << rs.dump();
+  int shared_slots = 0, extra_slots = 0;
+  for (const nlohmann::json& r : rs) {
+    if (r.at("drafter") == "none") {
+      EXPECT_EQ(r.at("draft_budget"), "");
+      EXPECT_EQ(r.at("draft_bytes").get<int>(), 0);
+      continue;
+    }
+    EXPECT_EQ(r.at("drafter"), "int4") << r.dump();
+    EXPECT_GT(r.at("draft_bytes").get<int64_t>(), 0) << r.dump();
+    EXPECT_GT(r.at("trace_accesses").get<int>(), 0) << r.dump();
+    if (r.at("expert_cache_ratio").get<double>() != 0.5 ||
+        r.at("policy") != "quant_draft") {
+      continue;
+    }
+    (r.at("draft_budget") == "shared" ? shared_slots : extra_slots) =
+        r.at("slots").get<int>();
+  }
+  // Shared takes the pool out of the same budget: fewer slots.
+  EXPECT_GT(shared_slots, 0);
+  EXPECT_GT(extra_slots, shared_slots);
 }
 
 TEST(PolicyBenchSmokeTest, GeneratedModelWithoutTokenizerUsesSyntheticIds) {
