@@ -107,6 +107,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
   std::shared_ptr<RequestStream> stream = seq->stream;
   base::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("engine is shutting down");
+  seq->id = ++last_sequence_id_;
   if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "engine '", options_.name,
@@ -464,6 +465,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
   if (seq->finished) return;
   seq->finished = true;
   kv_->Release(&seq->blocks);
+  if (drafter_ != nullptr) drafter_->Forget(seq->id);
   if (metrics_ != nullptr && seq->request.count_in_metrics) {
     metrics_->CountFinished(reason);
     metrics_->ObserveRequestLatency(

@@ -199,6 +199,7 @@ class Engine {
       ABSL_GUARDED_BY(mu_);
   int running_count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_sequence_id_ ABSL_GUARDED_BY(mu_) = 0;
   SpecStats spec_stats_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -136,8 +136,8 @@ void Engine::Draft(const std::vector<Sequence*>& scheduled) {
     // for a seeded request.
     const uint64_t seed = seq->request.sampling.seed ^
                           (0x9E3779B97F4A7C15ull * (seq->tokens.size() + 1));
-    inputs.push_back(
-        {seq->tokens, &seq->blocks, seq->spec_k, seq->sampler.get(), seed});
+    inputs.push_back({seq->tokens, &seq->blocks, seq->spec_k,
+                      seq->sampler.get(), seed, seq->id});
   }
   if (inputs.empty()) return;
   std::vector<spec::DraftOutput> outputs;

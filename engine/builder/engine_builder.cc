@@ -109,8 +109,9 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
                     "drafter '", built.spec.drafter, "' is not registered")));
     }
     // Runs inside Engine::Create, after make_experts built the stack.
-    options.make_drafter = [&model, &stack, factory](MoeModel* target,
-                                                     KvCache* kv) {
+    options.make_drafter = [&model, &stack, factory,
+                            draft_model_dir = built.spec.draft_model_dir](
+                               MoeModel* target, KvCache* kv) {
       spec::DrafterContext context;
       context.weights = model.weights;
       context.target = target;
@@ -119,6 +120,7 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
       context.residency = &stack->residency();
       context.policy = stack->policy();
       context.backend = model.backend;
+      context.draft_model_dir = draft_model_dir;
       return (*factory)(context);
     };
   }

@@ -20,6 +20,7 @@ inline constexpr double kInitialAcceptance = 0.7;
 
 struct Engine::Sequence {
   GenerationRequest request;
+  uint64_t id = 0;  // unique for the engine's lifetime (DraftInput)
   std::shared_ptr<RequestStream> stream;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
   size_t prompt_len = 0;

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -52,6 +53,10 @@ struct DraftInput {
   // Seeds the drafter's own generator for sampled drafts, so a seeded
   // request is reproducible for a fixed drafter and k.
   uint64_t draft_seed = 0;
+  // Names the sequence for the engine's lifetime (a drafter with state of
+  // its own per sequence, e.g. its own KV cache, keys it by this; Forget()
+  // says when it may drop it).
+  uint64_t sequence_id = 0;
 };
 
 // What the drafter proposes for one sequence.
@@ -82,6 +87,9 @@ class Drafter {
   virtual absl::Status Propose(std::span<const DraftInput> inputs,
                                std::vector<DraftOutput>* outputs,
                                ExpertLookahead* lookahead) = 0;
+
+  // The sequence finished (or was cancelled): state kept for it may go.
+  virtual void Forget(uint64_t sequence_id) { (void)sequence_id; }
 
   // Called by a drafter that fills the lookahead position by position after
   // each position but the last (a growing window, planned_positions set),
@@ -120,6 +128,9 @@ struct DrafterContext {
   // The compute backend (a drafter with weights of its own puts them in
   // its memory).
   kernels::Backend* backend = nullptr;
+  // A separate draft model's directory (EngineSpec::draft_model_dir; the
+  // external drafter), or empty.
+  std::string draft_model_dir;
 };
 
 using DrafterFactory = std::function<absl::StatusOr<std::unique_ptr<Drafter>>(
