@@ -1,9 +1,9 @@
 // Speculative decoding is lossless (DESIGN.md "SpecDecoder"; issue 12):
 //  - greedy: tokens, text and finish reasons identical to the plain
 //    all-resident run for every drafter (oracle, adversarial, repeat_last,
-//    self, int4) x every registered policy x fast-tier budget {one layer's
-//    experts, 25%, 100%} x k {1, 4, adaptive}, on both trained demo models,
-//    (int4: the draft pool on top of the budget, draft_budget extra),
+//    self, int4, external) x every registered policy x fast-tier budget {one
+//    layer's experts, 25%, 100%} x k {1, 4, adaptive}, on both trained demo
+//    models, (int4: the draft pool on top of the budget, draft_budget extra),
 //    with 3 requests arriving staggered, a stop string and a stop token that
 //    land inside accepted runs;
 //  - the same under KV preemption and with a request cancelled between
@@ -185,6 +185,7 @@ TEST_P(SpecInvarianceTest, GreedyOutputIsIdenticalToPlainDecoding) {
   spec.num_speculative_tokens = k;
   // The int4 pool on top of the budget: "layer" could not hold it.
   spec.draft_budget = "extra";
+  spec.draft_model_dir = engine::testing::Runfile("models/demo-draft");
   const uint64_t blob = f.weights->expert({0, 0}).bytes;
   spec.expert_cache_ratio = budget == "25%" ? 0.25 : 1.0;
   if (budget == "layer") {
@@ -233,7 +234,7 @@ INSTANTIATE_TEST_SUITE_P(
     Matrix, SpecInvarianceTest,
     ::testing::Combine(::testing::Values("mixtral_demo", "qwen3_demo_fg"),
                        ::testing::Values("oracle", "adversarial", "repeat_last",
-                                         "self", "int4"),
+                                         "self", "int4", "external"),
                        ::testing::ValuesIn(policies::RegisteredPolicies()),
                        ::testing::Values("layer", "25%", "100%"),
                        ::testing::Values(1, 4, 0)),
@@ -477,6 +478,7 @@ TEST_P(SpecDistributionTest, SampledTokensKeepTheirDistribution) {
   spec.drafter = drafter;
   spec.num_speculative_tokens = 2;
   spec.expert_cache_ratio = 0.5;
+  spec.draft_model_dir = engine::testing::Runfile("models/demo-draft");
   absl::StatusOr<engine::BuiltEngine> built = engine::BuildEngine(
       {f.weights.get(), f.tokenizer.get(), CpuBackend(), nullptr}, spec);
   ASSERT_TRUE(built.ok()) << built.status();
@@ -489,15 +491,19 @@ TEST_P(SpecDistributionTest, SampledTokensKeepTheirDistribution) {
   ExpectSameDistribution(expected.second, got.second, "3rd token");
 }
 
-// The self and int4 drafters sample their drafts from a q of their own (the
-// general case of speculative sampling). Point-mass drafters (repeat_last) are
-// almost never accepted on this model at T = 0.8 (0 of 1200 here), which
-// would leave the comparison vacuous; verifier_test covers point masses.
+// The self, int4 and external drafters sample their drafts from a q of their
+// own (the general case of speculative sampling). Point-mass drafters
+// (repeat_last) are almost never accepted on this model at T = 0.8 (0 of 1200
+// here), which would leave the comparison vacuous; verifier_test covers point
+// masses.
 INSTANTIATE_TEST_SUITE_P(Sampling, SpecDistributionTest,
                          ::testing::Values(std::make_tuple("self", "top_k"),
                                            std::make_tuple("self", "penalty"),
                                            std::make_tuple("int4", "top_k"),
-                                           std::make_tuple("int4", "penalty")),
+                                           std::make_tuple("int4", "penalty"),
+                                           std::make_tuple("external", "top_k"),
+                                           std::make_tuple("external",
+                                                           "penalty")),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
                                   std::get<1>(info.param);

@@ -1,0 +1,305 @@
+#include "engine/spec/external_drafter.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "engine/spec/drafter_registry.h"
+
+namespace moeserve::engine::spec {
+namespace {
+
+// Uniform double in [0, 1) from 53 random bits (as the Sampler draws).
+double UniformDouble(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
+
+int32_t DrawWith(const TokenDistribution& dist, std::mt19937_64& rng) {
+  const double u = UniformDouble(rng);
+  double acc = 0;
+  for (size_t i = 0; i < dist.ids.size(); ++i) {
+    acc += dist.probs[i];
+    if (u < acc) return dist.ids[i];
+  }
+  return dist.ids.back();
+}
+
+}  // namespace
+
+// Every draft expert resident; BeginLayer also goes to the drafter.
+class ExternalDrafter::HookedExperts final : public ExpertProvider {
+ public:
+  HookedExperts(const ModelWeights* weights, ExternalDrafter* drafter)
+      : resident_(weights), drafter_(drafter) {}
+
+  kernels::Device device() const override { return resident_.device(); }
+  void BeginLayer(int layer, std::span<const int> experts,
+                  std::span<const int> token_counts, const float* hidden,
+                  int64_t n) override {
+    (void)experts, (void)token_counts;
+    drafter_->OnDraftLayer(layer, hidden, n);
+  }
+  absl::StatusOr<const std::byte*> Acquire(ExpertId id) override {
+    return resident_.Acquire(id);
+  }
+  void Release(ExpertId id) override { resident_.Release(id); }
+
+ private:
+  ResidentExperts resident_;
+  ExternalDrafter* const drafter_;
+};
+
+absl::StatusOr<std::unique_ptr<ExternalDrafter>> ExternalDrafter::Create(
+    const DrafterContext& context) {
+  if (context.weights == nullptr || context.backend == nullptr) {
+    return absl::InvalidArgumentError(
+        "external drafter: needs the target's weights and the backend");
+  }
+  if (context.draft_model_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "external drafter: draft_model_dir is empty (--draft_model_dir)");
+  }
+  absl::StatusOr<std::unique_ptr<ModelWeights>> weights =
+      ModelWeights::Load(context.draft_model_dir);
+  if (!weights.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "external drafter: draft_model_dir '", context.draft_model_dir,
+        "' does not load: ", weights.status().ToString()));
+  }
+  const int64_t draft_vocab = (*weights)->config().vocab_size;
+  const int64_t target_vocab = context.weights->config().vocab_size;
+  if (draft_vocab != target_vocab) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "external drafter: the draft model in '", context.draft_model_dir,
+        "' has vocab_size ", draft_vocab, " but the target has ", target_vocab,
+        " (draft and target must share the tokenizer)"));
+  }
+  auto drafter = std::unique_ptr<ExternalDrafter>(
+      new ExternalDrafter(context, *std::move(weights)));
+  const ModelConfig& c = drafter->weights_->config();
+  drafter->experts_ =
+      std::make_unique<HookedExperts>(drafter->weights_.get(), drafter.get());
+  MOESERVE_ASSIGN_OR_RETURN(
+      drafter->model_,
+      MoeModel::Create(drafter->weights_.get(), context.backend,
+                       drafter->experts_.get()));
+  int block_size = 16;
+  int64_t num_blocks = 0;
+  if (context.kv != nullptr) {
+    block_size = context.kv->block_size();
+    num_blocks = context.kv->num_blocks() + context.kv->num_blocks() / 4 + 1;
+  } else {
+    num_blocks = KvCache::BlocksForBytes(c, block_size, kDefaultCacheBytes);
+  }
+  MOESERVE_ASSIGN_OR_RETURN(
+      drafter->cache_,
+      KvCache::Create(c, num_blocks, block_size, context.backend));
+  return drafter;
+}
+
+ExternalDrafter::ExternalDrafter(const DrafterContext& context,
+                                 std::unique_ptr<ModelWeights> weights)
+    : context_(context), weights_(std::move(weights)) {
+  predict_ =
+      context_.target != nullptr &&
+      context_.target->config().hidden_size == weights_->config().hidden_size;
+}
+
+ExternalDrafter::~ExternalDrafter() {
+  for (auto& [id, state] : states_) cache_->Release(&state.blocks);
+}
+
+int64_t ExternalDrafter::computed_tokens(uint64_t sequence_id) const {
+  auto it = states_.find(sequence_id);
+  return it == states_.end() ? 0
+                             : static_cast<int64_t>(it->second.computed.size());
+}
+
+void ExternalDrafter::Forget(uint64_t sequence_id) {
+  auto it = states_.find(sequence_id);
+  if (it == states_.end()) return;
+  cache_->Release(&it->second.blocks);
+  states_.erase(it);
+}
+
+void ExternalDrafter::OnDraftLayer(int layer, const float* hidden, int64_t n) {
+  if (!predict_ || lookahead_ == nullptr || hidden == nullptr) return;
+  const ModelConfig& target = context_.target->config();
+  const int draft_layers = weights_->config().num_hidden_layers;
+  const int target_layers = target.num_hidden_layers;
+  const int first = layer * target_layers / draft_layers;
+  const int last = (layer + 1) * target_layers / draft_layers;
+  const int64_t d = target.hidden_size;
+  const int top_k = target.num_experts_per_tok;
+  // One call when every row drafts (all chunks of one token), else per row.
+  const bool all_rows = static_cast<int64_t>(predict_rows_.size()) == n;
+  for (int t = first; t < last; ++t) {
+    if (all_rows) {
+      std::vector<int> ids =
+          context_.target->PredictExperts(t, hidden, n, top_k);
+      AddToLookahead(lookahead_, position_, t, target_layers, ids);
+      continue;
+    }
+    for (int64_t row : predict_rows_) {
+      if (row >= n) continue;
+      std::vector<int> ids =
+          context_.target->PredictExperts(t, hidden + row * d, 1, top_k);
+      AddToLookahead(lookahead_, position_, t, target_layers, ids);
+    }
+  }
+}
+
+absl::Status ExternalDrafter::GrowFor(SequenceState* state, int64_t tokens,
+                                      std::span<const DraftInput> inputs) {
+  absl::Status status = cache_->Grow(&state->blocks, tokens);
+  while (absl::IsResourceExhausted(status)) {
+    // Drop the least recently used state of a sequence not drafting now.
+    auto victim = states_.end();
+    for (auto it = states_.begin(); it != states_.end(); ++it) {
+      if (it->second.blocks.empty()) continue;
+      bool drafting = false;
+      for (const DraftInput& in : inputs) {
+        drafting = drafting || in.sequence_id == it->first;
+      }
+      if (drafting) continue;
+      if (victim == states_.end() ||
+          it->second.last_used < victim->second.last_used) {
+        victim = it;
+      }
+    }
+    if (victim == states_.end()) return status;
+    cache_->Release(&victim->second.blocks);
+    victim->second.computed.clear();
+    status = cache_->Grow(&state->blocks, tokens);
+  }
+  return status;
+}
+
+absl::Status ExternalDrafter::Propose(std::span<const DraftInput> inputs,
+                                      std::vector<DraftOutput>* outputs,
+                                      ExpertLookahead* lookahead) {
+  outputs->assign(inputs.size(), {});
+  lookahead->Clear();
+  const int64_t vocab = weights_->config().vocab_size;
+  const int64_t max_positions = weights_->config().max_position_embeddings;
+  ++clock_;
+
+  // Catch up: what stays valid of each sequence's draft cache, and room for
+  // its k draft positions. Sequences that cannot draft get no state change.
+  std::vector<SequenceState*> states(inputs.size(), nullptr);
+  int max_k = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DraftInput& in = inputs[i];
+    if (in.k <= 0 || in.tokens.empty() || in.sampler == nullptr) continue;
+    const int64_t n = static_cast<int64_t>(in.tokens.size());
+    // Draft positions n-1 .. n-2+k are fed; n-1+k positions in all.
+    const int64_t need = n - 1 + in.k;
+    if (max_positions > 0 && need > max_positions) continue;
+    SequenceState& state = states_[in.sequence_id];
+    state.last_used = clock_;
+    const size_t limit = std::min(state.computed.size(), in.tokens.size() - 1);
+    size_t valid = 0;
+    while (valid < limit && state.computed[valid] == in.tokens[valid]) ++valid;
+    state.computed.resize(valid);
+    cache_->Truncate(&state.blocks, static_cast<int64_t>(valid));
+    if (!GrowFor(&state, need, inputs).ok()) {
+      // No room even after dropping idle sequences: no draft for this one.
+      cache_->Truncate(&state.blocks, static_cast<int64_t>(valid));
+      continue;
+    }
+    states[i] = &state;
+    max_k = std::max(max_k, in.k);
+  }
+  lookahead->planned_positions = max_k;
+  lookahead_ = lookahead;
+
+  std::vector<int32_t> current(inputs.size());
+  std::vector<std::mt19937_64> rngs;
+  rngs.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].tokens.empty()) current[i] = inputs[i].tokens.back();
+    rngs.emplace_back(inputs[i].draft_seed);
+  }
+  absl::Status status;
+  std::vector<SequenceChunk> batch;
+  std::vector<size_t> rows_of;
+  for (int j = 0; j < max_k && status.ok(); ++j) {
+    batch.clear();
+    rows_of.clear();
+    predict_rows_.clear();
+    int64_t row = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (states[i] == nullptr || j >= inputs[i].k) continue;
+      SequenceState& state = *states[i];
+      const int64_t start = static_cast<int64_t>(state.computed.size());
+      std::span<const int32_t> chunk;
+      if (j == 0) {
+        // The missing tokens and the last one (whose logits give draft 1).
+        chunk = inputs[i].tokens.subspan(start);
+      } else {
+        chunk = std::span(&current[i], 1);
+      }
+      batch.push_back({chunk, start, &state.blocks, 1});
+      rows_of.push_back(i);
+      row += static_cast<int64_t>(chunk.size());
+      predict_rows_.push_back(row - 1);
+    }
+    if (batch.empty()) break;
+    position_ = j;
+    status = model_->Forward(batch, cache_.get(), &logits_);
+    if (!status.ok()) break;
+    for (size_t r = 0; r < rows_of.size(); ++r) {
+      const size_t i = rows_of[r];
+      SequenceState& state = *states[i];
+      state.computed.insert(state.computed.end(), batch[r].tokens.begin(),
+                            batch[r].tokens.end());
+      Sampler& sampler = *inputs[i].sampler;
+      std::span<float> logits(logits_.data() + r * vocab, vocab);
+      TokenDistribution q = sampler.Distribution(logits);
+      int32_t token;
+      if (sampler.greedy()) {
+        token = q.ids.front();
+      } else {
+        token = DrawWith(q, rngs[i]);
+        (*outputs)[i].q.push_back(std::move(q));
+      }
+      (*outputs)[i].tokens.push_back(token);
+      // Provisional: later draft positions see it in the penalties.
+      sampler.Accept(token);
+      current[i] = token;
+    }
+    if (j + 1 < max_k) NotifyLookahead(*lookahead);
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (int32_t t : (*outputs)[i].tokens) inputs[i].sampler->Unaccept(t);
+  }
+  if (!status.ok()) {
+    // The failed pass may have written part of its rows: forget what this
+    // call computed (earlier positions are still valid, but keep it simple).
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (states[i] == nullptr) continue;
+      states[i]->computed.clear();
+      cache_->Truncate(&states[i]->blocks, 0);
+    }
+  }
+  lookahead_ = nullptr;
+  predict_rows_.clear();
+  return status;
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Drafter>> CreateExternalDrafter(
+    const DrafterContext& context) {
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ExternalDrafter> drafter,
+                            ExternalDrafter::Create(context));
+  return std::unique_ptr<Drafter>(std::move(drafter));
+}
+
+}  // namespace
+
+MOESERVE_REGISTER_DRAFTER("external", CreateExternalDrafter);
+
+}  // namespace moeserve::engine::spec
