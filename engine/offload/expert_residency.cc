@@ -268,6 +268,11 @@ bool ExpertResidency::Prefetch(ExpertId id, int priority) {
   return pool_.LoadNoWait(id, SlotPool::LoadKind::kPrefetch, priority);
 }
 
+int ExpertResidency::PrefetchBatch(std::span<const ExpertId> ids,
+                                   int priority) {
+  return pool_.LoadManyNoWait(ids, SlotPool::LoadKind::kPrefetch, priority);
+}
+
 bool ExpertResidency::CancelPrefetch(ExpertId id) {
   return pool_.CancelPrefetch(id);
 }

@@ -47,6 +47,9 @@
 //    start a load marked prefetched, in the link's prefetch lane with
 //    `priority` (default 0; higher starts first); returns whether one
 //    started. Demand loads always start before queued prefetches.
+//  - PrefetchBatch(ids, priority): Prefetch(id, priority) for each id, in
+//    order, started as one batched link submission; returns the loads
+//    started.
 //  - CancelPrefetch(id): a prefetch load of `id` still queued on the link
 //    (not started, not promoted, not pinned, nobody waiting) is cancelled:
 //    the slot is empty again, no bytes move, prefetch_cancelled counts it,
@@ -173,6 +176,9 @@ class ExpertResidency final : public ExpertProvider,
   // ResidencyControl, lanes and cancellation (see above).
   bool IsReady(ExpertId id) const override;
   bool Prefetch(ExpertId id, int priority) override;
+  // One SlotPool::LoadManyNoWait (kPrefetch, `priority`): one link
+  // submission for the batch.
+  int PrefetchBatch(std::span<const ExpertId> ids, int priority) override;
   bool CancelPrefetch(ExpertId id) override;
 
   // The draft model's view of the fast tier (see above); owned by this.

@@ -121,6 +121,16 @@ class ResidencyControl {
     (void)priority;
     return Prefetch(id);
   }
+  // Prefetch(id, priority) for each of `ids`, in order, submitted to the
+  // link as one batch (SP-MoE's batched I/O: one submission per layer);
+  // returns the number of loads started. An id that is resident, or for
+  // which no slot can be had, starts nothing and the rest still go.
+  // Default: loops Prefetch(id, priority).
+  virtual int PrefetchBatch(std::span<const ExpertId> ids, int priority) {
+    int started = 0;
+    for (const ExpertId& id : ids) started += Prefetch(id, priority) ? 1 : 0;
+    return started;
+  }
   // Cancels a prefetch load of `id` that is still queued (has not started
   // moving bytes; not pinned, not waited for by an acquire): the slot is
   // empty again, no bytes move, and neither OnLoaded nor OnEvicted is

@@ -98,6 +98,18 @@ bool FakeResidencyControl::Prefetch(ExpertId id, int priority) {
   return pool_->LoadNoWait(id, SlotPool::LoadKind::kPrefetch, priority);
 }
 
+int FakeResidencyControl::PrefetchBatch(std::span<const ExpertId> ids,
+                                        int priority) {
+  std::vector<Id> batch;
+  for (const ExpertId& id : ids) {
+    batch.push_back(ToPair(id));
+    prefetches.push_back(ToPair(id));
+    prefetch_priorities.push_back({ToPair(id), priority});
+  }
+  prefetch_batches.push_back({std::move(batch), priority});
+  return pool_->LoadManyNoWait(ids, SlotPool::LoadKind::kPrefetch, priority);
+}
+
 bool FakeResidencyControl::Pin(ExpertId id) {
   pin_calls.push_back(ToPair(id));
   return pool_->Pin(id);

@@ -103,6 +103,11 @@ class FakeResidencyControl : public engine::ResidencyControl,
   // Recorded in `prefetches` and, with its priority, in `prefetch_priorities`
   // (Prefetch(id) is priority 0). Loads still finish at once.
   bool Prefetch(engine::ExpertId id, int priority) override;
+  // Recorded in `prefetch_batches` (ids, priority), and each id in
+  // `prefetches` / `prefetch_priorities`; one SlotPool::LoadManyNoWait, as
+  // ExpertResidency does.
+  int PrefetchBatch(std::span<const engine::ExpertId> ids,
+                    int priority) override;
   bool Pin(engine::ExpertId id) override;
   void Unpin(engine::ExpertId id) override;
   void Evict(engine::ExpertId id) override;
@@ -118,6 +123,7 @@ class FakeResidencyControl : public engine::ResidencyControl,
 
   std::vector<Id> prefetches, pin_calls, unpins, evict_calls;
   std::vector<std::pair<Id, int>> prefetch_priorities;  // (id, priority)
+  std::vector<std::pair<std::vector<Id>, int>> prefetch_batches;
   std::vector<Id> victims;  // evicted to make room, in order
   std::vector<PredictCall> predict_calls;
 
