@@ -84,7 +84,7 @@ TEST(EnginesConfigTest, RefusalsNameTheEngineAndTheKey) {
        "expert_cache_mb, not both"},
       {R"({"engines": [{"name": "a", "policy": "lru", "drafter": "eagle"}]})",
        "engine 'a': drafter: unknown drafter 'eagle' (registered: none, "
-       "int4, self"},
+       "external, int4, self"},
       {R"({"engines": [{"name": "a", "num_speculative_tokens": 17}]})",
        "engine 'a': num_speculative_tokens: must be in [0, 16]"},
       {R"({"engines": [{"name": "a", "num_speculative_tokens": -1}]})",
@@ -369,7 +369,7 @@ TEST(ResolveEnginesTest, BadSpeculationFlagsAreNamedAsFlags) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(st.message()),
               HasSubstr("--drafter: unknown drafter 'eagle' (registered: "
-                        "none, int4, self"));
+                        "none, external, int4, self"));
   for (int k : {-2, 17}) {
     flags = EngineFlags();
     flags.defaults.num_speculative_tokens = k;
