@@ -10,13 +10,22 @@ namespace {
 
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
 
-// Uniform double in [0, 1) from 53 random bits: the same on every platform,
-// unlike std::uniform_real_distribution.
+}  // namespace
+
 double UniformDouble(std::mt19937_64& rng) {
   return static_cast<double>(rng() >> 11) * 0x1.0p-53;
 }
 
-}  // namespace
+int32_t DrawFrom(const TokenDistribution& dist, double u) {
+  const int32_t n = static_cast<int32_t>(dist.ids.size());
+  double acc = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    acc += dist.probs[i];
+    if (u < acc) return dist.ids[i];
+  }
+  // Rounding left the cumulative sum just under u: the last token.
+  return dist.ids[n - 1];
+}
 
 int32_t Argmax(std::span<const float> values) {
   int32_t best = 0;
@@ -165,15 +174,7 @@ TokenDistribution Sampler::Distribution(std::span<float> logits) const {
 double Sampler::Uniform() { return UniformDouble(rng_); }
 
 int32_t Sampler::DrawFrom(const TokenDistribution& dist) {
-  const double u = Uniform();
-  const int32_t n = static_cast<int32_t>(dist.ids.size());
-  double acc = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    acc += dist.probs[i];
-    if (u < acc) return dist.ids[i];
-  }
-  // Rounding left the cumulative sum just under u: the last token.
-  return dist.ids[n - 1];
+  return engine::DrawFrom(dist, Uniform());
 }
 
 double TokenDistribution::Prob(int32_t id) const {

@@ -130,6 +130,16 @@ std::pair<TokenLogprob, std::vector<TokenLogprob>> TopLogprobs(
 // Index of the largest value; ties go to the lowest index (torch.argmax).
 int32_t Argmax(std::span<const float> values);
 
+// Uniform double in [0, 1) from 53 random bits of `rng`: the same on every
+// platform, unlike std::uniform_real_distribution. Every draw of a request
+// (Sampler) or a drafter uses it.
+double UniformDouble(std::mt19937_64& rng);
+
+// The token of `dist` at cumulative probability `u` in [0, 1), walking
+// dist.ids in order (the last one when rounding leaves the sum under u).
+// REQUIRES: !dist.ids.empty().
+int32_t DrawFrom(const TokenDistribution& dist, double u);
+
 }  // namespace moeserve::engine
 
 #endif  // MOESERVE_ENGINE_SAMPLING_SAMPLER_H_

@@ -4,6 +4,21 @@
 
 namespace moeserve::engine::spec {
 
+int32_t ChooseDraftToken(Sampler& sampler, std::span<float> logits,
+                         std::mt19937_64& rng, DraftOutput* out) {
+  TokenDistribution q = sampler.Distribution(logits);
+  int32_t token;
+  if (sampler.greedy()) {
+    token = q.ids.front();
+  } else {
+    token = DrawFrom(q, UniformDouble(rng));
+    out->q.push_back(std::move(q));
+  }
+  out->tokens.push_back(token);
+  sampler.Accept(token);
+  return token;
+}
+
 void AddToLookahead(ExpertLookahead* lookahead, int position, int layer,
                     int num_layers, std::span<const int> ids) {
   auto& experts = lookahead->experts;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,6 +69,15 @@ struct DraftOutput {
   // token), which speculative sampling handles exactly too.
   std::vector<TokenDistribution> q;
 };
+
+// One draft token from the draft model's `logits` row for a sequence whose
+// request samples with `sampler`: the processed distribution's argmax for
+// greedy requests, else a draw from it with the drafter's own `rng` (the
+// distribution then goes to out->q). Appends the token to out->tokens and
+// Accept()s it provisionally on `sampler`, so later draft positions see it
+// in the penalties (the drafter Unaccept()s its tokens before returning).
+int32_t ChooseDraftToken(Sampler& sampler, std::span<float> logits,
+                         std::mt19937_64& rng, DraftOutput* out);
 
 // Records `layer`'s router choices `ids` at draft `position` in
 // `lookahead` (struct in engine/offload/offload_policy.h), merged and kept

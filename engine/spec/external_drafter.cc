@@ -9,24 +9,6 @@
 #include "engine/spec/drafter_registry.h"
 
 namespace moeserve::engine::spec {
-namespace {
-
-// Uniform double in [0, 1) from 53 random bits (as the Sampler draws).
-double UniformDouble(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
-
-int32_t DrawWith(const TokenDistribution& dist, std::mt19937_64& rng) {
-  const double u = UniformDouble(rng);
-  double acc = 0;
-  for (size_t i = 0; i < dist.ids.size(); ++i) {
-    acc += dist.probs[i];
-    if (u < acc) return dist.ids[i];
-  }
-  return dist.ids.back();
-}
-
-}  // namespace
 
 // Every draft expert resident; BeginLayer also goes to the drafter.
 class ExternalDrafter::HookedExperts final : public ExpertProvider {
@@ -255,20 +237,10 @@ absl::Status ExternalDrafter::Propose(std::span<const DraftInput> inputs,
       SequenceState& state = *states[i];
       state.computed.insert(state.computed.end(), batch[r].tokens.begin(),
                             batch[r].tokens.end());
-      Sampler& sampler = *inputs[i].sampler;
-      std::span<float> logits(logits_.data() + r * vocab, vocab);
-      TokenDistribution q = sampler.Distribution(logits);
-      int32_t token;
-      if (sampler.greedy()) {
-        token = q.ids.front();
-      } else {
-        token = DrawWith(q, rngs[i]);
-        (*outputs)[i].q.push_back(std::move(q));
-      }
-      (*outputs)[i].tokens.push_back(token);
-      // Provisional: later draft positions see it in the penalties.
-      sampler.Accept(token);
-      current[i] = token;
+      current[i] =
+          ChooseDraftToken(*inputs[i].sampler,
+                           std::span<float>(logits_.data() + r * vocab, vocab),
+                           rngs[i], &(*outputs)[i]);
     }
     if (j + 1 < max_k) NotifyLookahead(*lookahead);
   }

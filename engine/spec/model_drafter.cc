@@ -5,24 +5,6 @@
 #include <utility>
 
 namespace moeserve::engine::spec {
-namespace {
-
-// Uniform double in [0, 1) from 53 random bits (as the Sampler draws).
-double UniformDouble(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
-
-int32_t DrawWith(const TokenDistribution& dist, std::mt19937_64& rng) {
-  const double u = UniformDouble(rng);
-  double acc = 0;
-  for (size_t i = 0; i < dist.ids.size(); ++i) {
-    acc += dist.probs[i];
-    if (u < acc) return dist.ids[i];
-  }
-  return dist.ids.back();
-}
-
-}  // namespace
 
 ModelDrafter::ModelDrafter(const DrafterContext& context,
                            ExpertProvider* experts)
@@ -76,20 +58,10 @@ absl::Status ModelDrafter::Propose(std::span<const DraftInput> inputs,
     if (!status.ok()) break;
     for (size_t r = 0; r < rows_of.size(); ++r) {
       const size_t i = rows_of[r];
-      Sampler& sampler = *inputs[i].sampler;
-      std::span<float> row(logits_.data() + r * vocab, vocab);
-      TokenDistribution q = sampler.Distribution(row);
-      int32_t token;
-      if (sampler.greedy()) {
-        token = q.ids.front();
-      } else {
-        token = DrawWith(q, rngs[i]);
-        (*outputs)[i].q.push_back(std::move(q));
-      }
-      (*outputs)[i].tokens.push_back(token);
-      // Provisional: later draft positions see it in the penalties.
-      sampler.Accept(token);
-      current[i] = token;
+      current[i] =
+          ChooseDraftToken(*inputs[i].sampler,
+                           std::span<float>(logits_.data() + r * vocab, vocab),
+                           rngs[i], &(*outputs)[i]);
     }
     // The window so far; the engine delivers the complete one itself.
     if (j + 1 < max_k) NotifyLookahead(*lookahead);
