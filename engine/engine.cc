@@ -12,6 +12,20 @@
 
 namespace moeserve::engine {
 
+void SpecStats::Add(const SpecStats& other) {
+  drafts += other.drafts;
+  draft_tokens += other.draft_tokens;
+  accepted_tokens += other.accepted_tokens;
+  if (accepted_per_position.size() < other.accepted_per_position.size()) {
+    accepted_per_position.resize(other.accepted_per_position.size(), 0);
+  }
+  for (size_t i = 0; i < other.accepted_per_position.size(); ++i) {
+    accepted_per_position[i] += other.accepted_per_position[i];
+  }
+  draft_seconds += other.draft_seconds;
+  verify_seconds += other.verify_seconds;
+}
+
 Engine::Engine(const ModelWeights* weights, const Tokenizer* tokenizer,
                const EngineOptions& options)
     : weights_(weights), tokenizer_(tokenizer), options_(options) {}
@@ -240,7 +254,6 @@ bool Engine::Step() {
     DropFinishedOrCancelled();
     return true;
   }
-  const absl::Time step_start = absl::Now();
   if (drafter_ != nullptr) Draft(scheduled);
   const absl::Time forward_start = absl::Now();
   std::vector<SequenceChunk> batch;
@@ -285,15 +298,15 @@ bool Engine::Step() {
     seq->chunk = 0;
     if (done_prefill) Emit(seq, seq_rows);
   }
-  {
-    base::MutexLock lock(&mu_);
-    spec_stats_.steps++;
-    spec_stats_.step_seconds += absl::ToDoubleSeconds(forward_end - step_start);
+  if (drafter_ != nullptr) {
     if (verifying) {
       const double verify = absl::ToDoubleSeconds(forward_end - forward_start);
-      spec_stats_.verify_seconds += verify;
+      step_spec_.verify_seconds += verify;
       if (metrics_ != nullptr) metrics_->AddVerifySeconds(verify);
     }
+    base::MutexLock lock(&mu_);
+    spec_stats_.Add(step_spec_);
+    step_spec_ = {};
   }
   DropFinishedOrCancelled();
   return true;

@@ -89,8 +89,8 @@ struct SpecStats {
   std::vector<uint64_t> accepted_per_position;
   double draft_seconds = 0;   // in the drafter
   double verify_seconds = 0;  // target passes that verified drafts
-  double step_seconds = 0;    // every step's drafting plus forward pass
-  uint64_t steps = 0;
+
+  void Add(const SpecStats& other);
 };
 
 struct EngineStats {
@@ -190,6 +190,9 @@ class Engine {
     double verify_seconds_per_draft = 0;
   } timings_;
   int step_k_ = -1;
+  // This step's speculation totals, folded into spec_stats_ under one lock
+  // at the end of the step.
+  SpecStats step_spec_;
 
   mutable base::Mutex mu_;
   // Signalled when work arrives (Submit) or the engine stops.

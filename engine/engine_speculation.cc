@@ -144,10 +144,7 @@ void Engine::Draft(const std::vector<Sequence*>& scheduled) {
   const absl::Time start = absl::Now();
   absl::Status st = drafter_->Propose(inputs, &outputs, &lookahead_);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  {
-    base::MutexLock lock(&mu_);
-    spec_stats_.draft_seconds += seconds;
-  }
+  step_spec_.draft_seconds += seconds;
   if (metrics_ != nullptr) metrics_->AddDraftSeconds(seconds);
   int positions = 0;
   for (const spec::DraftInput& in : inputs)
@@ -222,8 +219,7 @@ void Engine::EmitVerified(Sequence* seq, const float* rows) {
         kAcceptanceWeight * (outcome - timings_.acceptance[j]);
   }
   if (seq->request.count_in_metrics) {
-    base::MutexLock lock(&mu_);
-    SpecStats& s = spec_stats_;
+    SpecStats& s = step_spec_;
     s.drafts++;
     s.draft_tokens += num_drafts;
     s.accepted_tokens += accepted;
