@@ -283,6 +283,31 @@ absl::Status CheckSigmoidGatedAdd(Device d, const Tensor& x, const Tensor& gate,
   return absl::OkStatus();
 }
 
+namespace {
+
+// What both expert FFN checks end with: the F32 workspace for m tokens of
+// an ffn-wide expert, and no overlap between out, workspace and inputs.
+absl::Status CheckExpertWorkspace(const char* op, Device d, const Tensor& x,
+                                  const Tensor& blob, const Tensor& workspace,
+                                  const Tensor& out, int64_t m, int64_t ffn) {
+  if (!workspace.valid() || workspace.dtype() != DType::kF32 ||
+      workspace.device() != d ||
+      workspace.numel() < ExpertFfnWorkspaceElems(m, ffn) ||
+      (workspace.numel() > 0 && workspace.raw() == nullptr)) {
+    return Invalid(op, absl::StrCat("workspace ", workspace.DebugString(),
+                                    " needs F32 with at least ",
+                                    ExpertFfnWorkspaceElems(m, ffn),
+                                    " elements on ", DeviceName(d)));
+  }
+  if (Overlaps(out, x) || Overlaps(out, blob) || Overlaps(out, workspace) ||
+      Overlaps(workspace, x) || Overlaps(workspace, blob)) {
+    return Invalid(op, "out, workspace and inputs must not overlap");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
                             int64_t ffn, const Tensor& workspace,
                             const Tensor& out) {
@@ -297,20 +322,7 @@ absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
       CheckOperand(kOp, blob, "blob", d, DType::kBF16, {3 * ffn * hidden}));
   MOESERVE_RETURN_IF_ERROR(
       CheckOperand(kOp, out, "out", d, DType::kF32, {m, hidden}));
-  if (!workspace.valid() || workspace.dtype() != DType::kF32 ||
-      workspace.device() != d ||
-      workspace.numel() < ExpertFfnWorkspaceElems(m, ffn) ||
-      (workspace.numel() > 0 && workspace.raw() == nullptr)) {
-    return Invalid(kOp, absl::StrCat("workspace ", workspace.DebugString(),
-                                     " needs F32 with at least ",
-                                     ExpertFfnWorkspaceElems(m, ffn),
-                                     " elements on ", DeviceName(d)));
-  }
-  if (Overlaps(out, x) || Overlaps(out, blob) || Overlaps(out, workspace) ||
-      Overlaps(workspace, x) || Overlaps(workspace, blob)) {
-    return Invalid(kOp, "out, workspace and inputs must not overlap");
-  }
-  return absl::OkStatus();
+  return CheckExpertWorkspace(kOp, d, x, blob, workspace, out, m, ffn);
 }
 
 absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
@@ -338,20 +350,7 @@ absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
   }
   MOESERVE_RETURN_IF_ERROR(
       CheckOperand(kOp, out, "out", d, DType::kF32, {m, hidden}));
-  if (!workspace.valid() || workspace.dtype() != DType::kF32 ||
-      workspace.device() != d ||
-      workspace.numel() < ExpertFfnWorkspaceElems(m, ffn) ||
-      (workspace.numel() > 0 && workspace.raw() == nullptr)) {
-    return Invalid(kOp, absl::StrCat("workspace ", workspace.DebugString(),
-                                     " needs F32 with at least ",
-                                     ExpertFfnWorkspaceElems(m, ffn),
-                                     " elements on ", DeviceName(d)));
-  }
-  if (Overlaps(out, x) || Overlaps(out, blob) || Overlaps(out, workspace) ||
-      Overlaps(workspace, x) || Overlaps(workspace, blob)) {
-    return Invalid(kOp, "out, workspace and inputs must not overlap");
-  }
-  return absl::OkStatus();
+  return CheckExpertWorkspace(kOp, d, x, blob, workspace, out, m, ffn);
 }
 
 absl::Status CheckSoftmax(Device d, const Tensor& x, const Tensor& out) {
