@@ -19,19 +19,11 @@ using testing::FakeResidencyControl;
 using ::testing::HasSubstr;
 using testing::Id;
 using ::testing::IsEmpty;
+using testing::Prefix;
 using testing::ToPairs;
+using testing::Window;
 
-// [position][layer] -> experts.
-using Window = std::vector<std::vector<std::vector<int>>>;
 using Batch = std::pair<std::vector<Id>, int>;  // (ids, priority)
-
-// The first `n` positions of `full`, planned as full.size() positions.
-ExpertLookahead Prefix(const Window& full, int n) {
-  ExpertLookahead la;
-  la.experts.assign(full.begin(), full.begin() + n);
-  la.planned_positions = static_cast<int>(full.size());
-  return la;
-}
 
 CutoffPolicy* AsCutoff(engine::OffloadPolicy* p) {
   return static_cast<CutoffPolicy*>(p);

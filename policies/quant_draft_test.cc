@@ -19,22 +19,13 @@ using testing::FakeResidencyControl;
 using ::testing::HasSubstr;
 using testing::Id;
 using ::testing::IsEmpty;
+using testing::Prefix;
 using testing::ToPairs;
+using testing::Window;
 using Phase = QuantDraftPolicy::Phase;
 
 constexpr int kLow = QuantDraftPolicy::kLowPriority;
 constexpr int kHigh = QuantDraftPolicy::kHighPriority;
-
-// [position][layer] -> experts.
-using Window = std::vector<std::vector<std::vector<int>>>;
-
-// The first `n` positions of `full`, planned as full.size() positions.
-ExpertLookahead Prefix(const Window& full, int n) {
-  ExpertLookahead la;
-  la.experts.assign(full.begin(), full.begin() + n);
-  la.planned_positions = static_cast<int>(full.size());
-  return la;
-}
 
 QuantDraftPolicy* AsQuantDraft(engine::OffloadPolicy* p) {
   return static_cast<QuantDraftPolicy*>(p);

@@ -55,6 +55,18 @@ std::unique_ptr<engine::OffloadPolicy> CreatePolicyOrFail(
   return *std::move(policy);
 }
 
+// A scripted draft window: [position][layer] -> experts.
+using Window = std::vector<std::vector<std::vector<int>>>;
+
+// The lookahead of a draft that has produced the first `n` positions of
+// `full` and plans full.size() of them.
+inline engine::ExpertLookahead Prefix(const Window& full, int n) {
+  engine::ExpertLookahead la;
+  la.experts.assign(full.begin(), full.begin() + n);
+  la.planned_positions = static_cast<int>(full.size());
+  return la;
+}
+
 inline Id ToPair(engine::ExpertId id) { return {id.layer, id.expert}; }
 inline std::vector<Id> ToPairs(const std::vector<engine::ExpertId>& ids) {
   std::vector<Id> out;

@@ -35,20 +35,25 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
-TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
-  const std::string json_path = TmpFile("policy_bench.json");
-  const std::string cmd = Runfile("tools/bench/moeserve_bench") +
-                          " --model_dir=" + Runfile("models/demo") +
-                          " --policies=on_demand,overlap"
-                          " --expert_cache_ratio=0.25 --link_gbps=20"
-                          " --link_latency_us=5 --num_requests=2"
-                          " --max_new_tokens=4 --concurrency=2 --threads=2"
-                          " --policy_repeats=2"
-                          " --json_out=" +
-                          json_path;
+// Runs moeserve_bench with `flags` plus --json_out into the test's temp dir
+// under `json_name`, and parses its JSON report into `out`.
+void RunBench(const std::string& flags, const std::string& json_name,
+              nlohmann::json* out) {
+  const std::string json_path = TmpFile(json_name);
+  const std::string cmd = Runfile("tools/bench/moeserve_bench") + flags +
+                          " --json_out=" + json_path;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  *out = nlohmann::json::parse(ReadFile(json_path));
+}
 
-  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
+TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(RunBench(
+      " --model_dir=" + Runfile("models/demo") +
+          " --policies=on_demand,overlap --expert_cache_ratio=0.25 "
+          "--link_gbps=20 --link_latency_us=5 --num_requests=2 "
+          "--max_new_tokens=4 --concurrency=2 --threads=2 --policy_repeats=2",
+      "policy_bench.json", &j));
   EXPECT_EQ(j.at("mode"), "policies");
   EXPECT_TRUE(j.at("outputs_identical").get<bool>());
   EXPECT_EQ(j.at("threads").get<int>(), 2);
@@ -116,22 +121,16 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
 }
 
 TEST(PolicyBenchSmokeTest, DrafterAxisReportsSpeculation) {
-  const std::string json_path = TmpFile("policy_bench_spec.json");
+  nlohmann::json j;
   // on_demand x {own (= none), self, none} and self_spec x {own (= its
   // self), self (the same cell), none (no speculation)}: 4 distinct cells.
-  const std::string cmd = Runfile("tools/bench/moeserve_bench") +
-                          " --model_dir=" + Runfile("models/demo") +
-                          " --policies=on_demand,self_spec"
-                          " --drafters=own,self,none"
-                          " --num_speculative_tokens=2"
-                          " --expert_cache_ratio=0.5 --link_gbps=20"
-                          " --link_latency_us=5 --num_requests=2"
-                          " --max_new_tokens=6 --concurrency=2 --threads=2"
-                          " --json_out=" +
-                          json_path;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-
-  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
+  ASSERT_NO_FATAL_FAILURE(
+      RunBench(" --model_dir=" + Runfile("models/demo") +
+                   " --policies=on_demand,self_spec --drafters=own,self,none "
+                   "--num_speculative_tokens=2 --expert_cache_ratio=0.5 "
+                   "--link_gbps=20 --link_latency_us=5 --num_requests=2 "
+                   "--max_new_tokens=6 --concurrency=2 --threads=2",
+               "policy_bench_spec.json", &j));
   // Greedy verification keeps the target's tokens whatever is drafted.
   EXPECT_TRUE(j.at("outputs_identical").get<bool>());
   EXPECT_EQ(j["workload"].at("num_speculative_tokens"), 2);
@@ -207,22 +206,17 @@ TEST(PolicyBenchSmokeTest, DrafterAxisReportsSpeculation) {
 }
 
 TEST(PolicyBenchSmokeTest, Int4DrafterWithBothBudgets) {
-  const std::string json_path = TmpFile("policy_bench_int4.json");
+  nlohmann::json j;
   // quant_draft x {own (= int4, k adaptive), none} x budgets: at R = 0.25
   // the int4 pool (~28% of the expert bytes) leaves no slot when shared, so
   // that cell is skipped; at R = 0.5 both budgets run.
-  const std::string cmd = Runfile("tools/bench/moeserve_bench") +
-                          " --model_dir=" + Runfile("models/demo") +
-                          " --policies=lru,quant_draft --drafters=own,int4"
-                          " --draft_budget=shared,extra"
-                          " --expert_cache_ratio=0.25,0.5 --link_gbps=20"
-                          " --link_latency_us=5 --num_requests=2"
-                          " --max_new_tokens=6 --concurrency=2 --threads=2"
-                          " --json_out=" +
-                          json_path;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-
-  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
+  ASSERT_NO_FATAL_FAILURE(
+      RunBench(" --model_dir=" + Runfile("models/demo") +
+                   " --policies=lru,quant_draft --drafters=own,int4 "
+                   "--draft_budget=shared,extra --expert_cache_ratio=0.25,0.5 "
+                   "--link_gbps=20 --link_latency_us=5 --num_requests=2 "
+                   "--max_new_tokens=6 --concurrency=2 --threads=2",
+               "policy_bench_int4.json", &j));
   EXPECT_TRUE(j.at("outputs_identical").get<bool>());
   EXPECT_EQ(j["workload"].at("draft_budgets"),
             nlohmann::json::array({"shared", "extra"}));
@@ -255,17 +249,12 @@ TEST(PolicyBenchSmokeTest, Int4DrafterWithBothBudgets) {
 }
 
 TEST(PolicyBenchSmokeTest, GeneratedModelWithoutTokenizerUsesSyntheticIds) {
-  const std::string json_path = TmpFile("policy_bench_generated.json");
-  const std::string cmd = Runfile("tools/bench/moeserve_bench") +
-                          " --gen_model=mixtral_tiny"
-                          " --policies=on_demand,lru"
-                          " --expert_cache_ratio=0.5 --num_requests=3"
-                          " --max_new_tokens=4 --concurrency=1,2 --threads=2"
-                          " --json_out=" +
-                          json_path;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-
-  const nlohmann::json j = nlohmann::json::parse(ReadFile(json_path));
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(
+      RunBench(" --gen_model=mixtral_tiny --policies=on_demand,lru "
+               "--expert_cache_ratio=0.5 --num_requests=3 --max_new_tokens=4 "
+               "--concurrency=1,2 --threads=2",
+               "policy_bench_generated.json", &j));
   EXPECT_EQ(j.at("workload").at("prompts"), "synthetic");
   EXPECT_GT(j["workload"].at("prompt_seed").get<uint64_t>(), 0u);
   EXPECT_EQ(j["workload"].at("prompt_lengths").size(), 3u);
