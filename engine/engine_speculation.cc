@@ -91,10 +91,16 @@ void Engine::GrantDraftLengths(const std::vector<Sequence*>& scheduled,
 int Engine::GovernorDraftLength(const std::vector<Sequence*>& scheduled) {
   DraftLengthQuery query;
   query.max_k = options_.max_speculative_tokens;
+  int64_t context_sum = 0;
   for (const Sequence* seq : scheduled) {
-    query.num_seqs += seq->chunk == 1 && seq->generated >= 1;
+    if (seq->chunk != 1 || seq->generated < 1) continue;
+    ++query.num_seqs;
+    const int64_t context = static_cast<int64_t>(seq->tokens.size());
+    context_sum += context;
+    query.max_context_tokens = std::max(query.max_context_tokens, context);
   }
   if (query.num_seqs == 0) return -1;
+  query.mean_context_tokens = static_cast<double>(context_sum) / query.num_seqs;
   query.acceptance = timings_.acceptance;
   query.draft_seconds_per_position = timings_.draft_seconds_per_position;
   query.verify_seconds_base = timings_.verify_seconds_base;

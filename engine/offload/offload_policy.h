@@ -82,6 +82,11 @@ struct ExpertLookahead {
 struct DraftLengthQuery {
   int max_k = 0;     // the most the engine allows
   int num_seqs = 0;  // sequences that will speculate
+  // Their context (prompt + generated tokens), mean and longest: the
+  // verification's attention cost grows with it (SpecMoEOff's k depends on
+  // batch and prefix length).
+  double mean_context_tokens = 0;
+  int64_t max_context_tokens = 0;
   // [i]: P(draft i+1 accepted | drafts 1..i accepted), EMA, size >= max_k
   // (may be empty before any verification).
   std::span<const double> acceptance;
@@ -90,6 +95,21 @@ struct DraftLengthQuery {
   double verify_seconds_base = 0;
   double verify_seconds_per_draft = 0;  // added per draft token, EMA
   double link_seconds_per_expert = 0;   // one expert transfer, measured, EMA
+};
+
+// What moving or computing one expert costs, measured by the residency
+// (EMAs over the run; 0 = not measured yet). For policies that weigh moving
+// an expert against computing it where it lives (utility; MoE-SpAc's
+// workload balancer).
+struct ExpertCosts {
+  // One transfer slow -> fast on the link (emulation included).
+  double link_seconds = 0;
+  // One expert computed from the fast tier: Acquire of a ready expert to
+  // its Release (on an asynchronous device: the host-side enqueue only).
+  double fast_compute_seconds = 0;
+  // One expert computed in place on the slow tier (ComputeInPlace),
+  // Acquire to Release, the emulated compute charge included.
+  double inplace_compute_seconds = 0;
 };
 
 // The levers and gauges a policy gets. Implemented by ExpertResidency.
@@ -147,6 +167,33 @@ class ResidencyControl {
 
   // Drops `id` from the fast tier unless it is in use or pinned.
   virtual void Evict(ExpertId id) = 0;
+
+  // Asks that `id` be computed where it lives (the slow tier's host memory,
+  // by the CPU) instead of being moved to the fast tier: MoE-SpAc's
+  // in-place compute of cold experts. Only from OnRoute, for an expert of
+  // that route that is not resident: BeginLayer starts no demand load for
+  // it, and its Acquire is served from the slow tier unless it has become
+  // ready meanwhile (then it is an ordinary hit). Counted as `inplace`, not
+  // as a hit or a miss; moves no bytes on the link. Holds for this layer
+  // only. Returns false, and changes nothing, when the control cannot
+  // compute in place (a device fast tier; `id` not routed this layer or
+  // resident; outside OnRoute). Default: false.
+  virtual bool ComputeInPlace(ExpertId id) {
+    (void)id;
+    return false;
+  }
+  // The measured costs (ExpertCosts). Default: nothing measured.
+  virtual ExpertCosts expert_costs() const { return {}; }
+
+  // Publishes a policy-specific gauge (e.g. cutoff's
+  // moeserve_spec_cutoff_layer) with the engine's `policy` label; the first
+  // call for a name registers it with `help`. A name that is not a valid
+  // metric name, or clashes with another metric, is logged once and
+  // ignored. Default: ignored (no metrics).
+  virtual void SetPolicyGauge(std::string_view name, std::string_view help,
+                              double value) {
+    (void)name, (void)help, (void)value;
+  }
 
   // Applies `layer`'s router to `hidden` (F32 row-major [n, hidden_size],
   // already normalised as the router expects) and returns the distinct

@@ -28,6 +28,8 @@ void ResidencyAccounting::FillCounters(ResidencyStats* stats) const {
   stats->prefetch_used = prefetch_used_;
   stats->prefetch_wasted = prefetch_wasted_;
   stats->prefetch_cancelled = prefetch_cancelled_;
+  stats->inplace = inplace_;
+  stats->inplace_seconds = inplace_seconds_;
 }
 
 void ResidencyAccounting::OnLoadStarted(ExpertId, SlotPool::LoadKind kind) {
@@ -75,6 +77,15 @@ void ResidencyAccounting::OnStall(double seconds) {
   MutexLock lock(&mu_);
   stall_seconds_ += seconds;
   if (metrics_.stall_seconds != nullptr) metrics_.stall_seconds->Inc(seconds);
+}
+
+void ResidencyAccounting::OnInPlace(double seconds) {
+  MutexLock lock(&mu_);
+  Count(&inplace_, metrics_.inplace);
+  inplace_seconds_ += seconds;
+  if (metrics_.inplace_seconds != nullptr) {
+    metrics_.inplace_seconds->Inc(seconds);
+  }
 }
 
 void ResidencyAccounting::OnStateCounts(int empty, int loading, int ready) {

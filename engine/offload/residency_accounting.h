@@ -25,6 +25,11 @@
 //  - Link transfers: link_transfers == misses + prefetch_loads -
 //    prefetch_cancelled - failed_transfers, and link_bytes ==
 //    link_transfers x slot_bytes.
+//  - inplace: acquisitions served in place from the slow tier
+//    (ResidencyControl::ComputeInPlace), neither hits nor misses, no link
+//    transfer; inplace_seconds their Acquire-to-Release time, the emulated
+//    compute charge included (moeserve_expert_requests_total{result=
+//    "inplace"}, moeserve_expert_inplace_seconds_total).
 //  - stall_seconds: wall time Acquire spent blocked (waiting for its load or
 //    for a loading slot to become evictable).
 //  - moeserve_expert_cache_bytes{state}: slots per state x slot bytes.
@@ -72,6 +77,8 @@ struct ResidencyStats {
   uint64_t prefetch_wasted = 0;
   uint64_t prefetch_cancelled = 0;          // Queued loads withdrawn, no bytes.
   uint64_t prefetched_unused_resident = 0;  // Now resident, never acquired.
+  uint64_t inplace = 0;        // Computed in place on the slow tier.
+  double inplace_seconds = 0;  // Their Acquire-to-Release time.
   int slots = 0;
   uint64_t slot_bytes = 0;      // == ExpertBlob::bytes.
   uint64_t capacity_bytes = 0;  // slots x slot_bytes.
@@ -98,7 +105,7 @@ class ResidencyAccounting final : public SlotPool::Observer {
 
   // Copies hits, hits_loading, misses, acquire_failures,
   // demand_evicted_unused, stall_seconds, prefetch_loads, prefetch_used,
-  // prefetch_wasted and prefetch_cancelled.
+  // prefetch_wasted, prefetch_cancelled, inplace and inplace_seconds.
   void FillCounters(ResidencyStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // SlotPool::Observer.
@@ -112,6 +119,10 @@ class ResidencyAccounting final : public SlotPool::Observer {
   void OnAcquireFailed(ExpertId id) override;
   void OnStall(double seconds) override;
   void OnStateCounts(int empty, int loading, int ready) override;
+
+  // One expert computed in place (not a SlotPool event: the residency
+  // reports it at the Release), `seconds` from its Acquire.
+  void OnInPlace(double seconds) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Count(uint64_t* field, metrics::Counter* metric)
@@ -132,6 +143,8 @@ class ResidencyAccounting final : public SlotPool::Observer {
   uint64_t prefetch_wasted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t prefetch_cancelled_ ABSL_GUARDED_BY(mu_) = 0;
   double stall_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t inplace_ ABSL_GUARDED_BY(mu_) = 0;
+  double inplace_seconds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace moeserve::engine

@@ -41,7 +41,8 @@ absl::Status ResidencyMetrics::Register(metrics::Registry* r,
   const char* kRequests = "moeserve_expert_requests_total";
   const char* kRequestsHelp =
       "Expert acquisitions by the target forward pass: hit (ready), "
-      "hit_loading (resident but still in flight), miss.";
+      "hit_loading (resident but still in flight), miss, inplace (computed "
+      "on the slow tier, not moved).";
   const char* kPrefetch = "moeserve_prefetch_total";
   const char* kPrefetchHelp =
       "Prefetched experts: used before eviction, evicted unused, or "
@@ -56,6 +57,11 @@ absl::Status ResidencyMetrics::Register(metrics::Registry* r,
       CounterChild(r, kRequests, kRequestsHelp, pr, {p, "hit_loading"},
                    &hit_loading),
       CounterChild(r, kRequests, kRequestsHelp, pr, {p, "miss"}, &misses),
+      CounterChild(r, kRequests, kRequestsHelp, pr, {p, "inplace"}, &inplace),
+      CounterChild(r, "moeserve_expert_inplace_seconds_total",
+                   "Time spent computing experts in place on the slow tier "
+                   "(the emulated compute charge included).",
+                   {"policy"}, {p}, &inplace_seconds),
       CounterChild(r, "moeserve_link_bytes_total",
                    "Bytes moved over the slow-to-fast link.",
                    {"policy", "direction"}, {p, "h2d"}, &link_bytes),

@@ -31,7 +31,9 @@ class ResidencyMetrics {
   metrics::Counter* hits = nullptr;         // result="hit"
   metrics::Counter* hit_loading = nullptr;  // result="hit_loading"
   metrics::Counter* misses = nullptr;
-  metrics::Counter* link_bytes = nullptr;  // direction="h2d"
+  metrics::Counter* inplace = nullptr;          // result="inplace"
+  metrics::Counter* inplace_seconds = nullptr;  // ..._inplace_seconds_total
+  metrics::Counter* link_bytes = nullptr;       // direction="h2d"
   metrics::Counter* link_busy_seconds = nullptr;
   metrics::Counter* stall_seconds = nullptr;
   metrics::Counter* prefetch_used = nullptr;
