@@ -102,6 +102,11 @@ void CutoffPolicy::OnLookahead(const engine::ExpertLookahead& lookahead) {
     cutoff = l;
   }
   cutoff_layer_ = cutoff;
+  control_->SetPolicyGauge(
+      "moeserve_spec_cutoff_layer",
+      "SP-MoE cutoff layer L of the last drafting window: layers <= L were "
+      "prefetched (-1: none).",
+      cutoff);
   // One batched submission per layer, ascending.
   for (int l = 0; l <= cutoff; ++l) {
     if (missing[l].empty()) continue;

@@ -28,6 +28,8 @@
 // L is the last layer before a constraint breaks; -1 when layer 0 already
 // breaks one (nothing is prefetched). Until both timings are known (> 0)
 // the time constraint is off: L = cap, bounded by memory only.
+// Each OnLookahead exports L as the gauge moeserve_spec_cutoff_layer
+// (ResidencyControl::SetPolicyGauge, labelled with the engine).
 // Timings are measured online: ChooseDraftLength records the query's
 // draft_seconds_per_position and link_seconds_per_expert (each when > 0)
 // and returns -1 (this policy does not choose k).

@@ -25,6 +25,7 @@ constexpr const char* kEngineKeys[] = {"name",
                                        "slow_tier",
                                        "link_gbps",
                                        "link_latency_us",
+                                       "inplace_compute_ratio",
                                        "kv_cache_mb",
                                        "max_num_seqs",
                                        "max_batched_tokens",
@@ -115,6 +116,10 @@ absl::Status ReadEngine(const json& obj, EngineSpec* spec) {
   MOESERVE_ASSIGN_OR_RETURN(
       spec->link.latency_us,
       json_util::GetDouble(obj, "link_latency_us", spec->link.latency_us));
+  MOESERVE_ASSIGN_OR_RETURN(
+      spec->link.inplace_compute_ratio,
+      json_util::GetDouble(obj, "inplace_compute_ratio",
+                           spec->link.inplace_compute_ratio));
   MOESERVE_ASSIGN_OR_RETURN(
       int kv_mb, GetPositiveInt(obj, "kv_cache_mb",
                                 static_cast<int>(spec->kv_cache_bytes >> 20)));

@@ -14,12 +14,12 @@
 //
 // Engine keys: name (required), policy (default: the name), policy_config
 // (object; values are strings, numbers or booleans), expert_cache_ratio,
-// expert_cache_mb, slow_tier, link_gbps, link_latency_us, kv_cache_mb,
-// max_num_seqs, max_batched_tokens, max_waiting, drafter,
-// num_speculative_tokens, draft_model_dir, draft_budget. A key an engine
-// leaves out takes the server-wide flag's value. "default" (the engine of
-// requests that name none when there is no "ab") defaults to the first
-// engine.
+// expert_cache_mb, slow_tier, link_gbps, link_latency_us,
+// inplace_compute_ratio, kv_cache_mb, max_num_seqs, max_batched_tokens,
+// max_waiting, drafter, num_speculative_tokens, draft_model_dir, draft_budget.
+// A key an engine leaves out takes the server-wide flag's value. "default" (the
+// engine of requests that name none when there is no "ab") defaults to the
+// first engine.
 //
 // Speculation: "drafter" is a registered drafter ("self", "int4"), "none",
 // or "" (the policy's own: self_spec -> self, quant_draft -> int4, the

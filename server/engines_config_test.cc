@@ -35,7 +35,7 @@ TEST(EnginesConfigTest, EnginesInheritTheFlagsAndOverrideWhatTheyName) {
        "policy_config": {"top_percent": 5, "profile_steps": 16},
        "expert_cache_mb": 64},
       {"name": "lru", "max_num_seqs": 4, "slow_tier": "host",
-       "link_gbps": 0, "kv_cache_mb": 32}
+       "link_gbps": 0, "inplace_compute_ratio": 4, "kv_cache_mb": 32}
     ],
     "ab": {"pinned": 1, "lru": 3},
     "default": "lru"
@@ -50,6 +50,8 @@ TEST(EnginesConfigTest, EnginesInheritTheFlagsAndOverrideWhatTheyName) {
   EXPECT_EQ(lru.max_num_seqs, 4);
   EXPECT_EQ(lru.slow_tier, "host");
   EXPECT_EQ(lru.link.gbps, 0);
+  EXPECT_EQ(lru.link.inplace_compute_ratio, 4);
+  EXPECT_EQ(pinned.link.inplace_compute_ratio, 8);  // the default
   EXPECT_EQ(lru.kv_cache_bytes, 32u << 20);
   EXPECT_DOUBLE_EQ(lru.expert_cache_ratio, 0.5);  // the flag's
   EXPECT_EQ(pinned.policy_config,

@@ -78,6 +78,11 @@ ABSL_FLAG(double, link_gbps, 0,
           "off (the real copy speed).");
 ABSL_FLAG(double, link_latency_us, 0,
           "Emulated per-transfer link latency in microseconds.");
+ABSL_FLAG(double, inplace_compute_ratio, 8,
+          "Emulated slow-tier/fast-tier compute time ratio for experts a "
+          "policy computes in place (utility): each is charged (ratio - 1) x "
+          "its measured CPU time, as a CPU computing next to a GPU would be. "
+          ">= 1; 1 = no charge.");
 ABSL_FLAG(std::string, policy_config, "",
           "Offload policy settings of the --policy engine only, k=v,k=v "
           "(e.g. top_percent=10 for lfu_static). Other engines: "
@@ -430,6 +435,11 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   d.link.latency_us = absl::GetFlag(FLAGS_link_latency_us);
   if (!(d.link.gbps >= 0) || !(d.link.latency_us >= 0)) {
     return FlagError("link_gbps", "link emulation values must be >= 0");
+  }
+  d.link.inplace_compute_ratio = absl::GetFlag(FLAGS_inplace_compute_ratio);
+  if (!(d.link.inplace_compute_ratio >= 1) ||
+      !std::isfinite(d.link.inplace_compute_ratio)) {
+    return FlagError("inplace_compute_ratio", "must be a finite number >= 1");
   }
   d.drafter = absl::GetFlag(FLAGS_drafter);
   d.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);

@@ -123,6 +123,8 @@ TEST_F(EngineBuilderTest, EveryBadFieldIsRefusedByName) {
       {"slow_tier", [](EngineSpec* s) { s->slow_tier = "tape"; }},
       {"link_gbps", [](EngineSpec* s) { s->link.gbps = -1; }},
       {"link_latency_us", [](EngineSpec* s) { s->link.latency_us = -1; }},
+      {"inplace_compute_ratio",
+       [](EngineSpec* s) { s->link.inplace_compute_ratio = 0.5; }},
       {"kv_cache_mb", [](EngineSpec* s) { s->kv_cache_bytes = 0; }},
       {"max_num_seqs", [](EngineSpec* s) { s->max_num_seqs = 0; }},
       {"max_batched_tokens", [](EngineSpec* s) { s->max_batched_tokens = 0; }},

@@ -48,6 +48,10 @@ absl::Status CheckEngineSpec(const EngineSpec& spec) {
   if (!(spec.link.latency_us >= 0) || !std::isfinite(spec.link.latency_us)) {
     return FieldError("link_latency_us", "must be a finite number >= 0");
   }
+  if (!(spec.link.inplace_compute_ratio >= 1) ||
+      !std::isfinite(spec.link.inplace_compute_ratio)) {
+    return FieldError("inplace_compute_ratio", "must be a finite number >= 1");
+  }
   if (spec.kv_cache_bytes < (1u << 20)) {
     return FieldError("kv_cache_mb", "must be >= 1");
   }

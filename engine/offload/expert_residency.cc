@@ -1,9 +1,12 @@
 #include "engine/offload/expert_residency.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace moeserve::engine {
 
@@ -22,6 +25,11 @@ absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
       int64_t{weights->num_layers()} * int64_t{weights->num_experts()};
   if (total == 0) return absl::InvalidArgumentError("model has no experts");
   const uint64_t blob = weights->expert({0, 0}).bytes;
+  if (!(link.inplace_compute_ratio >= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inplace_compute_ratio must be >= 1, got ",
+                     link.inplace_compute_ratio));
+  }
   if (capacity_bytes < blob) {
     return absl::InvalidArgumentError(absl::StrCat(
         "expert cache capacity of ", capacity_bytes,
@@ -51,6 +59,7 @@ ExpertResidency::ExpertResidency(const ModelWeights* weights, SlowTier* slow,
       accounting_(slots, slot_bytes_),
       pool_(num_layers_, num_experts_, slots, policy, this,
             {&accounting_, &hooks_}),
+      routed_(num_experts_, 0),
       loads_(slots),
       activations_(num_layers_ * num_experts_, 0) {}
 
@@ -70,6 +79,9 @@ absl::Status ExpertResidency::Init(const LinkOptions& link,
   }
   link_ = std::make_unique<Link>(*std::move(transport), slot_bytes_, link,
                                  accounting_.link_counters());
+  inplace_compute_ratio_ = link.inplace_compute_ratio;
+  registry_ = registry;
+  engine_name_ = engine_name;
   return absl::OkStatus();
 }
 
@@ -204,15 +216,32 @@ void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
       }
     }
   }
+  {
+    MutexLock lock(&inplace_mu_);
+    routing_layer_ = layer;
+    std::fill(routed_.begin(), routed_.end(), 0);
+    for (int e : experts) routed_[e] = 1;
+  }
   hooks_.Deliver(policy_);
   policy_->OnRoute(layer, experts, token_counts, hidden, n);
   std::vector<ExpertId> ids;
   ids.reserve(experts.size());
-  for (int e : experts) ids.push_back({layer, e});
+  {
+    MutexLock lock(&inplace_mu_);
+    routing_layer_ = -1;
+    layer_ = layer;
+    for (int e : experts) {
+      if (routed_[e] != 2) ids.push_back({layer, e});
+    }
+  }
   pool_.LoadManyNoWait(ids, SlotPool::LoadKind::kDemand);  // One submission.
 }
 
 void ExpertResidency::EndLayer(int layer) {
+  {
+    MutexLock lock(&inplace_mu_);
+    layer_ = -1;
+  }
   pool_.Unprotect();
   hooks_.Deliver(policy_);
   policy_->OnLayerDone(layer);
@@ -220,15 +249,106 @@ void ExpertResidency::EndLayer(int layer) {
 
 // ---------------------------------------------------------------- experts
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// An EMA that starts at its first sample.
+void Ema(double* average, double sample) {
+  *average = *average == 0 ? sample : 0.9 * *average + 0.1 * sample;
+}
+
+}  // namespace
+
 absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
   policy_->OnAccess(id);
+  bool inplace = false;
+  {
+    MutexLock lock(&inplace_mu_);
+    inplace = id.layer == layer_ && id.expert >= 0 &&
+              id.expert < num_experts_ && routed_[id.expert] == 2;
+  }
+  // Computed in place unless a load has made it ready meanwhile.
+  if (inplace && !pool_.IsReady(id)) {
+    absl::StatusOr<const std::byte*> blob = AcquireInPlace(id);
+    hooks_.Deliver(policy_);
+    return blob;
+  }
   absl::StatusOr<int> slot = pool_.Acquire(id);
   hooks_.Deliver(policy_);
   if (!slot.ok()) return slot.status();
+  {
+    MutexLock lock(&inplace_mu_);
+    held_ = id;
+    held_inplace_ = false;
+    held_since_ = Clock::now();
+  }
   return memory_->data(*slot);
 }
 
-void ExpertResidency::Release(ExpertId id) { pool_.Release(id); }
+absl::StatusOr<const std::byte*> ExpertResidency::AcquireInPlace(ExpertId id) {
+  const Clock::time_point start = Clock::now();
+  const std::byte* blob = nullptr;
+  if (!slow_->HostArena().empty()) {
+    blob = slow_->HostBlob(id);
+  } else {
+    if (inplace_scratch_ == nullptr) {
+      const size_t bytes = (slot_bytes_ + 63) / 64 * 64;
+      inplace_scratch_.reset(
+          static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
+      if (inplace_scratch_ == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "cannot allocate ", bytes, " bytes to compute an expert in place"));
+      }
+    }
+    if (absl::Status s = slow_->Read(id, inplace_scratch_.get()); !s.ok()) {
+      return s;
+    }
+    blob = inplace_scratch_.get();
+  }
+  MutexLock lock(&inplace_mu_);
+  held_ = id;
+  held_inplace_ = true;
+  held_since_ = Clock::now();
+  // The read (disk tier) is real I/O: counted, but not multiplied by the
+  // compute ratio.
+  held_read_seconds_ =
+      std::chrono::duration<double>(held_since_ - start).count();
+  return blob;
+}
+
+void ExpertResidency::Release(ExpertId id) {
+  bool inplace = false;
+  double compute_seconds = 0;
+  double read_seconds = 0;
+  {
+    MutexLock lock(&inplace_mu_);
+    if (held_ == id) {
+      inplace = held_inplace_;
+      compute_seconds = SecondsSince(held_since_);
+      read_seconds = held_read_seconds_;
+      held_ = {-1, -1};
+      if (!inplace) Ema(&costs_.fast_compute_seconds, compute_seconds);
+    }
+  }
+  if (!inplace) {
+    pool_.Release(id);
+    return;
+  }
+  // The emulated slower processor (LinkOptions::inplace_compute_ratio).
+  const double charge = (inplace_compute_ratio_ - 1) * compute_seconds;
+  if (charge > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(charge));
+  }
+  const double total = read_seconds + compute_seconds + charge;
+  accounting_.OnInPlace(total);
+  MutexLock lock(&inplace_mu_);
+  Ema(&costs_.inplace_compute_seconds, total);
+}
 
 // ---------------------------------------------------------------- draft
 
@@ -287,6 +407,64 @@ std::vector<int> ExpertResidency::PredictExperts(int layer, const float* hidden,
                                                  int64_t n, int k) {
   if (!predict_) return {};
   return predict_(layer, hidden, n, k);
+}
+
+bool ExpertResidency::ComputeInPlace(ExpertId id) {
+  // A device's compute stream cannot read the slow tier's host memory.
+  if (memory_->device() != kernels::Device::kCpu) return false;
+  if (id.expert < 0 || id.expert >= num_experts_ || pool_.IsResident(id)) {
+    return false;
+  }
+  bool first = false;
+  {
+    MutexLock lock(&inplace_mu_);
+    if (routing_layer_ != id.layer || routed_[id.expert] == 0) return false;
+    routed_[id.expert] = 2;
+    first = !inplace_used_;
+    inplace_used_ = true;
+  }
+  if (first) {
+    SetPolicyGauge("moeserve_inplace_compute_ratio",
+                   "Emulated slow-tier/fast-tier compute time ratio charged "
+                   "to experts computed in place (LinkOptions::"
+                   "inplace_compute_ratio; 1 = no charge).",
+                   inplace_compute_ratio_);
+  }
+  return true;
+}
+
+ExpertCosts ExpertResidency::expert_costs() const {
+  ExpertCosts costs;
+  {
+    MutexLock lock(&inplace_mu_);
+    costs = costs_;
+  }
+  costs.link_seconds = link_seconds_per_transfer();
+  return costs;
+}
+
+void ExpertResidency::SetPolicyGauge(std::string_view name,
+                                     std::string_view help, double value) {
+  if (registry_ == nullptr) return;
+  MutexLock lock(&gauges_mu_);
+  auto it = policy_gauges_.find(name);
+  if (it == policy_gauges_.end()) {
+    metrics::Gauge* gauge = nullptr;
+    absl::StatusOr<metrics::GaugeFamily*> family = registry_->AddGauge(
+        absl::string_view(name.data(), name.size()),
+        absl::string_view(help.data(), help.size()), {"policy"});
+    absl::StatusOr<metrics::Gauge*> child =
+        family.ok() ? (*family)->WithLabels({engine_name_})
+                    : absl::StatusOr<metrics::Gauge*>(family.status());
+    if (child.ok()) {
+      gauge = *child;
+    } else {
+      SPDLOG_WARN("engine '{}': policy gauge {} not exported: {}", engine_name_,
+                  name, child.status().ToString());
+    }
+    it = policy_gauges_.emplace(std::string(name), gauge).first;
+  }
+  if (it->second != nullptr) it->second->Set(value);
 }
 
 // ---------------------------------------------------------------- stats

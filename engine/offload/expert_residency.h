@@ -59,6 +59,21 @@
 //    Unpin: pins-- (no-op at 0). Evict: drops a ready, unpinned, unused
 //    expert (no-op otherwise, also while loading). IsResident: ready or
 //    loading. IsReady: ready.
+//  - ComputeInPlace(id) (offload_policy.h): from OnRoute only, for an
+//    expert of the route that is not resident, on a host fast tier: it is
+//    left out of BeginLayer's demand loads, and its Acquire (if it is still
+//    not resident then) returns the slow tier's bytes: the host arena's
+//    blob, or for the disk tier a pread into a scratch blob owned by the
+//    residency. No slot, no link transfer, no hit or miss: `inplace`. Its
+//    Release charges the emulated compute cost (LinkOptions::
+//    inplace_compute_ratio) by sleeping (ratio - 1) x the Acquire-to-Release
+//    time. OnAccess is called for it as for any acquire. A device fast tier
+//    refuses (false): its compute stream cannot read host memory.
+//  - expert_costs(): EMAs (weight 0.1) of link_seconds_per_transfer, of the
+//    Acquire-to-Release time of target acquires served from the fast tier,
+//    and of in-place acquires (charge included).
+//  - SetPolicyGauge(name, help, value): a gauge labelled policy=engine name
+//    in the registry (nothing without one).
 //  - draft_experts(): an ExpertProvider over the same slots for a
 //    self-drafting engine (owned by the residency). Its Acquire(id) returns
 //    the blob of a resident expert (waiting while it loads, promoting
@@ -95,12 +110,16 @@
 #define MOESERVE_ENGINE_OFFLOAD_EXPERT_RESIDENCY_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -172,6 +191,10 @@ class ExpertResidency final : public ExpertProvider,
   void Evict(ExpertId id) override;
   std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
                                   int k) override;
+  bool ComputeInPlace(ExpertId id) override;
+  ExpertCosts expert_costs() const override;
+  void SetPolicyGauge(std::string_view name, std::string_view help,
+                      double value) override;
 
   // ResidencyControl, lanes and cancellation (see above).
   bool IsReady(ExpertId id) const override;
@@ -249,6 +272,35 @@ class ExpertResidency final : public ExpertProvider,
   // the Link's.
   base::Mutex load_mu_;
   std::vector<SlotLoad> loads_ ABSL_GUARDED_BY(load_mu_);
+
+  // Serves an in-place acquire: the blob in the slow tier's host arena, or
+  // read into inplace_scratch_.
+  absl::StatusOr<const std::byte*> AcquireInPlace(ExpertId id);
+
+  // In-place compute and the measured costs (step thread; a mutex because
+  // the ResidencyControl side may be called from any thread).
+  mutable base::Mutex inplace_mu_;
+  int routing_layer_ ABSL_GUARDED_BY(inplace_mu_) = -1;  // inside OnRoute
+  // This layer's routed experts: 1 routed, 2 routed and to compute in place.
+  std::vector<uint8_t> routed_ ABSL_GUARDED_BY(inplace_mu_);
+  // The expert acquired last (the forward pass holds one at a time), when
+  // it was acquired and whether in place.
+  ExpertId held_ ABSL_GUARDED_BY(inplace_mu_) = {-1, -1};
+  bool held_inplace_ ABSL_GUARDED_BY(inplace_mu_) = false;
+  double held_read_seconds_ ABSL_GUARDED_BY(inplace_mu_) = 0;
+  int layer_ ABSL_GUARDED_BY(inplace_mu_) = -1;  // BeginLayer to EndLayer
+  bool inplace_used_ ABSL_GUARDED_BY(inplace_mu_) = false;
+  std::chrono::steady_clock::time_point held_since_
+      ABSL_GUARDED_BY(inplace_mu_);
+  ExpertCosts costs_ ABSL_GUARDED_BY(inplace_mu_);
+  std::unique_ptr<std::byte, void (*)(void*)> inplace_scratch_{nullptr,
+                                                               &std::free};
+  double inplace_compute_ratio_ = 8;       // Set by Init.
+  metrics::Registry* registry_ = nullptr;  // Set by Init; may be null.
+  std::string engine_name_;                // Set by Init.
+  base::Mutex gauges_mu_;
+  std::map<std::string, metrics::Gauge*, std::less<>> policy_gauges_
+      ABSL_GUARDED_BY(gauges_mu_);
 
   // The running step's token counts per (layer, expert), for OnStepEnd.
   base::Mutex step_mu_;

@@ -1,8 +1,11 @@
 #include "engine/offload/expert_residency.h"
 
+#include <chrono>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -574,6 +577,139 @@ TEST_F(ResidencyTest, DraftViewReadsResidentExpertsWithoutCounting) {
       ElementsAre("loaded 1,6", "end"));
   r->Evict({0, 1});
   EXPECT_FALSE(r->IsResident({0, 1}));
+}
+
+// Asks for in-place compute of the experts in `inplace` when they are routed
+// (and records what the control answered); LRU otherwise.
+class InPlaceTestPolicy : public LruTestPolicy {
+ public:
+  void OnRoute(int layer, std::span<const int> experts, std::span<const int>,
+               const float*, int64_t) override {
+    for (int e : experts) {
+      if (inplace.count({layer, e}) != 0) {
+        answers.push_back(control_->ComputeInPlace({layer, e}));
+      }
+    }
+  }
+  void OnStepBegin(const StepInfo&) override {
+    // Outside OnRoute: refused.
+    outside_route_answer = control_->ComputeInPlace({0, 0});
+  }
+  std::set<std::pair<int, int>> inplace;
+  std::vector<bool> answers;
+  bool outside_route_answer = true;
+};
+
+TEST_F(ResidencyTest, ComputeInPlaceServesTheSlowTierWithoutMovingBytes) {
+  InPlaceTestPolicy policy;
+  policy.inplace = {{0, 2}, {1, 5}};
+  metrics::Registry registry;
+  auto r = Make(&policy, 3, &registry, LinkOptions{.inplace_compute_ratio = 1});
+  ASSERT_NE(r, nullptr);
+  r->BeginStep({.step = 0});
+  RunLayer(r.get(), 0, {1, 2});  // (0,2) in place, (0,1) a miss
+  RunLayer(r.get(), 1, {3, 5});  // (1,5) in place, (1,3) a miss
+  r->EndStep();
+  r->WaitIdle();
+  EXPECT_FALSE(policy.outside_route_answer);
+  EXPECT_THAT(policy.answers, ElementsAre(true, true));
+  ResidencyStats s = r->stats();
+  EXPECT_EQ(s.inplace, 2u);
+  EXPECT_EQ(s.misses, 2u);
+  EXPECT_EQ(s.hits, 0u);
+  EXPECT_EQ(s.link_transfers, 2u);
+  EXPECT_EQ(s.link_bytes, 2 * blob_);
+  EXPECT_FALSE(r->IsResident({0, 2}));
+  EXPECT_FALSE(r->IsResident({1, 5}));
+  EXPECT_TRUE(r->IsResident({0, 1}));
+  // A resident expert is refused: (0,1) is resident now.
+  policy.inplace = {{0, 1}};
+  policy.answers.clear();
+  r->BeginStep({.step = 1});
+  RunLayer(r.get(), 0, {1});
+  r->EndStep();
+  EXPECT_THAT(policy.answers, ElementsAre(false));
+  EXPECT_EQ(r->stats().hits, 1u);
+  EXPECT_EQ(r->stats().inplace, 2u);
+  const std::string text = registry.Serialize();
+  EXPECT_NE(text.find("moeserve_expert_requests_total{policy=\"test\","
+                      "result=\"inplace\"} 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("moeserve_inplace_compute_ratio{policy=\"test\"} 1"),
+            std::string::npos)
+      << text;
+  const ExpertCosts costs = r->expert_costs();
+  EXPECT_GT(costs.link_seconds, 0);
+  EXPECT_GT(costs.fast_compute_seconds, 0);
+  EXPECT_GT(costs.inplace_compute_seconds, 0);
+}
+
+TEST_F(ResidencyTest, InPlaceComputeIsChargedTheEmulatedRatio) {
+  InPlaceTestPolicy policy;
+  policy.inplace = {{0, 2}};
+  auto r = Make(&policy, 3, nullptr, LinkOptions{.inplace_compute_ratio = 3});
+  ASSERT_NE(r, nullptr);
+  r->BeginStep({.step = 0});
+  r->BeginLayer(0, std::vector<int>{2}, std::vector<int>{1}, nullptr, 0);
+  absl::StatusOr<const std::byte*> p = r->Acquire({0, 2});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(Same(*p, {0, 2}));
+  // "Compute" for 20 ms: the release charges (3 - 1) x that.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto start = std::chrono::steady_clock::now();
+  r->Release({0, 2});
+  const double charged =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  r->EndLayer(0);
+  r->EndStep();
+  EXPECT_GE(charged, 0.039);
+  EXPECT_GE(r->stats().inplace_seconds, 0.059);
+  EXPECT_EQ(r->stats().inplace, 1u);
+  EXPECT_EQ(r->stats().link_transfers, 0u);
+}
+
+TEST_F(ResidencyTest, InPlaceFromTheDiskTierReadsTheBlob) {
+  auto unpacked = LoadFixture(false);
+  auto disk = NewDiskSlowTier(unpacked.get());
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  InPlaceTestPolicy policy;
+  policy.inplace = {{1, 4}};
+  auto r = ExpertResidency::Create(unpacked.get(), disk->get(), 3 * blob_,
+                                   LinkOptions{.inplace_compute_ratio = 1},
+                                   &policy, nullptr, nullptr, "disk");
+  ASSERT_TRUE(r.ok()) << r.status();
+  (*r)->BeginStep({.step = 0});
+  RunLayer(r->get(), 1, {4, 6});
+  (*r)->EndStep();
+  EXPECT_EQ((*r)->stats().inplace, 1u);
+  EXPECT_EQ((*r)->stats().misses, 1u);
+}
+
+TEST_F(ResidencyTest, RefusesAnInPlaceRatioBelowOne) {
+  LruTestPolicy policy;
+  auto r = ExpertResidency::Create(weights_.get(), host_.get(), 3 * blob_,
+                                   LinkOptions{.inplace_compute_ratio = 0.5},
+                                   &policy, nullptr, nullptr, "test");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("inplace_compute_ratio"),
+            std::string::npos);
+}
+
+TEST_F(ResidencyTest, PolicyGaugeIsExportedWithTheEngineLabel) {
+  LruTestPolicy policy;
+  metrics::Registry registry;
+  auto r = Make(&policy, 3, &registry);
+  ASSERT_NE(r, nullptr);
+  r->SetPolicyGauge("moeserve_spec_cutoff_layer", "L.", 3);
+  r->SetPolicyGauge("moeserve_spec_cutoff_layer", "L.", 5);
+  r->SetPolicyGauge("bad name", "refused, logged", 1);
+  const std::string text = registry.Serialize();
+  EXPECT_NE(text.find("moeserve_spec_cutoff_layer{policy=\"test\"} 5"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("bad name"), std::string::npos);
 }
 
 }  // namespace

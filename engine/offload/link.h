@@ -87,6 +87,15 @@ struct LinkOptions {
   double latency_us = 0;
   // Worker threads (parallel copy queues). Default: 1; values < 1 mean 1.
   int num_workers = 1;
+  // Not a property of the wire, emulated beside it: how much slower the
+  // slow tier's processor computes an expert than the fast tier's
+  // (ResidencyControl::ComputeInPlace). On a host fast tier both are this
+  // CPU, so an expert computed in place is charged (ratio - 1) x its
+  // measured compute time, slept after the computation. Default 8: a
+  // memory-bound expert at decode on a desktop CPU (~100 GB/s DRAM) against
+  // an edge GPU (~0.5-1 TB/s), MoE-SpAc's setting. 1: no charge (in place
+  // is as fast as the fast tier). Must be >= 1.
+  double inplace_compute_ratio = 8;
 
   bool emulated() const { return gbps > 0; }
 };

@@ -92,6 +92,9 @@ ABSL_FLAG(double, link_gbps, 0,
           "Policy mode: emulated link GB/s (0 = no emulation).");
 ABSL_FLAG(double, link_latency_us, 0,
           "Policy mode: emulated per-transfer latency in microseconds.");
+ABSL_FLAG(double, inplace_compute_ratio, 8,
+          "Policy mode: emulated slow/fast compute time ratio charged to "
+          "experts computed in place (LinkOptions::inplace_compute_ratio).");
 ABSL_FLAG(std::string, slow_tier, "host", "Policy mode: host or disk.");
 ABSL_FLAG(std::string, policy_config, "",
           "Policy mode: k=v,... passed to every policy.");
@@ -201,6 +204,7 @@ int PolicyMain(int threads) {
   o.concurrencies = ParseInts(absl::GetFlag(FLAGS_concurrency));
   o.link_gbps = absl::GetFlag(FLAGS_link_gbps);
   o.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
+  o.inplace_compute_ratio = absl::GetFlag(FLAGS_inplace_compute_ratio);
   o.slow_tier = absl::GetFlag(FLAGS_slow_tier);
   o.policy_config = absl::GetFlag(FLAGS_policy_config);
   o.num_requests = absl::GetFlag(FLAGS_num_requests);

@@ -209,7 +209,9 @@ absl::StatusOr<PolicyResult> RunOne(
   spec.draft_budget = cell.budget.empty() ? "shared" : cell.budget;
   spec.expert_cache_ratio = ratio;
   spec.slow_tier = o.slow_tier;
-  spec.link = {.gbps = o.link_gbps, .latency_us = o.link_latency_us};
+  spec.link = {.gbps = o.link_gbps,
+               .latency_us = o.link_latency_us,
+               .inplace_compute_ratio = o.inplace_compute_ratio};
   spec.max_num_seqs = concurrency;
   // On a device backend the builder puts the slots in device memory and the
   // link copies on the device (the all-host fast tier is the CPU's case).
@@ -763,6 +765,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
   j["link"] = {{"emulated", o.link_gbps > 0},
                {"gbps", o.link_gbps},
                {"latency_us", o.link_latency_us},
+               {"inplace_compute_ratio", o.inplace_compute_ratio},
                {"miss_transfer_us", rep.miss_transfer_us},
                {"expert_copy_rate_emulated", o.link_gbps > 0}};
   j["copy_probe"] = {{"bytes_per_copy", rep.copy_probe.bytes_per_copy},

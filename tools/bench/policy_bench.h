@@ -64,11 +64,12 @@ struct PolicyBenchOptions {
   std::vector<int> concurrencies = {1};      // Engine max_num_seqs.
   double link_gbps = 0;                      // 0: no link emulation.
   double link_latency_us = 0;
-  std::string slow_tier = "host";  // "host" or "disk".
-  std::string policy_config;       // "k=v,..." passed to every policy.
-  int num_requests = 8;            // Prompts cycle through a fixed list.
-  int max_new_tokens = 48;         // Every request generates exactly this.
-  int warmup_tokens = 4;           // Untimed warm-up request per engine.
+  double inplace_compute_ratio = 8;  // LinkOptions::inplace_compute_ratio
+  std::string slow_tier = "host";    // "host" or "disk".
+  std::string policy_config;         // "k=v,..." passed to every policy.
+  int num_requests = 8;              // Prompts cycle through a fixed list.
+  int max_new_tokens = 48;           // Every request generates exactly this.
+  int warmup_tokens = 4;             // Untimed warm-up request per engine.
   // Each (ratio, concurrency) group runs its policies round-robin this many
   // times (fresh engine each time); the run with the median tokens/s of each
   // policy is reported. Interleaving spreads background load evenly.
