@@ -293,9 +293,12 @@ absl::StatusOr<PolicyResult> RunOne(
   r.hits = after.hits - before.hits;
   r.hits_loading = after.hits_loading - before.hits_loading;
   r.misses = after.misses - before.misses;
-  if (const uint64_t acquires = r.hits + r.hits_loading + r.misses) {
+  r.inplace = after.inplace - before.inplace;
+  if (const uint64_t acquires =
+          r.hits + r.hits_loading + r.misses + r.inplace) {
     r.hit_rate = double(r.hits) / acquires;
     r.hit_loading_share = double(r.hits_loading) / acquires;
+    r.inplace_share = double(r.inplace) / acquires;
   }
   {
     const OracleHits oracle = BeladyHits(accesses, r.slots, /*warm=*/true);
@@ -656,16 +659,17 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
     std::fprintf(out, "skipped: %s\n", s.c_str());
   }
   std::fprintf(out, "\n");
-  std::fprintf(out,
-               "| ratio | conc | policy | drafter | budget | draft MiB | slots "
-               "| tok/s | vs on_demand | vs no drafter | TPOT mean/p50/p99 ms "
-               "| hit rate | oracle hit | hit_loading | transfers/tok | link "
-               "KiB/tok | stall share | link busy | expert copy GB/s (x "
-               "plain) | prefetch precision (used/loads) | cancelled "
-               "prefetches |\n");
+  std::fprintf(
+      out,
+      "| ratio | conc | policy | drafter | budget | draft MiB | slots "
+      "| tok/s | vs on_demand | vs no drafter | TPOT mean/p50/p99 ms "
+      "| hit rate | oracle hit | hit_loading | in place | transfers/tok | link "
+      "KiB/tok | stall share | link busy | expert copy GB/s (x "
+      "plain) | prefetch precision (used/loads) | cancelled "
+      "prefetches |\n");
   std::fprintf(out,
                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-               "---|---|---|---|---|---|\n");
+               "---|---|---|---|---|---|---|\n");
   for (const PolicyResult& r : rep.results) {
     const std::string vs =
         r.speedup_vs_on_demand > 0
@@ -688,7 +692,7 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
     std::fprintf(
         out,
         "| %.2f | %d | %s | %s | %s | %s | %d | %.1f | %s | %s | %.2f "
-        "/ %.2f / %.2f | %.3f | %.3f | %.3f | %.2f | %.1f | %.1f%% | "
+        "/ %.2f / %.2f | %.3f | %.3f | %.3f | %.3f | %.2f | %.1f | %.1f%% | "
         "%.1f%% | %s | %s | %d |\n",
         r.ratio, r.concurrency, r.policy.c_str(),
         DrafterLabel(r.drafter, r.num_speculative_tokens).c_str(),
@@ -698,7 +702,7 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
             : "-",
         r.slots, r.tokens_per_s, vs.c_str(), vs_plain.c_str(), r.tpot_mean_ms,
         r.tpot_p50_ms, r.tpot_p99_ms, r.hit_rate, r.oracle_hit_rate,
-        r.hit_loading_share, r.transfers_per_token,
+        r.hit_loading_share, r.inplace_share, r.transfers_per_token,
         r.link_bytes_per_token / 1024.0, 100 * r.stall_share,
         100 * r.link_busy_share, copy.c_str(), prec.c_str(),
         static_cast<int>(r.prefetch_cancelled));
@@ -819,6 +823,8 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
         {"misses", r.misses},
         {"hit_rate", r.hit_rate},
         {"hit_loading_share", r.hit_loading_share},
+        {"inplace", r.inplace},
+        {"inplace_share", r.inplace_share},
         {"trace_accesses", r.trace_accesses},
         {"oracle_hits", r.oracle_hits},
         {"oracle_hit_rate", r.oracle_hit_rate},

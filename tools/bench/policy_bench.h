@@ -103,10 +103,13 @@ struct PolicyResult {
   double tpot_p50_ms = 0;   // Over every inter-token gap of every request.
   double tpot_p99_ms = 0;
   double ttft_mean_ms = 0;  // Submit to first token (queueing included).
-  // Target acquires only (the draft view counts nothing).
-  uint64_t hits = 0, hits_loading = 0, misses = 0;
-  double hit_rate = 0;           // hits / (hits + hits_loading + misses).
+  // Target acquires only (the draft view counts nothing); inplace: served
+  // in place from the slow tier (utility), neither hit nor miss.
+  uint64_t hits = 0, hits_loading = 0, misses = 0, inplace = 0;
+  // hits / (hits + hits_loading + misses + inplace).
+  double hit_rate = 0;
   double hit_loading_share = 0;  // hits_loading / the same.
+  double inplace_share = 0;      // inplace / the same.
   // Belady's MIN on this run's access trace at `slots` (warm start).
   uint64_t trace_accesses = 0;
   uint64_t oracle_hits = 0;
