@@ -77,6 +77,9 @@ ABSL_FLAG(std::string, drafters, "own",
           "(self, int4, ...), none (no speculation, even for self_spec or "
           "quant_draft), or own / an empty entry (the policy's own drafter), "
           "e.g. --drafters=own,none,int4.");
+ABSL_FLAG(std::string, draft_model_dir, "models/demo-draft",
+          "Policy mode: the external drafter's model (cutoff, utility and "
+          "throughput use it by default; --drafters=external).");
 ABSL_FLAG(std::string, draft_budget, "shared",
           "Policy mode: comma list of EngineSpec::draft_budget values for "
           "cells whose drafter has its own pool in fast memory (int4): "
@@ -193,6 +196,7 @@ int PolicyMain(int threads) {
     return 2;
   }
   o.model_dir = Resolve(dirs.empty() ? "models/demo" : dirs.front());
+  o.draft_model_dir = Resolve(absl::GetFlag(FLAGS_draft_model_dir));
   o.policies =
       absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
   // Empty entries are kept: "" is the policy's own drafter (as "own").

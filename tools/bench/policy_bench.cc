@@ -147,6 +147,7 @@ absl::StatusOr<std::map<std::string, uint64_t>> DraftPools(
     spec.max_num_seqs = 1;
     spec.kv_cache_bytes = 8 << 20;
     spec.draft_budget = "extra";
+    spec.draft_model_dir = o.draft_model_dir;
     absl::StatusOr<engine::BuiltEngine> built =
         engine::BuildEngine({weights, tokenizer, backend, nullptr}, spec);
     if (!built.ok()) return built.status();
@@ -207,6 +208,7 @@ absl::StatusOr<PolicyResult> RunOne(
   spec.drafter = cell.drafter;
   spec.num_speculative_tokens = cell.drafter == "none" ? -1 : cell.k;
   spec.draft_budget = cell.budget.empty() ? "shared" : cell.budget;
+  spec.draft_model_dir = o.draft_model_dir;
   spec.expert_cache_ratio = ratio;
   spec.slow_tier = o.slow_tier;
   spec.link = {.gbps = o.link_gbps,

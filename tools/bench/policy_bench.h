@@ -57,6 +57,8 @@ struct PolicyBenchOptions {
   std::vector<std::string> drafters = {"own"};
   // See the header comment: "shared" and/or "extra".
   std::vector<std::string> draft_budgets = {"shared"};
+  // The external drafter's model (EngineSpec::draft_model_dir).
+  std::string draft_model_dir;
   // EngineSpec::num_speculative_tokens for every drafted cell: > 0 fixed, 0
   // adaptive, -1 the policy's own (adaptive for a policy without one).
   int num_speculative_tokens = -1;
