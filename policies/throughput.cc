@@ -31,6 +31,12 @@ double FitSlope(const std::vector<double>& x, const std::vector<double>& y,
 
 }  // namespace
 
+double ResidentShare(int layers, int experts, int slots) {
+  const double all = static_cast<double>(layers) * experts;
+  if (all <= 0 || slots >= all) return 1.0;
+  return std::max(0.0, slots - static_cast<double>(experts)) / all;
+}
+
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> ThroughputPolicy::Create(
     const PolicyConfig& config) {
   absl::Status keys =
@@ -136,12 +142,8 @@ ThroughputPolicy::StepEstimate ThroughputPolicy::Estimate(
   }
   const double layers = std::max(num_layers_, 1);
   const double slots_share =
-      num_layers_ * num_experts_ > 0
-          ? std::min(1.0, static_cast<double>(control_ != nullptr
-                                                  ? control_->capacity_slots()
-                                                  : 0) /
-                              (static_cast<double>(num_layers_) * num_experts_))
-          : 1.0;
+      ResidentShare(num_layers_, num_experts_,
+                    control_ != nullptr ? control_->capacity_slots() : 0);
   const double distinct = num_experts_ * Coverage(n * (k + 1));
   e.link_per_layer =
       std::max(q.link_seconds_per_expert, 0.0) * distinct * (1.0 - slots_share);

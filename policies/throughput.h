@@ -18,8 +18,11 @@
 //   coverage  D(N) = E * (1 - (1 - K/E)^N): the expected distinct experts
 //             one layer's router picks for N tokens (uniform routing);
 //   x(k)      link seconds per layer = link_seconds_per_expert * D(N) *
-//             (1 - min(1, S / (L * E))): the touched experts that are not
-//             already resident (a uniform share of the tier);
+//             (1 - ResidentShare(L, E, S)): the touched experts that are
+//             not already resident. ResidentShare is 1 when every expert
+//             fits (S >= L * E), else (S - E) / (L * E): a uniform share of
+//             the tier less one layer's slots, which the stream keeps
+//             turning over (the next layer's loads take them);
 //   c(k)      compute seconds per layer = (vb(s) + n * k * vd(s)) / L,
 //             the measured verify timings at context s (below)
 //             (verify_seconds_base for the plain batch,
@@ -121,6 +124,10 @@
 #include "policies/registry.h"
 
 namespace moeserve::policies {
+
+// The share of the experts a step touches that are resident when it
+// touches them (see x(k) in the header comment).
+double ResidentShare(int layers, int experts, int slots);
 
 class ThroughputPolicy : public engine::OffloadPolicy {
  public:

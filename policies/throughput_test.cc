@@ -148,18 +148,27 @@ TEST(ThroughputTest, KGrowsWithBatchWhenLinkBound) {
   const auto e0 = policy->Estimate(b.Get(), 0);
   const auto e6 = policy->Estimate(b.Get(), 6);
   EXPECT_NEAR(e6.link_per_layer, e0.link_per_layer, 1e-3 * e0.link_per_layer);
-  // 8 experts * (1 - 8/32 resident) * 10 ms per layer.
-  EXPECT_NEAR(e0.link_per_layer, 8 * 0.75 * 1e-2, 1e-4);
+  // 8 experts * 10 ms per layer: 8 slots are one layer's, the stream's
+  // headroom, so nothing stays resident (ResidentShare 0).
+  EXPECT_NEAR(e0.link_per_layer, 8 * 1e-2, 1e-4);
   b.q.num_seqs = 1;
   const auto s0 = policy->Estimate(b.Get(), 0);
   const auto s1 = policy->Estimate(b.Get(), 1);
   // One token: 2 experts; two tokens: 8 (1 - 0.75^2) = 3.5.
-  EXPECT_NEAR(s0.link_per_layer, 2 * 0.75 * 1e-2, 1e-9);
-  EXPECT_NEAR(s1.link_per_layer, 3.5 * 0.75 * 1e-2, 1e-9);
+  EXPECT_NEAR(s0.link_per_layer, 2 * 1e-2, 1e-9);
+  EXPECT_NEAR(s1.link_per_layer, 3.5 * 1e-2, 1e-9);
 }
 
 // Without a link cost (every expert resident), a bigger batch makes each
 // draft token's verification dearer (n * k * vd) and k does not grow.
+TEST(ThroughputTest, ResidentShare) {
+  EXPECT_DOUBLE_EQ(ResidentShare(4, 8, 32), 1.0);  // everything fits
+  EXPECT_DOUBLE_EQ(ResidentShare(4, 8, 64), 1.0);
+  EXPECT_DOUBLE_EQ(ResidentShare(4, 8, 16), 0.25);  // (16 - 8) / 32
+  EXPECT_DOUBLE_EQ(ResidentShare(4, 8, 4), 0.0);
+  EXPECT_DOUBLE_EQ(ResidentShare(0, 8, 4), 1.0);
+}
+
 TEST(ThroughputTest, ComputeBoundKDoesNotGrowWithBatch) {
   QueryBuilder b;
   b.q.verify_seconds_per_draft = 1e-3;
