@@ -27,6 +27,7 @@
 #include "tools/bench/generated_model.h"
 #include "tools/bench/machine.h"
 #include "tools/bench/model_bench.h"
+#include "tools/bench/optimizer.h"
 #include "tools/bench/policy_bench.h"
 #include "tools/bench/random_model_writer.h"
 #include "tools/bench/report.h"
@@ -116,6 +117,22 @@ ABSL_FLAG(std::string, backend, "cpu",
           "Policy mode: compute backend, cpu or cuda (expert slots in VRAM, "
           "link copies on CUDA streams). Roofline mode is CPU-only.");
 ABSL_FLAG(int, cuda_device, 0, "Policy mode, --backend=cuda: device ordinal.");
+
+// Throughput optimiser (README "Throughput optimiser"): replaces the other
+// modes when given.
+ABSL_FLAG(bool, optimize, false,
+          "Profile the first --model_dir (default models/demo) and its "
+          "--draft_model_dir, recommend (max_num_seqs, k) for the "
+          "--optimize_policy at the first --expert_cache_ratio and "
+          "--link_gbps/--link_latency_us, and check the estimate against "
+          "measured policy-bench runs (--num_requests, --max_new_tokens).");
+ABSL_FLAG(std::string, optimize_policy, "throughput",
+          "Optimize mode: the policy run and measured.");
+ABSL_FLAG(std::string, optimize_batches, "1,2,4,8",
+          "Optimize mode: max_num_seqs candidates.");
+ABSL_FLAG(int, optimize_max_k, 6, "Optimize mode: k candidates 0..this.");
+ABSL_FLAG(int, optimize_profile_tokens, 24,
+          "Optimize mode: new tokens per request of the profiling run.");
 
 namespace moeserve::bench {
 namespace {
@@ -256,10 +273,43 @@ int PolicyMain(int threads) {
   return report->outputs_identical ? 0 : 3;
 }
 
+int OptimizeMain(int threads) {
+  OptimizerOptions o;
+  const std::vector<std::string> dirs = absl::GetFlag(FLAGS_model_dir);
+  o.model_dir = Resolve(dirs.empty() ? "models/demo" : dirs.front());
+  o.draft_model_dir = Resolve(absl::GetFlag(FLAGS_draft_model_dir));
+  o.policy = absl::GetFlag(FLAGS_optimize_policy);
+  o.ratio = ParseDoubles(absl::GetFlag(FLAGS_expert_cache_ratio)).front();
+  o.link_gbps = absl::GetFlag(FLAGS_link_gbps);
+  o.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
+  o.slow_tier = absl::GetFlag(FLAGS_slow_tier);
+  o.batches = ParseInts(absl::GetFlag(FLAGS_optimize_batches));
+  o.max_k = absl::GetFlag(FLAGS_optimize_max_k);
+  o.num_requests = absl::GetFlag(FLAGS_num_requests);
+  o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  o.warmup_tokens = absl::GetFlag(FLAGS_warmup_tokens);
+  o.profile_new_tokens = absl::GetFlag(FLAGS_optimize_profile_tokens);
+  o.threads = threads;
+  if (absl::GetFlag(FLAGS_backend) != "cpu") {
+    std::fprintf(stderr, "moeserve_bench: --optimize runs on the CPU only\n");
+    return 2;
+  }
+  kernels::cpu::CpuBackend backend({.num_threads = threads});
+  absl::StatusOr<OptimizerReport> report = RunOptimizer(o, &backend);
+  if (!report.ok()) {
+    std::fprintf(stderr, "%s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  PrintOptimizerReport(*report, stdout);
+  if (int rc = WriteJson(OptimizerReportJson(*report)); rc != 0) return rc;
+  return report->outputs_identical ? 0 : 3;
+}
+
 int Main() {
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0)
     threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (absl::GetFlag(FLAGS_optimize)) return OptimizeMain(threads);
   if (!absl::GetFlag(FLAGS_policies).empty()) return PolicyMain(threads);
   if (absl::GetFlag(FLAGS_backend) != "cpu") {
     std::fprintf(stderr,

@@ -327,6 +327,12 @@ absl::StatusOr<PolicyResult> RunOne(
   r.drafts = spec_after.drafts - spec_before.drafts;
   r.draft_tokens = spec_after.draft_tokens - spec_before.draft_tokens;
   r.accepted_tokens = spec_after.accepted_tokens - spec_before.accepted_tokens;
+  r.accepted_per_position = spec_after.accepted_per_position;
+  for (size_t i = 0; i < r.accepted_per_position.size() &&
+                     i < spec_before.accepted_per_position.size();
+       ++i) {
+    r.accepted_per_position[i] -= spec_before.accepted_per_position[i];
+  }
   if (r.draft_tokens > 0) {
     r.acceptance_rate = double(r.accepted_tokens) / r.draft_tokens;
   }

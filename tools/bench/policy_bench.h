@@ -135,6 +135,8 @@ struct PolicyResult {
   // Speculative decoding (engine::SpecStats deltas over the timed part).
   uint64_t drafts = 0;  // Verifications with >= 1 draft token.
   uint64_t draft_tokens = 0, accepted_tokens = 0;
+  // [i]: verifications whose draft i + 1 was accepted (SpecStats).
+  std::vector<uint64_t> accepted_per_position;
   double acceptance_rate = -1;          // accepted / draft tokens; -1: none.
   double tokens_per_verification = -1;  // 1 + accepted / drafts; -1: none.
   double mean_k = -1;                   // draft tokens / drafts; -1: none.
