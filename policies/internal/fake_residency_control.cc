@@ -56,16 +56,27 @@ void FakeResidencyControl::RunLayer(int layer, const std::vector<int>& experts,
           static_cast<uint32_t>(counts[i]);
   }
   Deliver();
+  route_layer_ = layer;
+  route_experts_ = experts;
   policy_->OnRoute(layer, experts, counts, hidden, n);
+  route_layer_ = -1;
+  route_experts_.clear();
   for (int e : experts) {
+    if (inplace_.contains(e)) continue;
     pool_->LoadNoWait({layer, e}, SlotPool::LoadKind::kDemand);
   }
   for (int e : experts) {
     policy_->OnAccess({layer, e});
+    if (inplace_.contains(e) && !pool_->IsResident({layer, e})) {
+      accounting_.OnInPlace(0);  // served from the slow tier
+      Deliver();
+      continue;
+    }
     const bool acquired = pool_->Acquire({layer, e}).ok();
     Deliver();
     if (acquired) pool_->Release({layer, e});
   }
+  inplace_.clear();
   pool_->Unprotect();
   Deliver();
   policy_->OnLayerDone(layer);
@@ -125,6 +136,23 @@ void FakeResidencyControl::Evict(ExpertId id) {
   in_evict_ = true;
   pool_->Evict(id);
   in_evict_ = false;
+}
+
+bool FakeResidencyControl::ComputeInPlace(ExpertId id) {
+  inplace_calls.push_back(ToPair(id));
+  if (!inplace_supported_ || id.layer != route_layer_ ||
+      std::find(route_experts_.begin(), route_experts_.end(), id.expert) ==
+          route_experts_.end() ||
+      pool_->IsResident(id)) {
+    return false;
+  }
+  inplace_.insert(id.expert);
+  return true;
+}
+
+void FakeResidencyControl::SetPolicyGauge(std::string_view name,
+                                          std::string_view, double value) {
+  gauges[std::string(name)] = value;
 }
 
 std::vector<int> FakeResidencyControl::PredictExperts(int layer,

@@ -20,9 +20,19 @@
 // (fake_residency_control_test checks that against ExpertResidency for
 // every registered policy).
 //
-// Records every Prefetch/Pin/Unpin/Evict call, every PredictExperts call
-// (answered from set_prediction) and every victim (an expert evicted to make
-// room, not by Evict).
+// In-place compute (ComputeInPlace) as ExpertResidency's contract has it:
+// accepted only during OnRoute, for an expert routed in that layer that is
+// not resident (and while set_compute_in_place(true), the default; false
+// plays a device fast tier that refuses every call). An accepted expert is
+// not demand-loaded; at its acquire it is served in place (counted as
+// `inplace`, no slot, no load) unless it has become resident meanwhile
+// (then an ordinary hit). The acceptance holds for that layer only.
+//
+// Records every Prefetch/Pin/Unpin/Evict/ComputeInPlace call, every
+// PredictExperts call (answered from set_prediction), every SetPolicyGauge
+// value and every victim (an expert evicted to make room, not by Evict).
+// expert_costs() returns what set_expert_costs set (default: nothing
+// measured).
 // Thread safety: none; single-threaded tests only.
 #ifndef MOESERVE_POLICIES_INTERNAL_FAKE_RESIDENCY_CONTROL_H_
 #define MOESERVE_POLICIES_INTERNAL_FAKE_RESIDENCY_CONTROL_H_
@@ -32,6 +42,8 @@
 #include <memory>
 #include <set>
 #include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -93,6 +105,9 @@ class FakeResidencyControl : public engine::ResidencyControl,
   void set_prediction(int layer, std::vector<int> experts) {
     predictions_[layer] = std::move(experts);
   }
+  void set_expert_costs(const engine::ExpertCosts& costs) { costs_ = costs; }
+  // false: every ComputeInPlace is refused (a device fast tier).
+  void set_compute_in_place(bool supported) { inplace_supported_ = supported; }
 
   // The engine's part (see the header comment).
   void BeginStep(int64_t step = 0);
@@ -123,6 +138,12 @@ class FakeResidencyControl : public engine::ResidencyControl,
   bool Pin(engine::ExpertId id) override;
   void Unpin(engine::ExpertId id) override;
   void Evict(engine::ExpertId id) override;
+  // Recorded in `inplace_calls` (accepted or not); see the header comment.
+  bool ComputeInPlace(engine::ExpertId id) override;
+  engine::ExpertCosts expert_costs() const override { return costs_; }
+  // The latest value per name in `gauges`.
+  void SetPolicyGauge(std::string_view name, std::string_view help,
+                      double value) override;
   std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
                                   int k) override;
 
@@ -138,6 +159,8 @@ class FakeResidencyControl : public engine::ResidencyControl,
   std::vector<std::pair<std::vector<Id>, int>> prefetch_batches;
   std::vector<Id> victims;  // evicted to make room, in order
   std::vector<PredictCall> predict_calls;
+  std::vector<Id> inplace_calls;
+  std::map<std::string, double> gauges;
 
  private:
   // SlotPool::Loader: the load is done at once.
@@ -156,6 +179,12 @@ class FakeResidencyControl : public engine::ResidencyControl,
   bool in_evict_ = false;
   int64_t step_ = 0;
   std::vector<uint32_t> activations_;
+  engine::ExpertCosts costs_;
+  bool inplace_supported_ = true;
+  // While OnRoute runs: its layer and experts (-1 / empty otherwise).
+  int route_layer_ = -1;
+  std::vector<int> route_experts_;
+  std::set<int> inplace_;  // experts of the running layer accepted in place
 };
 
 }  // namespace moeserve::policies::testing

@@ -297,6 +297,100 @@ TEST(FakeResidencyControlTest, DemandLoadsAfterOnRouteAndDeliversHooks) {
   EXPECT_THAT(fake.victims, ElementsAre(Id{0, 1}, Id{0, 2}));
 }
 
+// Runs `on_route` in OnRoute and `on_done` in OnLayerDone against the
+// control; victims in candidate order.
+class ScriptedPolicy : public engine::OffloadPolicy {
+ public:
+  std::function<void(engine::ResidencyControl*, int)> on_route, on_done;
+
+  std::string_view name() const override { return "scripted"; }
+  void Attach(engine::ResidencyControl* control) override {
+    control_ = control;
+  }
+  void OnRoute(int layer, std::span<const int>, std::span<const int>,
+               const float*, int64_t) override {
+    if (on_route) on_route(control_, layer);
+  }
+  void OnLayerDone(int layer) override {
+    if (on_done) on_done(control_, layer);
+  }
+  void ChooseVictims(std::span<const ExpertId> candidates, int count,
+                     std::vector<ExpertId>* victims) override {
+    for (int i = 0; i < count && i < static_cast<int>(candidates.size()); ++i)
+      victims->push_back(candidates[i]);
+  }
+
+ private:
+  engine::ResidencyControl* control_ = nullptr;
+};
+
+// ComputeInPlace as offload_policy.h has it: only in OnRoute, for a routed
+// expert of that layer that is not resident; no demand load, counted as
+// inplace; a hit if it became resident meanwhile; refused by a control
+// that cannot compute in place. Costs and gauges are recorded.
+TEST(FakeResidencyControlTest, ComputeInPlaceOnlyForRoutedNonResident) {
+  testing::FakeResidencyControl fake(/*layers=*/2, /*experts=*/8, /*k=*/2,
+                                     /*slots=*/2);
+  ScriptedPolicy policy;
+  std::vector<bool> answers;
+  policy.on_route = [&answers](engine::ResidencyControl* c, int layer) {
+    if (layer == 0) {
+      answers.push_back(c->ComputeInPlace({0, 1}));  // routed, not resident
+      answers.push_back(c->ComputeInPlace({0, 2}));  // resident
+      answers.push_back(c->ComputeInPlace({0, 5}));  // not routed
+      answers.push_back(c->ComputeInPlace({1, 1}));  // another layer
+    } else {
+      answers.push_back(c->ComputeInPlace({1, 4}));
+      c->Prefetch({1, 4});  // resident by its acquire: an ordinary hit
+    }
+  };
+  policy.on_done = [&answers](engine::ResidencyControl* c, int layer) {
+    answers.push_back(c->ComputeInPlace({layer, 1}));  // outside OnRoute
+  };
+  fake.set_policy(&policy);
+  ASSERT_TRUE(fake.Prefetch({0, 2}));
+  fake.BeginStep(0);
+  fake.RunLayer(0, {1, 2});
+  EXPECT_THAT(answers, ElementsAre(true, false, false, false, false));
+  engine::ResidencyStats st = fake.stats();
+  EXPECT_EQ(st.inplace, 1u);
+  EXPECT_EQ(st.hits, 1u);
+  EXPECT_EQ(st.misses, 0u);
+  EXPECT_EQ(fake.resident(), (std::set<Id>{{0, 2}}));
+  fake.RunLayer(1, {4});
+  EXPECT_EQ(answers[5], true);
+  st = fake.stats();
+  EXPECT_EQ(st.inplace, 1u);
+  EXPECT_EQ(st.hits, 2u);
+  EXPECT_EQ(st.misses, 0u);
+  fake.EndStep();
+  EXPECT_THAT(fake.inplace_calls,
+              ElementsAre(Id{0, 1}, Id{0, 2}, Id{0, 5}, Id{1, 1}, Id{0, 1},
+                          Id{1, 4}, Id{1, 1}));
+
+  // A control that cannot compute in place: refused, demand-loaded.
+  fake.set_compute_in_place(false);
+  answers.clear();
+  policy.on_done = nullptr;
+  fake.BeginStep(1);
+  fake.RunLayer(0, {1, 3});
+  EXPECT_FALSE(answers[0]);
+  st = fake.stats();
+  EXPECT_EQ(st.inplace, 1u);
+  EXPECT_EQ(st.misses, 2u);  // (0,1) refused, (0,3) never asked
+  fake.EndStep();
+
+  engine::ResidencyControl* control = &fake;
+  EXPECT_EQ(control->expert_costs().link_seconds, 0);
+  fake.set_expert_costs({.link_seconds = 1,
+                         .fast_compute_seconds = 2,
+                         .inplace_compute_seconds = 3});
+  EXPECT_EQ(control->expert_costs().inplace_compute_seconds, 3);
+  control->SetPolicyGauge("moeserve_x", "help", 1);
+  control->SetPolicyGauge("moeserve_x", "help", 2);
+  EXPECT_EQ(fake.gauges, (std::map<std::string, double>{{"moeserve_x", 2}}));
+}
+
 class FakeVersusResidencyTest
     : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
