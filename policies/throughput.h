@@ -26,7 +26,11 @@
 //   c(k)      compute seconds per layer = (vb(s) + n * k * vd(s)) / L,
 //             the measured verify timings at context s (below)
 //             (verify_seconds_base for the plain batch,
-//             verify_seconds_per_draft per draft token);
+//             verify_seconds_per_draft per draft token). The engine
+//             measures them around the whole forward, stalls on the link
+//             included, so on a link-bound step c already holds part of x
+//             and the model over-counts the link (a bias towards smaller
+//             k; the engine gives no compute-only figure);
 //   Pipeline  the seed's I/O / compute pipeline (§4.2, "while computing
 //             layer i, the expert weights for layer i+1 are transferred"):
 //             x + (L - 1) * max(c, x) + c (layer 0's load is exposed, then
@@ -38,7 +42,7 @@
 // timings are EMAs taken at the contexts of the last steps; each query's
 // draft_seconds_per_position, verify_seconds_base and
 // verify_seconds_per_draft are recorded with its mean_context_tokens (when
-// they changed) and a least-squares slope per second per context token is
+// they changed) and a least-squares slope (seconds per context token) is
 // fitted over the last kFitWindow records (slope >= 0; 0 while the
 // contexts span fewer than kMinContextSpread tokens). The model evaluates
 // each timing at the query's mean_context_tokens, moved along its slope
