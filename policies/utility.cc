@@ -145,6 +145,8 @@ void UtilityPolicy::Attach(engine::ResidencyControl* control) {
   step_tokens_.assign(num_layers_, 0);
   step_routed_ = step_inplace_ = 0;
   inplace_refused_ = false;
+  lookahead_this_step_ = false;
+  issued_.clear();
 }
 
 int UtilityPolicy::ChooseDraftLength(const engine::DraftLengthQuery& q) {
@@ -216,8 +218,13 @@ void UtilityPolicy::OnLookahead(const engine::ExpertLookahead& lookahead) {
     }
   }
   draft_positions_ = n;
+  lookahead_this_step_ = true;
   UpdateTaus();
   PlanPrefetch();
+}
+
+void UtilityPolicy::OnStepBegin(const engine::StepInfo&) {
+  if (control_ != nullptr && !lookahead_this_step_) PlanPrefetch();
 }
 
 void UtilityPolicy::OnStepEnd(const engine::StepStats&) {
@@ -234,7 +241,14 @@ void UtilityPolicy::OnStepEnd(const engine::StepStats&) {
   }
   for (size_t i = 0; i < view_.size(); ++i) view_[i] = estimates_[i].level;
   UpdateTaus();
-  PlanPrefetch();
+  // What the step did not need and is still queued goes back.
+  for (const ExpertId& id : issued_) {
+    if (control_->IsResident(id) && !control_->IsReady(id)) {
+      control_->CancelPrefetch(id);
+    }
+  }
+  issued_.clear();
+  lookahead_this_step_ = false;
   control_->SetPolicyGauge(
       "moeserve_utility_cold_share",
       "Share of the last step's routed experts computed in place (utility).",
@@ -338,7 +352,10 @@ void UtilityPolicy::PlanPrefetch() {
   }
   for (int u = options_.max_utility; u >= 0; --u) {
     if (by_level[u].empty()) continue;
-    for (const ExpertId& id : by_level[u]) recency_.Touch(id);
+    for (const ExpertId& id : by_level[u]) {
+      recency_.Touch(id);
+      issued_.push_back(id);
+    }
     control_->PrefetchBatch(by_level[u], /*priority=*/u);
   }
 }

@@ -75,17 +75,21 @@
 // control->ComputeInPlace (except in "no in-place"); the others are
 // demand-loaded by the engine.
 //
-// Prefetch (§3.4, App. D), at every OnStepEnd and complete OnLookahead,
-// after tau: the candidates are the non-resident experts at level >=
-// their layer's tau, ordered by level (K first), then layer (execution
-// order, the seed's FIFO within a level), then expert. They are taken in
-// that order while a slot can be had for them without displacing an
-// equal or hotter expert: a free slot (capacity_slots - resident), else
-// the coldest resident expert not yet counted as displaced, if its level
-// is strictly below the candidate's (so marginal experts do not thrash);
-// the first candidate that fails ends the list. Each level's chosen
+// Prefetch (§3.4, App. D), at every complete OnLookahead (after tau: while
+// the draft runs, as the seed prefetches) and at OnStepBegin of a step that
+// no complete lookahead preceded (no drafter, or k = 0): the candidates are the
+// non-resident experts at level >= their layer's tau, ordered by level (K
+// first), then layer (execution order, the seed's FIFO within a level), then
+// expert. They are taken in that order while a slot can be had for them without
+// displacing an equal or hotter expert: a free slot (capacity_slots -
+// resident), else the coldest resident expert not yet counted as displaced, if
+// its level is strictly below the candidate's (so marginal experts do not
+// thrash); the first candidate that fails ends the list. Each level's chosen
 // experts go as ONE PrefetchBatch with priority = level, levels
 // descending. A prefetched expert counts as used for the LRU tie-break.
+// At OnStepEnd this policy's prefetches still queued (the step did not
+// need them) are cancelled (CancelPrefetch); the next plan decides again.
+// Nothing is prefetched at OnStepEnd, so no load outlives the last step.
 // Eviction (ChooseVictims): lowest view level first; ties least recently
 // used (internal::RecencyTracker: OnAccess and prefetches stamp), then
 // (layer, expert). Deviations: the seed's evictor also drops resident
@@ -189,6 +193,7 @@ class UtilityPolicy : public engine::OffloadPolicy {
   void OnRoute(int layer, std::span<const int> experts,
                std::span<const int> token_counts, const float* hidden,
                int64_t n) override;
+  void OnStepBegin(const engine::StepInfo& info) override;
   void OnAccess(engine::ExpertId id) override { recency_.Touch(id); }
   void OnStepEnd(const engine::StepStats& stats) override;
   void ChooseVictims(std::span<const engine::ExpertId> candidates, int count,
@@ -226,6 +231,8 @@ class UtilityPolicy : public engine::OffloadPolicy {
   int64_t step_routed_ = 0;
   int64_t step_inplace_ = 0;
   bool inplace_refused_ = false;
+  bool lookahead_this_step_ = false;      // a complete one since OnStepEnd
+  std::vector<engine::ExpertId> issued_;  // prefetched since OnStepEnd
   double draft_seconds_ = 0;  // per position, from ChooseDraftLength
   int draft_positions_ = 0;   // of the last complete lookahead
   internal::RecencyTracker recency_;

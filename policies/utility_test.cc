@@ -174,11 +174,11 @@ TEST(UtilityTest, ColdExpertsComputedInPlaceWarmOnesLoaded) {
   EXPECT_EQ(policy->tau(0), 1);
   EXPECT_DOUBLE_EQ(fake.gauges["moeserve_utility_cold_share"], 1.0);
   EXPECT_DOUBLE_EQ(fake.gauges["moeserve_utility_mean_tau"], 1.0);
-  // Both are at level 1 now; one slot: only the first is prefetched (the
-  // second would displace an equal one).
-  EXPECT_THAT(fake.prefetch_batches, ElementsAre(Batch{{{0, 1}}, 1}));
-
+  EXPECT_THAT(fake.prefetch_batches, IsEmpty());  // never at step end
+  // No lookahead: the plan runs at OnStepBegin. Both are at level 1; one
+  // slot: only the first (the second would displace an equal one).
   fake.BeginStep(1);
+  EXPECT_THAT(fake.prefetch_batches, ElementsAre(Batch{{{0, 1}}, 1}));
   fake.RunLayer(0, {2, 5});  // (0,2) hot, not resident: demand; (0,5) cold
   EXPECT_THAT(fake.inplace_calls, ElementsAre(Id{0, 1}, Id{0, 2}, Id{0, 5}));
   EXPECT_EQ(fake.misses(), 1);
@@ -187,6 +187,7 @@ TEST(UtilityTest, ColdExpertsComputedInPlaceWarmOnesLoaded) {
   fake.EndStep();
   EXPECT_DOUBLE_EQ(fake.gauges["moeserve_utility_cold_share"], 0.5);
   // (0,5) rose to 1 but (0,2), resident, is as hot: no prefetch.
+  fake.BeginStep(2);
   EXPECT_EQ(fake.prefetch_batches.size(), 1u);
   EXPECT_THAT(fake.resident(), ElementsAre(Id{0, 2}));
 }
@@ -210,8 +211,8 @@ TEST(UtilityTest, BalancedTauFromMeasuredCostsAndMemory) {
   // the smallest.
   EXPECT_EQ(policy->tau(0), 2);
   EXPECT_DOUBLE_EQ(fake.gauges["moeserve_utility_mean_tau"], 2.0);
-  EXPECT_THAT(fake.prefetch_batches, IsEmpty());
   fake.BeginStep(1);
+  EXPECT_THAT(fake.prefetch_batches, IsEmpty());  // nothing at level >= 2
   fake.RunLayer(0, {1, 4});  // level 1 < tau 2, level 0: both in place
   EXPECT_EQ(fake.inplace_calls.size(), 5u);
   EXPECT_EQ(fake.misses(), 0);
@@ -257,8 +258,13 @@ TEST(UtilityTest, LookaheadForecastPrefetchesByUtilityAndEvictsColdest) {
   fake.RunLayer(1, {3, 4}, nullptr, /*n=*/2, {1, 2});  // f = 5, 9
   fake.EndStep();
   EXPECT_EQ(fake.inplace_calls.size(), 4u);
-  // All four at level 1, two slots: the first two in layer order.
+  // No lookahead: at OnStepBegin, all four at level 1, two slots: the first
+  // two in layer order. Only layer 0 runs (layer 1's estimates stay).
+  fake.BeginStep(1);
   EXPECT_THAT(fake.prefetch_batches, ElementsAre(Batch{{{0, 1}, {0, 2}}, 1}));
+  fake.RunLayer(0, {1, 2}, nullptr, /*n=*/2, {1, 1});  // hits, f = 5 again
+  fake.EndStep();
+  EXPECT_EQ(fake.stats().hits, 2u);
 
   // Partial windows are ignored.
   const Window w = {{{7}, {3, 4}}, {{7}, {3, 4}}};
@@ -282,7 +288,8 @@ TEST(UtilityTest, LookaheadForecastPrefetchesByUtilityAndEvictsColdest) {
   EXPECT_THAT(fake.victims, ElementsAre(Id{0, 1}, Id{0, 2}));
   EXPECT_THAT(fake.resident(), ElementsAre(Id{0, 7}, Id{1, 3}));
 
-  fake.BeginStep(1);
+  fake.BeginStep(2);  // the lookahead planned this step: no second plan
+  EXPECT_EQ(fake.prefetch_batches.size(), 3u);
   fake.RunLayer(0, {7});
   fake.RunLayer(1, {3, 4}, nullptr, 2, {1, 2});
   fake.EndStep();
@@ -299,7 +306,7 @@ TEST(UtilityTest, ChooseVictimsLowestUtilityThenLeastRecentlyUsed) {
   fake.set_policy(policy);
   fake.BeginStep(0);
   fake.RunLayer(0, {1, 2});
-  fake.EndStep();  // (0,1), (0,2) at level 1, prefetched in that order
+  fake.EndStep();  // (0,1), (0,2) at level 1, accessed in that order
   std::vector<ExpertId> victims;
   const std::vector<ExpertId> candidates = {{0, 2}, {0, 1}, {0, 5}, {0, 3}};
   policy->ChooseVictims(candidates, 3, &victims);
