@@ -149,6 +149,14 @@ class TracingPolicy : public engine::OffloadPolicy,
                                   int k) override {
     return control_->PredictExperts(layer, hidden, n, k);
   }
+  // Forwarded so the in-place decisions (utility) are compared too.
+  // expert_costs() is not: the fake's are unmeasured (zero), the
+  // residency's measured, and a policy may decide by them.
+  bool ComputeInPlace(ExpertId id) override {
+    const bool accepted = control_->ComputeInPlace(id);
+    Log(absl::StrCat("inplace ", Str(id), accepted ? "" : " refused"));
+    return accepted;
+  }
 
   void Log(std::string line) { trace_.push_back(std::move(line)); }
   void Wait() {
@@ -419,6 +427,12 @@ TEST_P(FakeVersusResidencyTest, SameTraceSameCounts) {
   EXPECT_EQ(fake.stats.prefetch_wasted, real.stats.prefetch_wasted);
   EXPECT_EQ(fake.stats.prefetched_unused_resident,
             real.stats.prefetched_unused_resident);
+  EXPECT_EQ(fake.stats.inplace, real.stats.inplace);
+  if (name == "utility") {
+    // Its cold experts (level < initial_tau, unmeasured costs) are computed
+    // in place on both.
+    EXPECT_GT(real.stats.inplace, 0u);
+  }
   EXPECT_EQ(real.stats.link_transfers,
             real.stats.misses + real.stats.prefetch_loads);
   EXPECT_GT(real.stats.hits + real.stats.misses, 0u);
