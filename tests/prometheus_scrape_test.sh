@@ -102,9 +102,11 @@ for line in open(metrics_file):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
         want[(labels["policy"], labels["result"])] = float(m.group(2))
 expected_keys = {(p, r) for p in ("lru", "overlap", "self_spec")
-                 for r in ("hit", "hit_loading", "miss")}
+                 for r in ("hit", "hit_loading", "miss", "inplace")}
 assert set(want) == expected_keys, f"/metrics has {sorted(want)}"
 assert all(v > 0 for (p, r), v in want.items() if r == "miss"), want
+# No policy of these computes in place (only utility does).
+assert all(v == 0 for (p, r), v in want.items() if r == "inplace"), want
 # The self_spec engine drafted and verified; the others did not.
 drafts = {}
 for line in open(metrics_file):
