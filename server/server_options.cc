@@ -80,9 +80,9 @@ ABSL_FLAG(double, link_latency_us, 0,
           "Emulated per-transfer link latency in microseconds.");
 ABSL_FLAG(double, inplace_compute_ratio, 8,
           "Emulated slow-tier/fast-tier compute time ratio for experts a "
-          "policy computes in place (utility): each is charged (ratio - 1) x "
-          "its measured CPU time, as a CPU computing next to a GPU would be. "
-          ">= 1; 1 = no charge.");
+          "policy computes in place (utility): they take ratio x their "
+          "measured CPU time, overlapped with the rest of their layer, as a "
+          "CPU computing next to a GPU would. >= 1; 1 = no charge.");
 ABSL_FLAG(std::string, policy_config, "",
           "Offload policy settings of the --policy engine only, k=v,k=v "
           "(e.g. top_percent=10 for lfu_static). Other engines: "

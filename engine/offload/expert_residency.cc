@@ -12,6 +12,21 @@ namespace moeserve::engine {
 
 using base::MutexLock;
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// An EMA that starts at its first sample.
+void Ema(double* average, double sample) {
+  *average = *average == 0 ? sample : 0.9 * *average + 0.1 * sample;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
     const ModelWeights* weights, SlowTier* slow, uint64_t capacity_bytes,
     const LinkOptions& link, OffloadPolicy* policy, PredictFn predict,
@@ -230,6 +245,9 @@ void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
     MutexLock lock(&inplace_mu_);
     routing_layer_ = -1;
     layer_ = layer;
+    layer_started_ = Clock::now();
+    layer_inplace_compute_ = 0;
+    layer_inplace_read_ = 0;
     for (int e : experts) {
       if (routed_[e] != 2) ids.push_back({layer, e});
     }
@@ -238,9 +256,25 @@ void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
 }
 
 void ExpertResidency::EndLayer(int layer) {
+  double wait = 0;
   {
     MutexLock lock(&inplace_mu_);
     layer_ = -1;
+    if (layer_inplace_compute_ > 0 || layer_inplace_read_ > 0) {
+      // The slow tier's processor ran this layer's in-place experts
+      // concurrently with the fast side (everything else the layer did):
+      // the layer ends when the later of the two does.
+      const double elapsed = SecondsSince(layer_started_);
+      const double slow_side =
+          inplace_compute_ratio_ * layer_inplace_compute_ + layer_inplace_read_;
+      const double fast_side =
+          elapsed - layer_inplace_compute_ - layer_inplace_read_;
+      wait = std::max(slow_side, fast_side) - elapsed;
+    }
+  }
+  if (wait > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    accounting_.OnInPlaceWait(wait);
   }
   pool_.Unprotect();
   hooks_.Deliver(policy_);
@@ -248,21 +282,6 @@ void ExpertResidency::EndLayer(int layer) {
 }
 
 // ---------------------------------------------------------------- experts
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// An EMA that starts at its first sample.
-void Ema(double* average, double sample) {
-  *average = *average == 0 ? sample : 0.9 * *average + 0.1 * sample;
-}
-
-}  // namespace
 
 absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
   policy_->OnAccess(id);
@@ -339,15 +358,15 @@ void ExpertResidency::Release(ExpertId id) {
     pool_.Release(id);
     return;
   }
-  // The emulated slower processor (LinkOptions::inplace_compute_ratio).
-  const double charge = (inplace_compute_ratio_ - 1) * compute_seconds;
-  if (charge > 0) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(charge));
-  }
-  const double total = read_seconds + compute_seconds + charge;
-  accounting_.OnInPlace(total);
+  // The emulated slower processor (LinkOptions::inplace_compute_ratio);
+  // charged at EndLayer, overlapped with the fast side.
+  const double emulated =
+      inplace_compute_ratio_ * compute_seconds + read_seconds;
+  accounting_.OnInPlace(emulated);
   MutexLock lock(&inplace_mu_);
-  Ema(&costs_.inplace_compute_seconds, total);
+  layer_inplace_compute_ += compute_seconds;
+  layer_inplace_read_ += read_seconds;
+  Ema(&costs_.inplace_compute_seconds, emulated);
 }
 
 // ---------------------------------------------------------------- draft

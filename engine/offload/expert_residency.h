@@ -64,14 +64,25 @@
 //    left out of BeginLayer's demand loads, and its Acquire (if it is still
 //    not resident then) returns the slow tier's bytes: the host arena's
 //    blob, or for the disk tier a pread into a scratch blob owned by the
-//    residency. No slot, no link transfer, no hit or miss: `inplace`. Its
-//    Release charges the emulated compute cost (LinkOptions::
-//    inplace_compute_ratio) by sleeping (ratio - 1) x the Acquire-to-Release
-//    time. OnAccess is called for it as for any acquire. A device fast tier
+//    residency. No slot, no link transfer, no hit or miss: `inplace`.
+//    OnAccess is called for it as for any acquire. A device fast tier
 //    refuses (false): its compute stream cannot read host memory.
+//    Emulated heterogeneous compute (LinkOptions::inplace_compute_ratio R):
+//    on a host fast tier both tiers' experts run on this CPU, one after the
+//    other. The emulation stands for a slow processor (the CPU) computing
+//    the layer's in-place experts WHILE the fast one (the GPU) does the
+//    rest, as MoE-SpAc and Fiddler run them: with t_in = the in-place
+//    experts' Acquire-to-Release seconds (and rd their disk reads, not
+//    scaled) and elapsed = BeginLayer's submission to EndLayer, the slow
+//    side takes R x t_in + rd, the fast side elapsed - t_in - rd, and
+//    EndLayer sleeps until max(slow side, fast side) has passed since
+//    the submission (nothing when the fast side is longer; the real t_in
+//    cannot be given back, so a layer is never shorter than elapsed).
+//    Each in-place expert counts R x t + rd as inplace_seconds and in
+//    expert_costs(); the sleeps count in inplace_wait_seconds.
 //  - expert_costs(): EMAs (weight 0.1) of link_seconds_per_transfer, of the
 //    Acquire-to-Release time of target acquires served from the fast tier,
-//    and of in-place acquires (charge included).
+//    and of the emulated slow-side time of in-place acquires (R x t + rd).
 //  - SetPolicyGauge(name, help, value): a gauge labelled policy=engine name
 //    in the registry (nothing without one).
 //  - draft_experts(): an ExpertProvider over the same slots for a
@@ -289,6 +300,12 @@ class ExpertResidency final : public ExpertProvider,
   bool held_inplace_ ABSL_GUARDED_BY(inplace_mu_) = false;
   double held_read_seconds_ ABSL_GUARDED_BY(inplace_mu_) = 0;
   int layer_ ABSL_GUARDED_BY(inplace_mu_) = -1;  // BeginLayer to EndLayer
+  // The running layer: when its demand loads were submitted, and its
+  // in-place experts' real compute and read seconds.
+  std::chrono::steady_clock::time_point layer_started_
+      ABSL_GUARDED_BY(inplace_mu_);
+  double layer_inplace_compute_ ABSL_GUARDED_BY(inplace_mu_) = 0;
+  double layer_inplace_read_ ABSL_GUARDED_BY(inplace_mu_) = 0;
   bool inplace_used_ ABSL_GUARDED_BY(inplace_mu_) = false;
   std::chrono::steady_clock::time_point held_since_
       ABSL_GUARDED_BY(inplace_mu_);

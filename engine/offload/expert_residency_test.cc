@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -645,29 +646,60 @@ TEST_F(ResidencyTest, ComputeInPlaceServesTheSlowTierWithoutMovingBytes) {
   EXPECT_GT(costs.inplace_compute_seconds, 0);
 }
 
-TEST_F(ResidencyTest, InPlaceComputeIsChargedTheEmulatedRatio) {
+double SecondsOf(std::function<void()> f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// One layer: `inplace_ms` of "compute" on in-place expert 2, `fast_ms` on
+// fast-tier expert 3 (loaded first, outside the timing). Returns the
+// seconds EndLayer took.
+double RunTimedLayer(ExpertResidency* r, int inplace_ms, int fast_ms) {
+  r->BeginStep({.step = 0});
+  r->BeginLayer(0, std::vector<int>{2, 3}, std::vector<int>{1, 1}, nullptr, 0);
+  r->WaitIdle();  // (0,3)'s demand load
+  absl::StatusOr<const std::byte*> p = r->Acquire({0, 2});
+  EXPECT_TRUE(p.ok()) << p.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(inplace_ms));
+  r->Release({0, 2});
+  p = r->Acquire({0, 3});
+  EXPECT_TRUE(p.ok()) << p.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(fast_ms));
+  r->Release({0, 3});
+  const double end_layer = SecondsOf([r] { r->EndLayer(0); });
+  r->EndStep();
+  return end_layer;
+}
+
+TEST_F(ResidencyTest, InPlaceComputeIsChargedTheRatioOverlappedWithTheLayer) {
   InPlaceTestPolicy policy;
   policy.inplace = {{0, 2}};
   auto r = Make(&policy, 3, nullptr, LinkOptions{.inplace_compute_ratio = 3});
   ASSERT_NE(r, nullptr);
-  r->BeginStep({.step = 0});
-  r->BeginLayer(0, std::vector<int>{2}, std::vector<int>{1}, nullptr, 0);
-  absl::StatusOr<const std::byte*> p = r->Acquire({0, 2});
-  ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_TRUE(Same(*p, {0, 2}));
-  // "Compute" for 20 ms: the release charges (3 - 1) x that.
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const auto start = std::chrono::steady_clock::now();
-  r->Release({0, 2});
-  const double charged =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  r->EndLayer(0);
-  r->EndStep();
-  EXPECT_GE(charged, 0.039);
-  EXPECT_GE(r->stats().inplace_seconds, 0.059);
+  // Slow side 3 x 20 = 60 ms, fast side ~5 ms: the layer waits until 60 ms
+  // have passed, i.e. ~35 ms more at EndLayer.
+  const double waited = RunTimedLayer(r.get(), 20, 5);
+  EXPECT_GE(waited, 0.030);
+  EXPECT_LT(waited, 0.100);  // generous: a loaded CI machine oversleeps
+  ResidencyStats s = r->stats();
+  EXPECT_EQ(s.inplace, 1u);
+  EXPECT_GE(s.inplace_seconds, 0.059);  // 3 x 20 ms
+  EXPECT_NEAR(s.inplace_wait_seconds, waited, 0.005);
+  EXPECT_EQ(s.link_transfers, 1u);  // (0,3) only
+}
+
+TEST_F(ResidencyTest, InPlaceComputeHiddenUnderALongerFastSide) {
+  InPlaceTestPolicy policy;
+  policy.inplace = {{0, 2}};
+  auto r = Make(&policy, 3, nullptr, LinkOptions{.inplace_compute_ratio = 3});
+  ASSERT_NE(r, nullptr);
+  // Slow side 3 x 2 = 6 ms < fast side 50 ms: no wait.
+  const double waited = RunTimedLayer(r.get(), 2, 50);
+  EXPECT_LT(waited, 0.020);
+  EXPECT_EQ(r->stats().inplace_wait_seconds, 0);
   EXPECT_EQ(r->stats().inplace, 1u);
-  EXPECT_EQ(r->stats().link_transfers, 0u);
 }
 
 TEST_F(ResidencyTest, InPlaceFromTheDiskTierReadsTheBlob) {

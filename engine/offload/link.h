@@ -90,8 +90,10 @@ struct LinkOptions {
   // Not a property of the wire, emulated beside it: how much slower the
   // slow tier's processor computes an expert than the fast tier's
   // (ResidencyControl::ComputeInPlace). On a host fast tier both are this
-  // CPU, so an expert computed in place is charged (ratio - 1) x its
-  // measured compute time, slept after the computation. Default 8: a
+  // CPU: a layer's in-place experts are charged ratio x their measured
+  // compute time, overlapped with the rest of the layer (the residency
+  // sleeps at the layer's end until the later side is done;
+  // expert_residency.h). Default 8: a
   // memory-bound expert at decode on a desktop CPU (~100 GB/s DRAM) against
   // an edge GPU (~0.5-1 TB/s), MoE-SpAc's setting. 1: no charge (in place
   // is as fast as the fast tier). Must be >= 1.

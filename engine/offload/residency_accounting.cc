@@ -30,6 +30,7 @@ void ResidencyAccounting::FillCounters(ResidencyStats* stats) const {
   stats->prefetch_cancelled = prefetch_cancelled_;
   stats->inplace = inplace_;
   stats->inplace_seconds = inplace_seconds_;
+  stats->inplace_wait_seconds = inplace_wait_seconds_;
 }
 
 void ResidencyAccounting::OnLoadStarted(ExpertId, SlotPool::LoadKind kind) {
@@ -85,6 +86,14 @@ void ResidencyAccounting::OnInPlace(double seconds) {
   inplace_seconds_ += seconds;
   if (metrics_.inplace_seconds != nullptr) {
     metrics_.inplace_seconds->Inc(seconds);
+  }
+}
+
+void ResidencyAccounting::OnInPlaceWait(double seconds) {
+  MutexLock lock(&mu_);
+  inplace_wait_seconds_ += seconds;
+  if (metrics_.inplace_wait_seconds != nullptr) {
+    metrics_.inplace_wait_seconds->Inc(seconds);
   }
 }
 

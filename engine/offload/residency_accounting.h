@@ -27,9 +27,11 @@
 //    link_transfers x slot_bytes.
 //  - inplace: acquisitions served in place from the slow tier
 //    (ResidencyControl::ComputeInPlace), neither hits nor misses, no link
-//    transfer; inplace_seconds their Acquire-to-Release time, the emulated
-//    compute charge included (moeserve_expert_requests_total{result=
-//    "inplace"}, moeserve_expert_inplace_seconds_total).
+//    transfer; inplace_seconds their emulated slow-side compute time
+//    (expert_residency.h), inplace_wait_seconds the time layers waited for
+//    the slow side (moeserve_expert_requests_total{result="inplace"},
+//    moeserve_expert_inplace_seconds_total,
+//    moeserve_expert_inplace_wait_seconds_total).
 //  - stall_seconds: wall time Acquire spent blocked (waiting for its load or
 //    for a loading slot to become evictable).
 //  - moeserve_expert_cache_bytes{state}: slots per state x slot bytes.
@@ -77,8 +79,9 @@ struct ResidencyStats {
   uint64_t prefetch_wasted = 0;
   uint64_t prefetch_cancelled = 0;          // Queued loads withdrawn, no bytes.
   uint64_t prefetched_unused_resident = 0;  // Now resident, never acquired.
-  uint64_t inplace = 0;        // Computed in place on the slow tier.
-  double inplace_seconds = 0;  // Their Acquire-to-Release time.
+  uint64_t inplace = 0;             // Computed in place on the slow tier.
+  double inplace_seconds = 0;       // Their emulated slow-side time.
+  double inplace_wait_seconds = 0;  // Layers waiting for the slow side.
   int slots = 0;
   uint64_t slot_bytes = 0;      // == ExpertBlob::bytes.
   uint64_t capacity_bytes = 0;  // slots x slot_bytes.
@@ -121,8 +124,10 @@ class ResidencyAccounting final : public SlotPool::Observer {
   void OnStateCounts(int empty, int loading, int ready) override;
 
   // One expert computed in place (not a SlotPool event: the residency
-  // reports it at the Release), `seconds` from its Acquire.
+  // reports it at the Release), `seconds` its emulated slow-side time.
   void OnInPlace(double seconds) ABSL_LOCKS_EXCLUDED(mu_);
+  // A layer waited `seconds` for its in-place experts.
+  void OnInPlaceWait(double seconds) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Count(uint64_t* field, metrics::Counter* metric)
@@ -145,6 +150,7 @@ class ResidencyAccounting final : public SlotPool::Observer {
   double stall_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t inplace_ ABSL_GUARDED_BY(mu_) = 0;
   double inplace_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  double inplace_wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace moeserve::engine

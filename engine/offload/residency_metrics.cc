@@ -59,9 +59,13 @@ absl::Status ResidencyMetrics::Register(metrics::Registry* r,
       CounterChild(r, kRequests, kRequestsHelp, pr, {p, "miss"}, &misses),
       CounterChild(r, kRequests, kRequestsHelp, pr, {p, "inplace"}, &inplace),
       CounterChild(r, "moeserve_expert_inplace_seconds_total",
-                   "Time spent computing experts in place on the slow tier "
-                   "(the emulated compute charge included).",
+                   "Emulated slow-tier compute time of experts computed in "
+                   "place (inplace_compute_ratio x measured, plus reads).",
                    {"policy"}, {p}, &inplace_seconds),
+      CounterChild(r, "moeserve_expert_inplace_wait_seconds_total",
+                   "Time layers waited for their in-place experts beyond "
+                   "the fast tier's work (emulated overlap).",
+                   {"policy"}, {p}, &inplace_wait_seconds),
       CounterChild(r, "moeserve_link_bytes_total",
                    "Bytes moved over the slow-to-fast link.",
                    {"policy", "direction"}, {p, "h2d"}, &link_bytes),

@@ -33,7 +33,8 @@ class ResidencyMetrics {
   metrics::Counter* misses = nullptr;
   metrics::Counter* inplace = nullptr;          // result="inplace"
   metrics::Counter* inplace_seconds = nullptr;  // ..._inplace_seconds_total
-  metrics::Counter* link_bytes = nullptr;       // direction="h2d"
+  metrics::Counter* inplace_wait_seconds = nullptr;
+  metrics::Counter* link_bytes = nullptr;  // direction="h2d"
   metrics::Counter* link_busy_seconds = nullptr;
   metrics::Counter* stall_seconds = nullptr;
   metrics::Counter* prefetch_used = nullptr;
