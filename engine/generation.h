@@ -36,7 +36,7 @@ struct GenerationRequest {
   uint32_t min_new_tokens = 0;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
-  bool ignore_eos = false;
+  bool ignore_eos = false;  // EOS masked: never sampled (proto comment)
   int logprobs = 0;  // top-n alternatives per token; 0: none
   // The request's own time limit: past it the stream ends kTimeLimit with
   // what was generated (a normal finish).

@@ -367,6 +367,56 @@ TEST(SpecLengthTest, KIsClampedByTheTokenBudgetAndMaxNewTokens) {
   EXPECT_EQ(two.drafts, 0u);
 }
 
+// ignore_eos masks EOS (llama.cpp's and vLLM's meaning). On a prompt whose
+// greedy continuation ends at EOS, the ignore_eos request takes the same
+// tokens up to there, never emits EOS and runs to max_new_tokens; with an
+// oracle drafter that proposes the EOS-ending continuation, verification
+// rejects the EOS draft and the output is the plain masked one.
+TEST(IgnoreEosTest, EosIsMaskedWithAndWithoutDrafts) {
+  Fixture& f = Load("mixtral_demo");
+  const int32_t eos = f.tokenizer->eos_id();
+  ASSERT_GE(eos, 0);
+  constexpr int kMax = 96;
+  auto plain = PlainEngine(f, {});
+  const engine::testing::Golden golden =
+      engine::testing::ReadGolden("mixtral_demo");
+  int checked = 0;
+  for (const engine::testing::GoldenCase& c : golden.cases) {
+    engine::GenerationRequest stopping;
+    stopping.prompt = c.prompt;
+    stopping.max_new_tokens = kMax;
+    stopping.ignore_eos = false;
+    const Outcome stopped = RunStaggered(plain.get(), {stopping})[0];
+    if (stopped.finish != FinishReason::kEos) continue;
+    ++checked;
+    engine::GenerationRequest masked = stopping;
+    masked.ignore_eos = true;
+    const Outcome out = RunStaggered(plain.get(), {masked})[0];
+    EXPECT_EQ(out.finish, FinishReason::kLength) << c.name;
+    ASSERT_EQ(out.tokens.size(), size_t{kMax}) << c.name;
+    for (int32_t t : out.tokens) EXPECT_NE(t, eos) << c.name;
+    ASSERT_FALSE(stopped.tokens.empty());
+    ASSERT_EQ(stopped.tokens.back(), eos) << c.name;
+    EXPECT_TRUE(std::equal(stopped.tokens.begin(), stopped.tokens.end() - 1,
+                           out.tokens.begin()))
+        << c.name;
+    // The oracle drafts the EOS-ending continuation.
+    engine::EngineOptions options;
+    options.num_speculative_tokens = 4;
+    const int32_t vocab = static_cast<int32_t>(f.weights->config().vocab_size);
+    engine::spec::testing::DraftScript script = {{c.prompt, stopped.tokens}};
+    options.make_drafter = [script, vocab](engine::MoeModel*, engine::KvCache*)
+        -> absl::StatusOr<std::unique_ptr<engine::spec::Drafter>> {
+      return engine::spec::testing::MakeTestDrafter(
+          engine::spec::testing::TestDrafterKind::kOracle, script, vocab);
+    };
+    auto drafted = PlainEngine(f, options);
+    EXPECT_EQ(RunStaggered(drafted.get(), {masked})[0], out) << c.name;
+  }
+  // Some golden prompt must end at EOS, or this test shows nothing.
+  EXPECT_GT(checked, 0);
+}
+
 // A seeded sampled request gives the same tokens run alone and run among
 // others, for a drafter whose drafts depend only on the tokens (the self
 // drafter's also depend on what the fast tier holds at the time).

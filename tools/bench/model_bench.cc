@@ -206,23 +206,30 @@ void Describe(const Runner& r, const std::string& dir, ModelReport* out) {
 
 // Repeats `measure` until the timed seconds add up to
 // options.min_phase_seconds (at most options.max_repeats times) and returns
-// the fastest repeat.
-absl::StatusOr<Measurement> Fastest(
+// the median repeat by tokens/s (the lower middle one for an even count, so
+// every figure comes from one real run), with the slowest and fastest
+// repeats' tokens/s beside it.
+absl::StatusOr<Measurement> Median(
     const BenchOptions& options,
     const std::function<absl::StatusOr<Measurement>()>& measure) {
-  Measurement best;
+  std::vector<Measurement> runs;
   double total = 0;
-  int repeats = 0;
-  while (repeats < std::max(1, options.max_repeats) &&
-         (repeats == 0 || total < options.min_phase_seconds)) {
+  while (static_cast<int>(runs.size()) < std::max(1, options.max_repeats) &&
+         (runs.empty() || total < options.min_phase_seconds)) {
     absl::StatusOr<Measurement> m = measure();
     if (!m.ok()) return m.status();
-    ++repeats;
     total += m->seconds;
-    if (repeats == 1 || m->tokens_per_s > best.tokens_per_s) best = *m;
+    runs.push_back(*std::move(m));
   }
-  best.repeats = repeats;
-  return best;
+  std::sort(runs.begin(), runs.end(),
+            [](const Measurement& a, const Measurement& b) {
+              return a.tokens_per_s < b.tokens_per_s;
+            });
+  Measurement median = runs[(runs.size() - 1) / 2];
+  median.repeats = static_cast<int>(runs.size());
+  median.tokens_per_s_min = runs.front().tokens_per_s;
+  median.tokens_per_s_max = runs.back().tokens_per_s;
+  return median;
 }
 
 }  // namespace
@@ -242,12 +249,12 @@ absl::StatusOr<ModelReport> BenchModel(const std::string& model_dir,
   Runner& r = **runner;
   for (int b : options.prefill_batches) {
     absl::StatusOr<Measurement> m =
-        Fastest(options, [&] { return r.Prefill(b, options.prompt_len); });
+        Median(options, [&] { return r.Prefill(b, options.prompt_len); });
     if (!m.ok()) return m.status();
     report.results.push_back(*m);
   }
   for (int b : options.decode_batches) {
-    absl::StatusOr<Measurement> m = Fastest(options, [&] {
+    absl::StatusOr<Measurement> m = Median(options, [&] {
       return r.Decode(b, options.prompt_len, options.decode_steps);
     });
     if (!m.ok()) return m.status();

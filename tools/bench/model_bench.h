@@ -34,7 +34,8 @@ struct BenchOptions {
   std::vector<int> prefill_batches = {1, 4};  // Sequences of prompt_len.
   // Each phase is repeated (fresh KV cache and prompts) until its timed
   // seconds add up to min_phase_seconds, at most max_repeats times; the
-  // fastest repeat is reported. Default: 1 s, 20.
+  // median repeat (by tokens/s) is reported, with the min and max. Default:
+  // 1 s, 20.
   double min_phase_seconds = 1.0;
   int max_repeats = 20;
   uint64_t seed = 1;
@@ -52,7 +53,9 @@ struct Measurement {
   double weight_bytes_per_token = 0;  // weight_bytes_per_pass * passes / tokens
   double weight_gbps = 0;             // Weight bytes read / seconds / 1e9.
   double experts_per_pass = 0;        // Distinct (layer, expert), mean.
-  int repeats = 1;                    // Repeats run; this is the fastest.
+  int repeats = 1;  // Repeats run; this is their median by tokens/s.
+  double tokens_per_s_min = 0;  // The slowest and fastest repeat.
+  double tokens_per_s_max = 0;
 };
 
 struct ModelReport {

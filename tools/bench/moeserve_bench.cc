@@ -60,7 +60,8 @@ ABSL_FLAG(std::string, prefill_batch_sizes, "1,4",
           "Sequences of prompt_len per timed prefill pass.");
 ABSL_FLAG(double, min_phase_seconds, 1.0,
           "Repeat each phase until its timed seconds add up to this "
-          "(at most --max_repeats times); the fastest repeat is reported.");
+          "(at most --max_repeats times); the median repeat is reported, with "
+          "the min and max.");
 ABSL_FLAG(int, max_repeats, 20, "Upper bound on repeats per phase.");
 ABSL_FLAG(int, bandwidth_mib, 1024, "Buffer for the read-bandwidth probe.");
 ABSL_FLAG(int, bandwidth_repeats, 5, "Best of this many bandwidth runs.");

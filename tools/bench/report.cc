@@ -42,7 +42,9 @@ json MeasurementJson(const Measurement& r, double bw) {
               {"roofline_ratio", RooflineRatio(r, bw)},
               {"roofline_tokens_per_s", RooflineTokensPerS(r, bw)},
               {"experts_per_pass", r.experts_per_pass},
-              {"repeats", r.repeats}};
+              {"repeats", r.repeats},
+              {"tokens_per_s_min", r.tokens_per_s_min},
+              {"tokens_per_s_max", r.tokens_per_s_max}};
 }
 
 json ModelJson(const ModelReport& m, double bw) {
@@ -82,17 +84,20 @@ void PrintReport(const RunReport& rep, std::FILE* out) {
                 rep.threads, rep.bandwidth_gbps, rep.bandwidth_bytes >> 20);
   absl::FPrintF(out,
                 "prompt_len %d, decode_steps %d; each phase repeated until "
-                "%.1f s (at most %d times), fastest shown\n\n",
+                "%.1f s (at most %d times); the median repeat is shown, "
+                "[min-max] tok/s of the repeats beside it\n\n",
                 rep.options.prompt_len, rep.options.decode_steps,
                 rep.options.min_phase_seconds, rep.options.max_repeats);
-  absl::FPrintF(out, "%-32s %-8s %5s %10s %11s %8s %7s %12s %8s\n", "model",
-                "phase", "batch", "tok/s", "MB/token", "GB/s", "of_roof",
-                "roof_tok/s", "experts");
+  absl::FPrintF(out, "%-32s %-8s %5s %10s %21s %11s %8s %7s %12s %8s\n",
+                "model", "phase", "batch", "tok/s", "[min-max]", "MB/token",
+                "GB/s", "of_roof", "roof_tok/s", "experts");
   for (const ModelReport& m : rep.models) {
     for (const Measurement& r : m.results) {
       absl::FPrintF(
-          out, "%-32s %-8s %5d %10.1f %11.2f %8.2f %6.1f%% %12.1f %8.1f\n",
+          out, "%-32s %-8s %5d %10.1f %21s %11.2f %8.2f %6.1f%% %12.1f %8.1f\n",
           m.name, r.phase, r.batch, r.tokens_per_s,
+          absl::StrFormat("[%.1f-%.1f]", r.tokens_per_s_min,
+                          r.tokens_per_s_max),
           r.weight_bytes_per_token / 1e6, r.weight_gbps,
           100 * RooflineRatio(r, rep.bandwidth_gbps),
           RooflineTokensPerS(r, rep.bandwidth_gbps), r.experts_per_pass);
