@@ -53,7 +53,26 @@ def run_bench(args, model, policies, concurrency, num_requests, json_path):
         sys.exit(f"moeserve_bench failed (exit {rc}); see {log_path}")
 
 
-def load_rows(json_paths):
+def load_rows(json_paths, overlay_paths=()):
+    """Rows of every cell. Rows of `overlay_paths` (later runs of some
+    policies) replace the same (model, ratio, concurrency, policy) cells and
+    are marked; an overlay's own on_demand row only served as the baseline
+    of its `vs on_demand` and is not shown."""
+    rows, meta = _load(json_paths)
+    if overlay_paths:
+        extra, _ = _load(overlay_paths)
+        key = lambda r: (r["model"], r["expert_cache_ratio"], r["concurrency"],
+                         r["policy"])
+        extra = [r for r in extra if r["policy"] != "on_demand"]
+        replaced = {key(r) for r in extra}
+        rows = [r for r in rows if key(r) not in replaced]
+        for r in extra:
+            r["overlay"] = True
+        rows += extra
+    return rows, meta
+
+
+def _load(json_paths):
     rows = []
     meta = {}
     for path in json_paths:
@@ -113,7 +132,7 @@ def write_table(rows, meta, path):
             r["model"],
             f"{r['expert_cache_ratio']:.2f}",
             str(r["concurrency"]),
-            r["policy"],
+            r["policy"] + (" (2nd run)" if r.get("overlay") else ""),
             drafter_label(r),
             str(r["slots"]),
             f"{r['tokens_per_s']:.1f}",
@@ -200,6 +219,10 @@ def main():
     ap.add_argument("--from_json",
                     default="",
                     help="comma-separated JSON files: render only")
+    ap.add_argument("--overlay_json",
+                    default="",
+                    help="comma-separated JSON files of later runs whose "
+                    "cells replace the same cells of --from_json")
     args = ap.parse_args()
 
     if args.from_json:
@@ -219,7 +242,8 @@ def main():
                 large = os.path.join(args.out_dir, f"{name}_c64.json")
                 run_bench(args, model, large_batch, "64", 64, large)
                 paths.append(large)
-    rows, meta = load_rows(paths)
+    overlays = args.overlay_json.split(",") if args.overlay_json else []
+    rows, meta = load_rows(paths, overlays)
     write_table(rows, meta, args.table)
     write_plot(rows, args.plot)
 
