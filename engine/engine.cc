@@ -386,10 +386,13 @@ std::vector<float> Engine::MaskedRow(const Sequence& seq,
                                      const float* row) const {
   const GenerationRequest& r = seq.request;
   std::vector<float> logits(row, row + weights_->config().vocab_size);
-  if (seq.generated < r.min_new_tokens) {
-    constexpr float kNeverSample = -std::numeric_limits<float>::infinity();
-    const int32_t eos = tokenizer_->eos_id();
-    if (eos >= 0 && !r.ignore_eos) logits[eos] = kNeverSample;
+  constexpr float kNeverSample = -std::numeric_limits<float>::infinity();
+  const int32_t eos = tokenizer_->eos_id();
+  const bool before_min = seq.generated < r.min_new_tokens;
+  // ignore_eos masks EOS for the whole request (llama.cpp's and vLLM's
+  // meaning): it is never sampled, so no EOS text or id reaches the client.
+  if (eos >= 0 && (r.ignore_eos || before_min)) logits[eos] = kNeverSample;
+  if (before_min) {
     for (int32_t t : r.stop_token_ids) logits[t] = kNeverSample;
   }
   return logits;
