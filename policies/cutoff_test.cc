@@ -115,6 +115,8 @@ TEST(CutoffTest, MaxCutoffLayerCapsTheLayers) {
   fake.set_policy(policy);
   fake.Lookahead(Prefix({{{1}, {2}, {3}, {4}}}, 1));
   EXPECT_EQ(policy->cutoff_layer(), 1);
+  // L is exported for the engine's metrics.
+  EXPECT_EQ(fake.gauges["moeserve_spec_cutoff_layer"], 1);
   EXPECT_THAT(fake.prefetch_batches,
               ElementsAre(Batch{{Id{0, 1}}, 5}, Batch{{Id{1, 2}}, 5}));
 }
