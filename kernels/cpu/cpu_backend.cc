@@ -1,6 +1,8 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -89,13 +91,59 @@ absl::Status CheckAttentionValues(const Tensor& q, const PagedKvCache& cache,
 
 }  // namespace
 
+std::optional<Isa> IsaFromEnvironment() {
+  static const std::optional<Isa> isa = []() -> std::optional<Isa> {
+    const char* value = std::getenv("MOESERVE_CPU_KERNELS");
+    if (value == nullptr || *value == '\0') return std::nullopt;
+    const std::optional<Isa> want = ParseIsa(value);
+    if (!want.has_value()) {
+      std::fprintf(stderr,
+                   "MOESERVE_CPU_KERNELS=%s not understood (scalar, avx2, "
+                   "avx512, avx512bf16); using %s\n",
+                   value, IsaName(BestIsa()));
+      return std::nullopt;
+    }
+    const Isa got = ClampIsa(*want);
+    if (got != *want) {
+      std::fprintf(stderr,
+                   "MOESERVE_CPU_KERNELS=%s: this CPU lacks it; using %s\n",
+                   value, IsaName(got));
+    }
+    return got;
+  }();
+  return isa;
+}
+
+namespace {
+
+// The variant asked for by the options or else the environment, if any.
+std::optional<Isa> RequestedIsa(const CpuBackendOptions& options) {
+  if (options.isa.has_value()) return options.isa;
+  return IsaFromEnvironment();
+}
+
+// The bf16 kernels' variant (see the header).
+Isa ChooseIsa(const CpuBackendOptions& options) {
+  if (!options.use_simd) return Isa::kScalar;
+  return ClampIsa(RequestedIsa(options).value_or(BestIsa()));
+}
+
+// The int4 kernels' variant: the best one, capped by a requested variant and
+// by use_avx512.
+Isa ChooseInt4Isa(const CpuBackendOptions& options) {
+  if (!options.use_simd) return Isa::kScalar;
+  Isa isa = BestInt4Isa();
+  if (auto want = RequestedIsa(options)) isa = std::min(isa, *want);
+  if (!options.use_avx512) isa = std::min(isa, Isa::kAvx2);
+  return isa;
+}
+
+}  // namespace
+
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
     : pool_(options.num_threads),
-      isa_(options.use_simd ? BestIsa() : Isa::kScalar),
-      int4_isa_(!options.use_simd ? Isa::kScalar
-                : (BestInt4Isa() == Isa::kAvx512 && !options.use_avx512)
-                    ? Isa::kAvx2
-                    : BestInt4Isa()) {}
+      isa_(ChooseIsa(options)),
+      int4_isa_(ChooseInt4Isa(options)) {}
 
 std::string CpuBackend::name() const {
   return absl::StrCat("cpu-", IsaName(isa_), "-", pool_.num_threads(), "t");

@@ -2,9 +2,19 @@
 // its arguments (op_checks.h plus range checks of index values), then runs at
 // once on the backend's thread pool: a CPU Stream is a handle whose ops have
 // completed when the enqueueing call returns, and Synchronize() is a no-op
-// that returns OK. Vectorised kernels (AVX2+FMA) are picked at runtime with a
-// scalar fallback, so the binary needs no -march flag; the int4 expert FFN
-// also has an AVX-512F kernel (matmul_int4.h).
+// that returns OK. Vectorised kernels are picked at runtime with a scalar
+// fallback, so the binary needs no -march flag: the bf16 matmul (MatMul,
+// ExpertFfn) has AVX2+FMA, AVX-512 and AVX512_BF16 variants (matmul.h), the
+// int4 expert FFN AVX2+FMA and AVX-512F ones (matmul_int4.h).
+//
+// Kernel variant: CpuBackendOptions::isa if set, else the environment
+// variable MOESERVE_CPU_KERNELS (read once per process) if set, else
+// BestIsa(): the best fp32 variant (avx512 on an AVX-512 CPU, else avx2).
+// MOESERVE_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 forces that variant
+// for the bf16 kernels and caps the int4 ones at it (avx512bf16 -> avx512),
+// clamped to what the CPU has (one line on stderr when clamped or not
+// understood), so old and new kernels compare in one build. name() shows
+// the bf16 variant: "cpu-avx512-2t".
 //
 // Extra CPU limits (InvalidArgument beyond them): head_dim <= 512, KV
 // block_size <= 1024, router experts <= 1024.
@@ -16,6 +26,7 @@
 #define MOESERVE_KERNELS_CPU_CPU_BACKEND_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kernels/backend.h"
@@ -33,7 +44,15 @@ struct CpuBackendOptions {
   // With use_simd, let the int4 kernels use AVX-512F where the CPU has it;
   // false caps them at AVX2 (tests compare both). Default: true.
   bool use_avx512 = true;
+  // With use_simd, the bf16 kernels' variant (clamped to what the CPU has,
+  // silently); it also caps the int4 kernels. Default: unset
+  // (MOESERVE_CPU_KERNELS, else BestIsa()).
+  std::optional<Isa> isa;
 };
+
+// The variant MOESERVE_CPU_KERNELS asks for, clamped to this CPU; nullopt if
+// unset or empty. Read and reported once per process.
+std::optional<Isa> IsaFromEnvironment();
 
 class CpuBackend final : public Backend {
  public:

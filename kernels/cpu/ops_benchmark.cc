@@ -3,7 +3,9 @@
 //   BM_ReadBandwidth   streaming read of 512 MiB with the kernels' thread pool
 //                      (the roofline for a weight-bound decode)
 //   BM_Memcpy          256 MiB memcpy, bytes counted once (read side)
-//   BM_MatMul          decode-shaped y = x W^T, bytes = weight bytes read
+//   BM_MatMul          y = x W^T, bytes = weight bytes read; the label
+//                      names the kernel variant (cpu-avx512-2t); a second
+//                      set runs every variant at m = 1 ... 512
 //   BM_ExpertFfn       one fused SwiGLU expert, bytes = expert blob bytes
 //   BM_ExpertFfnInt4   the same expert quantized to int4 (int4_expert.h),
 //                      bytes = int4 expert bytes (q + scales); the label
@@ -90,9 +92,23 @@ struct Rotation {
   std::vector<bf16> data;
 };
 
+// The options for threads arg `threads` and kernel-variant arg `isa` (an
+// Isa as int; -1: the default choice).
+CpuBackendOptions Options(int64_t threads, int64_t isa = -1) {
+  CpuBackendOptions options;
+  options.num_threads = Threads(threads);
+  if (isa >= 0) options.isa = static_cast<Isa>(isa);
+  return options;
+}
+
 void BM_MatMul(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  CpuBackend backend({Threads(state.range(3)), true});
+  const int64_t isa = state.range(4);
+  if (isa >= 0 && !IsaSupported(static_cast<Isa>(isa))) {
+    state.SkipWithError("this CPU lacks the kernel variant");
+    return;
+  }
+  CpuBackend backend(Options(state.range(3), isa));
   auto stream = *backend.CreateStream();
   Rotation w(n * k);
   std::vector<float> x(m * k, 0.5f), y(m * n);
@@ -104,6 +120,8 @@ void BM_MatMul(benchmark::State& state) {
     if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
   }
   state.SetBytesProcessed(state.iterations() * n * k * 2);
+  state.counters["flops"] = benchmark::Counter(
+      2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(backend.name());
 }
 
@@ -163,17 +181,33 @@ void BM_ExpertFfnInt4(benchmark::State& state) {
       absl::StrCat(backend.name(), " int4 ", IsaName(backend.int4_isa())));
 }
 
-// {m, k, n, threads (0 = all cores)}: Qwen1.5-MoE-sized (2048 x 1408) and
-// Mixtral-sized (4096 x 14336) expert projections at decode batch 1 and 8.
+// {m, k, n, threads (0 = all cores), isa (-1 = default)}: Qwen1.5-MoE-sized
+// (2048 x 1408) and Mixtral-sized (4096 x 14336) expert projections at
+// decode batch 1 and 8, with the default kernels.
 BENCHMARK(BM_MatMul)
-    ->Args({1, 2048, 1408, 1})
-    ->Args({1, 2048, 1408, 0})
-    ->Args({8, 2048, 1408, 0})
-    ->Args({1, 4096, 14336, 1})
-    ->Args({1, 4096, 14336, 0})
-    ->Args({8, 4096, 14336, 0})
-    ->Args({64, 4096, 14336, 0})
+    ->Args({1, 2048, 1408, 1, -1})
+    ->Args({1, 2048, 1408, 0, -1})
+    ->Args({8, 2048, 1408, 0, -1})
+    ->Args({1, 4096, 14336, 1, -1})
+    ->Args({1, 4096, 14336, 0, -1})
+    ->Args({8, 4096, 14336, 0, -1})
+    ->Args({64, 4096, 14336, 0, -1})
     ->UseRealTime();
+// Old vs new kernels in one run (issue 15): every variant this CPU has
+// (scalar only at m = 1) on the Qwen1.5-MoE expert's stacked gate/up
+// projection (k 2048, n 2 x 1408) at m = 1 (decode), 8, 16, 64 (batched
+// decode, verification) and 512 (prefill), all cores; and Mixtral's w1 at
+// m = 1 (a 117 MB weight: the DRAM-bound GEMV). Filter with
+// --benchmark_filter=BM_MatMul/.*/0/[0-9]$ for these.
+void VariantArgs(benchmark::internal::Benchmark* b) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    const auto i = static_cast<int64_t>(isa);
+    for (int64_t m : {1, 8, 16, 64, 512}) b->Args({m, 2048, 2816, 0, i});
+    b->Args({1, 4096, 14336, 0, i});
+  }
+  b->Args({1, 2048, 2816, 0, static_cast<int64_t>(Isa::kScalar)});
+}
+BENCHMARK(BM_MatMul)->Apply(VariantArgs)->UseRealTime();
 BENCHMARK(BM_ExpertFfn)
     ->Args({1, 2048, 1408, 0})
     ->Args({8, 2048, 1408, 0})

@@ -24,13 +24,17 @@
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_int4.h"
 #include "kernels/cpu/reference_ops.h"
 #include "kernels/int4_expert.h"
@@ -41,6 +45,8 @@ namespace moeserve::kernels::cpu {
 namespace {
 
 using ::moeserve::kernels::testing::Close;
+using ::moeserve::kernels::testing::kTolBf16ActivationDot;
+using ::moeserve::kernels::testing::kTolBf16ActivationFfn;
 using ::moeserve::kernels::testing::kTolDot;
 using ::moeserve::kernels::testing::kTolInt4Dot;
 using ::moeserve::kernels::testing::kTolPointwise;
@@ -94,18 +100,38 @@ class Ops : public ::testing::TestWithParam<Config> {
   std::unique_ptr<Stream> stream_;
 };
 
-void RunMatMul(Ops& t, int64_t m, int64_t k, int64_t n, bool bias, Rng& rng) {
-  SCOPED_TRACE(absl::StrCat("m=", m, " k=", k, " n=", n, " bias=", bias));
+// x with every element rounded to bf16 and back (what the avx512bf16
+// kernels compute with).
+std::vector<float> RoundedToBf16(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = Bf16ToFloat(FloatToBf16(x[i]));
+  return r;
+}
+
+// MatMul on b against the reference within `tol`; with `bf16_x` (the
+// avx512bf16 kernels) also against the reference fed bf16-rounded x within
+// kTolDot (only the summation order differs there).
+void RunMatMul(Backend& b, Stream& s, int64_t m, int64_t k, int64_t n,
+               bool bias, Rng& rng, double tol = kTolDot, bool bf16_x = false) {
+  SCOPED_TRACE(absl::StrCat("m=", m, " k=", k, " n=", n, " bias=", bias,
+                            " backend=", b.name()));
   auto x = rng.F32(m * k);
   auto w = rng.Bf16(n * k);
-  auto b = rng.Bf16(n);
+  auto bv = rng.Bf16(n);
   std::vector<float> got(m * n, NAN), want(m * n);
-  Tensor bt = bias ? T(b, {n}) : Tensor();
-  ASSERT_TRUE(
-      t.B().MatMul(t.S(), T(x, {m, k}), T(w, {n, k}), bt, T(got, {m, n})).ok());
-  ASSERT_TRUE(t.S().Synchronize().ok());
+  Tensor bt = bias ? T(bv, {n}) : Tensor();
+  ASSERT_TRUE(b.MatMul(s, T(x, {m, k}), T(w, {n, k}), bt, T(got, {m, n})).ok());
+  ASSERT_TRUE(s.Synchronize().ok());
   ref::MatMul(T(x, {m, k}), T(w, {n, k}), bt, T(want, {m, n}));
-  EXPECT_TRUE(Close(got, want, kTolDot));
+  EXPECT_TRUE(Close(got, want, tol));
+  if (bf16_x) {
+    std::vector<float> xr = RoundedToBf16(x);
+    ref::MatMul(T(xr, {m, k}), T(w, {n, k}), bt, T(want, {m, n}));
+    EXPECT_TRUE(Close(got, want, kTolDot)) << "against bf16-rounded x";
+  }
+}
+void RunMatMul(Ops& t, int64_t m, int64_t k, int64_t n, bool bias, Rng& rng) {
+  RunMatMul(t.B(), t.S(), m, k, n, bias, rng);
 }
 
 TEST_P(Ops, MatMulModelShapes) {
@@ -135,21 +161,24 @@ TEST_P(Ops, MatMulTailsAndBias) {
   RunMatMul(*this, 0, 64, 8, true, rng);
 }
 
-void RunExpertFfn(Ops& t, int64_t m, int64_t hidden, int64_t ffn, Rng& rng) {
-  SCOPED_TRACE(absl::StrCat("m=", m, " hidden=", hidden, " ffn=", ffn));
+void RunExpertFfn(Backend& b, Stream& s, int64_t m, int64_t hidden, int64_t ffn,
+                  Rng& rng, double tol = kTolDot) {
+  SCOPED_TRACE(absl::StrCat("m=", m, " hidden=", hidden, " ffn=", ffn,
+                            " backend=", b.name()));
   auto x = rng.F32(m * hidden);
   // Scale like a trained model so silu sees both signs and magnitudes.
   auto blob = rng.Bf16(3 * ffn * hidden, -0.1f, 0.1f);
   std::vector<float> ws(ExpertFfnWorkspaceElems(m, ffn));
   std::vector<float> got(m * hidden, NAN), want(m * hidden);
-  ASSERT_TRUE(t.B()
-                  .ExpertFfn(t.S(), T(x, {m, hidden}),
-                             T(blob, {3 * ffn * hidden}), ffn,
-                             T(ws, {int64_t(ws.size())}), T(got, {m, hidden}))
+  ASSERT_TRUE(b.ExpertFfn(s, T(x, {m, hidden}), T(blob, {3 * ffn * hidden}),
+                          ffn, T(ws, {int64_t(ws.size())}), T(got, {m, hidden}))
                   .ok());
   ref::ExpertFfn(T(x, {m, hidden}), T(blob, {3 * ffn * hidden}), ffn,
                  T(want, {m, hidden}));
-  EXPECT_TRUE(Close(got, want, kTolDot));
+  EXPECT_TRUE(Close(got, want, tol));
+}
+void RunExpertFfn(Ops& t, int64_t m, int64_t hidden, int64_t ffn, Rng& rng) {
+  RunExpertFfn(t.B(), t.S(), m, hidden, ffn, rng);
 }
 
 TEST_P(Ops, ExpertFfn) {
@@ -564,6 +593,158 @@ INSTANTIATE_TEST_SUITE_P(Backends, Ops,
                                info.param.simd ? "simd" : "scalar", "_",
                                info.param.threads, "t");
                          });
+
+// ---- Every variant of the bf16 matmul (matmul.h), forced by name --------
+// A variant this CPU lacks is skipped, never failed. fp32 variants (scalar,
+// avx2, avx512) differ from the double-accumulating reference only by fp32
+// summation: kTolDot. avx512bf16 rounds x to bf16 first:
+// kTolBf16ActivationDot against the reference, kTolDot against the
+// reference fed the same rounded x, kTolBf16ActivationFfn through ExpertFfn
+// (differential.h has the reasoning and the measured errors).
+
+class MatMulVariant
+    : public ::testing::TestWithParam<std::tuple<Isa, int /*threads*/>> {
+ public:
+  Isa isa() const { return std::get<0>(GetParam()); }
+  int threads() const { return std::get<1>(GetParam()); }
+  double Tol() const {
+    return isa() == Isa::kAvx512Bf16 ? kTolBf16ActivationDot : kTolDot;
+  }
+  double FfnTol() const {
+    return isa() == Isa::kAvx512Bf16 ? kTolBf16ActivationFfn : kTolDot;
+  }
+  // A backend forced to this variant.
+  std::unique_ptr<CpuBackend> MakeBackend(int num_threads) const {
+    CpuBackendOptions options;
+    options.num_threads = num_threads;
+    options.isa = isa();
+    return std::make_unique<CpuBackend>(options);
+  }
+
+ protected:
+  void SetUp() override {
+    if (!IsaSupported(isa())) {
+      GTEST_SKIP() << "this CPU lacks the instructions of the "
+                   << IsaName(isa()) << " kernels";
+    }
+    backend_ = MakeBackend(threads());
+    ASSERT_EQ(backend_->isa(), isa());
+    auto s = backend_->CreateStream();
+    ASSERT_TRUE(s.ok());
+    stream_ = std::move(*s);
+  }
+
+  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<Stream> stream_;
+};
+
+// m across the GEMV / register-tile / row-block boundaries; k and n not
+// multiples of the tiles (16 or 32 columns of k, 4 weight rows, 6 x rows).
+TEST_P(MatMulVariant, MatchesReferenceAcrossShapes) {
+  Rng rng(40);
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {1, 5}, {15, 3}, {37, 13}, {263, 29}, {1000, 515}};
+  for (auto [k, n] : shapes) {
+    for (int64_t m : {1, 7, 8, 9, 16, 33, 64, 130}) {
+      for (bool bias : {false, true}) {
+        RunMatMul(*backend_, *stream_, m, k, n, bias, rng, Tol(),
+                  isa() == Isa::kAvx512Bf16);
+      }
+    }
+  }
+}
+
+TEST_P(MatMulVariant, MatchesReferenceAtModelShapes) {
+  Rng rng(41);
+  for (int64_t m : {1, 9, 64}) {
+    RunMatMul(*backend_, *stream_, m, 2048, 1408, false, rng, Tol(),
+              isa() == Isa::kAvx512Bf16);
+    RunMatMul(*backend_, *stream_, m, 1408, 2051, true, rng, Tol(),
+              isa() == Isa::kAvx512Bf16);
+  }
+}
+
+TEST_P(MatMulVariant, ExpertFfnThroughTheBackend) {
+  Rng rng(42);
+  for (int64_t m : {1, 7, 8, 9, 33}) {
+    RunExpertFfn(*backend_, *stream_, m, 256, 512, rng, FfnTol());
+    RunExpertFfn(*backend_, *stream_, m, 52, 37, rng, FfnTol());
+  }
+  RunExpertFfn(*backend_, *stream_, 17, 2048, 1408, rng, FfnTol());
+}
+
+// A row's output is the same bits whatever the other rows and the thread
+// count: decode (m = 1), batched decode and verification agree exactly.
+TEST_P(MatMulVariant, RowResultIndependentOfBatchAndThreads) {
+  Rng rng(43);
+  const int64_t m = 130, k = 1000, n = 515;
+  auto x = rng.F32(m * k);
+  auto w = rng.Bf16(n * k);
+  auto bias = rng.Bf16(n);
+  std::vector<float> all(m * n);
+  ASSERT_TRUE(backend_
+                  ->MatMul(*stream_, T(x, {m, k}), T(w, {n, k}), T(bias, {n}),
+                           T(all, {m, n}))
+                  .ok());
+  auto other = MakeBackend(threads() == 1 ? 3 : 1);
+  auto s = other->CreateStream();
+  ASSERT_TRUE(s.ok());
+  for (auto [r0, rows] :
+       {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {7, 7}, {64, 9}, {66, 64}}) {
+    SCOPED_TRACE(absl::StrCat("rows ", r0, " + ", rows));
+    std::vector<float> xs(x.begin() + r0 * k, x.begin() + (r0 + rows) * k);
+    std::vector<float> got(rows * n, NAN);
+    ASSERT_TRUE(other
+                    ->MatMul(**s, T(xs, {rows, k}), T(w, {n, k}), T(bias, {n}),
+                             T(got, {rows, n}))
+                    .ok());
+    EXPECT_EQ(got, std::vector<float>(all.begin() + r0 * n,
+                                      all.begin() + (r0 + rows) * n));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, MatMulVariant,
+    ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512,
+                                         Isa::kAvx512Bf16),
+                       ::testing::Values(1, 2)),
+    [](const ::testing::TestParamInfo<std::tuple<Isa, int>>& info) {
+      return absl::StrCat(IsaName(std::get<0>(info.param)), "_",
+                          std::get<1>(info.param), "t");
+    });
+
+TEST(KernelIsa, NamesClampingAndDefault) {
+  const Isa all[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
+  for (Isa isa : all) {
+    EXPECT_EQ(ParseIsa(IsaName(isa)), isa);
+    const Isa clamped = ClampIsa(isa);
+    EXPECT_LE(clamped, isa);
+    EXPECT_TRUE(IsaSupported(clamped));
+    if (IsaSupported(isa)) {
+      EXPECT_EQ(clamped, isa);
+    }
+  }
+  EXPECT_FALSE(ParseIsa("amx").has_value());
+  EXPECT_FALSE(ParseIsa("AVX2").has_value());
+  EXPECT_FALSE(ParseIsa("").has_value());
+  // The default keeps fp32 semantics; it is the best such variant.
+  EXPECT_TRUE(IsaSupported(BestIsa()));
+  EXPECT_LE(BestIsa(), Isa::kAvx512);
+  EXPECT_EQ(BestIsa(), ClampIsa(Isa::kAvx512));
+}
+
+TEST(KernelIsa, ForcedVariantNamesTheBackendAndCapsInt4) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Bf16}) {
+    CpuBackendOptions options;
+    options.num_threads = 2;
+    options.isa = isa;
+    CpuBackend b(options);
+    EXPECT_EQ(b.isa(), ClampIsa(isa));
+    EXPECT_EQ(b.name(), absl::StrCat("cpu-", IsaName(ClampIsa(isa)), "-2t"));
+    EXPECT_LE(b.int4_isa(), std::min(isa, Isa::kAvx512));
+    EXPECT_LE(b.int4_isa(), BestInt4Isa());
+  }
+}
 
 // ---- Refusals: bad calls return InvalidArgument, never crash. ----------
 
