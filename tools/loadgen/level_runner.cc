@@ -81,16 +81,34 @@ std::string StatusCodeName(grpc::StatusCode code) {
 
 }  // namespace
 
-moeserve::v1::GenerateRequest MakeRequest(const std::string& prompt,
-                                          const LevelOptions& options) {
+namespace {
+
+moeserve::v1::GenerateRequest GreedyRequest(const LevelOptions& options) {
   moeserve::v1::GenerateRequest request;
-  request.set_prompt(prompt);
   request.set_policy(options.policy);
   auto* sampling = request.mutable_sampling();
   sampling->set_max_new_tokens(options.max_new_tokens);
   sampling->set_temperature(0);  // greedy: identical work every run
   sampling->set_seed(0);
   sampling->set_ignore_eos(options.ignore_eos);
+  return request;
+}
+
+}  // namespace
+
+moeserve::v1::GenerateRequest MakeRequest(const std::string& prompt,
+                                          const LevelOptions& options) {
+  moeserve::v1::GenerateRequest request = GreedyRequest(options);
+  request.set_prompt(prompt);
+  return request;
+}
+
+moeserve::v1::GenerateRequest MakeTokenRequest(
+    const std::vector<uint32_t>& prompt_token_ids,
+    const LevelOptions& options) {
+  moeserve::v1::GenerateRequest request = GreedyRequest(options);
+  request.mutable_prompt_token_ids()->Add(prompt_token_ids.begin(),
+                                          prompt_token_ids.end());
   return request;
 }
 
@@ -133,16 +151,13 @@ RequestSample RunOneRequest(moeserve::v1::Inference::Stub& stub,
   return sample;
 }
 
-absl::StatusOr<LevelSummary> RunLevel(moeserve::v1::Inference::Stub& stub,
-                                      const std::vector<std::string>& prompts,
-                                      const LevelOptions& options) {
-  if (options.concurrency <= 0 || options.requests <= 0 || prompts.empty()) {
+absl::StatusOr<LevelSummary> RunLevel(
+    moeserve::v1::Inference::Stub& stub,
+    const std::vector<moeserve::v1::GenerateRequest>& requests,
+    const LevelOptions& options) {
+  if (options.concurrency <= 0 || options.requests <= 0 || requests.empty()) {
     return absl::InvalidArgumentError(
         "RunLevel: concurrency, requests and prompts must be positive");
-  }
-  std::vector<moeserve::v1::GenerateRequest> requests;
-  for (const std::string& prompt : prompts) {
-    requests.push_back(MakeRequest(prompt, options));
   }
   std::atomic<int> next{0};
   std::atomic<bool> time_capped{false};

@@ -27,17 +27,22 @@ struct LevelOptions {
 // The request for prompt `prompt` with the level's sampling (greedy).
 moeserve::v1::GenerateRequest MakeRequest(const std::string& prompt,
                                           const LevelOptions& options);
+// The same for a prompt given as token ids (prompt_token_ids).
+moeserve::v1::GenerateRequest MakeTokenRequest(
+    const std::vector<uint32_t>& prompt_token_ids, const LevelOptions& options);
 
 // Issues one streaming Generate and measures it.
 RequestSample RunOneRequest(moeserve::v1::Inference::Stub& stub,
                             const moeserve::v1::GenerateRequest& request,
                             double deadline_s);
 
-// Runs the level; request i uses prompts[i % prompts.size()].
-// INVALID_ARGUMENT for a non-positive concurrency/request count or no prompts.
-absl::StatusOr<LevelSummary> RunLevel(moeserve::v1::Inference::Stub& stub,
-                                      const std::vector<std::string>& prompts,
-                                      const LevelOptions& options);
+// Runs the level; request i sends requests[i % requests.size()] (built by
+// MakeRequest or MakeTokenRequest). INVALID_ARGUMENT for a non-positive
+// concurrency/request count or no requests.
+absl::StatusOr<LevelSummary> RunLevel(
+    moeserve::v1::Inference::Stub& stub,
+    const std::vector<moeserve::v1::GenerateRequest>& requests,
+    const LevelOptions& options);
 
 }  // namespace moeserve::loadgen
 

@@ -1,7 +1,9 @@
 // Unit tests of the load generator's pure parts: the loopback check, the
-// percentile and level summary, the ratio and the prompt set.
+// percentile and level summary, the ratio, the prompt sets and the
+// requests built from them.
 #include <gtest/gtest.h>
 
+#include "tools/loadgen/level_runner.h"
 #include "tools/loadgen/loopback.h"
 #include "tools/loadgen/prompts.h"
 #include "tools/loadgen/report.h"
@@ -88,6 +90,34 @@ TEST(PromptsTest, SixteenDistinctNonEmptyPrompts) {
   const auto& prompts = FixedPrompts();
   ASSERT_EQ(prompts.size(), 16u);
   for (const auto& p : prompts) EXPECT_FALSE(p.empty());
+}
+
+TEST(PromptsTest, TokenIdPromptsAreFixedAndInTheVocabulary) {
+  const auto prompts = TokenIdPrompts(16, 512, 4096);
+  ASSERT_EQ(prompts.size(), 16u);
+  for (const auto& p : prompts) {
+    ASSERT_EQ(p.size(), 512u);
+    EXPECT_EQ(p[0], 1u);  // BOS
+    for (size_t i = 1; i < p.size(); ++i) {
+      EXPECT_GE(p[i], 3u);
+      EXPECT_LT(p[i], 4096u);
+    }
+  }
+  EXPECT_NE(prompts[0], prompts[1]);
+  EXPECT_EQ(prompts, TokenIdPrompts(16, 512, 4096));  // same every run
+}
+
+TEST(LevelRunnerTest, TokenRequestsCarryIdsAndGreedySampling) {
+  LevelOptions options;
+  options.max_new_tokens = 7;
+  const moeserve::v1::GenerateRequest r = MakeTokenRequest({1, 5, 9}, options);
+  EXPECT_TRUE(r.prompt().empty());
+  ASSERT_EQ(r.prompt_token_ids_size(), 3);
+  EXPECT_EQ(r.prompt_token_ids(2), 9u);
+  EXPECT_EQ(r.sampling().max_new_tokens(), 7u);
+  EXPECT_EQ(r.sampling().temperature(), 0);
+  EXPECT_TRUE(r.sampling().ignore_eos());
+  EXPECT_EQ(MakeRequest("x", options).prompt(), "x");
 }
 
 }  // namespace

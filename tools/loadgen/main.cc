@@ -63,6 +63,11 @@ ABSL_FLAG(int, repeats, 1,
           "medians and the ratio is the median of each sweep's own ratio.");
 ABSL_FLAG(int, warmup_requests, 1,
           "Untimed requests (max_new_tokens each) before the first level.");
+ABSL_FLAG(uint32_t, prompt_tokens, 0,
+          "0: the 16 compiled-in text prompts. N > 0: 16 fixed prompts of N "
+          "token ids each (BOS, then uniform random ids, fixed seed), sent as "
+          "prompt_token_ids; e.g. 512 with --max_new_tokens=1 measures the "
+          "TTFT of a 512-token prefill.");
 
 namespace {
 
@@ -95,6 +100,9 @@ absl::Status CheckFlags() {
   const uint32_t tokens = absl::GetFlag(FLAGS_max_new_tokens);
   if (tokens < 1 || tokens > 4096) {
     return absl::InvalidArgumentError("--max_new_tokens must be in 1..4096");
+  }
+  if (absl::GetFlag(FLAGS_prompt_tokens) > 65536) {
+    return absl::InvalidArgumentError("--prompt_tokens must be in 0..65536");
   }
   if (!(absl::GetFlag(FLAGS_max_seconds_per_level) > 0) ||
       !(absl::GetFlag(FLAGS_request_deadline_seconds) > 0) ||
@@ -154,6 +162,32 @@ absl::StatusOr<moeserve::v1::ListModelsResponse> WaitReady(
   }
 }
 
+// The requests every level cycles through: the text prompts, or
+// --prompt_tokens token-id prompts over the served model's vocabulary.
+absl::StatusOr<std::vector<moeserve::v1::GenerateRequest>> LevelRequests(
+    const moeserve::v1::ListModelsResponse& models,
+    const lg::LevelOptions& base) {
+  std::vector<moeserve::v1::GenerateRequest> requests;
+  const uint32_t length = absl::GetFlag(FLAGS_prompt_tokens);
+  if (length == 0) {
+    for (const std::string& p : lg::FixedPrompts()) {
+      requests.push_back(lg::MakeRequest(p, base));
+    }
+    return requests;
+  }
+  const uint32_t vocab = models.models(0).vocab_size();
+  if (vocab <= 3) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--prompt_tokens: the server reports a vocabulary of ", vocab));
+  }
+  for (const std::vector<uint32_t>& ids :
+       lg::TokenIdPrompts(static_cast<int>(lg::FixedPrompts().size()),
+                          static_cast<int>(length), vocab)) {
+    requests.push_back(lg::MakeTokenRequest(ids, base));
+  }
+  return requests;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,24 +218,31 @@ int main(int argc, char** argv) {
     std::cerr << "moeserve_loadgen: " << models.status().message() << "\n";
     return 1;
   }
+  absl::StatusOr<std::vector<moeserve::v1::GenerateRequest>> requests =
+      LevelRequests(*models, base);
+  if (!requests.ok()) {
+    std::cerr << "moeserve_loadgen: " << requests.status().message() << "\n";
+    return 1;
+  }
+  const uint32_t prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   const lg::MachineInfo machine = lg::DescribeMachine();
   std::cout << "machine: " << machine.cpu_model << ", " << machine.cores
             << " logical CPUs\n"
             << "target: " << target << "\n"
             << lg::DescribeServer(*models)
             << absl::StrFormat(
-                   "load: closed loop, %d prompts, max_new_tokens=%u, "
+                   "load: closed loop, %d prompts%s, max_new_tokens=%u, "
                    "ignore_eos=%s, greedy, policy=%s\n",
-                   lg::FixedPrompts().size(), base.max_new_tokens,
-                   base.ignore_eos ? "true" : "false",
+                   requests->size(),
+                   prompt_tokens == 0
+                       ? std::string(" (text)")
+                       : absl::StrCat(" of ", prompt_tokens, " token ids"),
+                   base.max_new_tokens, base.ignore_eos ? "true" : "false",
                    base.policy.empty() ? "(server default)" : base.policy);
 
   for (int i = 0; i < absl::GetFlag(FLAGS_warmup_requests); ++i) {
-    lg::RunOneRequest(
-        *stub,
-        lg::MakeRequest(lg::FixedPrompts()[i % lg::FixedPrompts().size()],
-                        base),
-        base.request_deadline_s);
+    lg::RunOneRequest(*stub, (*requests)[i % requests->size()],
+                      base.request_deadline_s);
   }
 
   const int repeats = absl::GetFlag(FLAGS_repeats);
@@ -214,7 +255,7 @@ int main(int argc, char** argv) {
       options.concurrency = c;
       options.requests = RequestsFor(c);
       absl::StatusOr<lg::LevelSummary> level =
-          lg::RunLevel(*stub, lg::FixedPrompts(), options);
+          lg::RunLevel(*stub, *requests, options);
       if (!level.ok()) {
         std::cerr << "moeserve_loadgen: " << level.status().message() << "\n";
         return 1;
@@ -249,9 +290,9 @@ int main(int argc, char** argv) {
   }
   const std::string json_out = absl::GetFlag(FLAGS_json_out);
   if (!json_out.empty()) {
-    const absl::Status written =
-        lg::WriteFile(json_out, lg::ToJson(machine, target, base.max_new_tokens,
-                                           base.ignore_eos, *models, sweeps));
+    const absl::Status written = lg::WriteFile(
+        json_out, lg::ToJson(machine, target, base.max_new_tokens,
+                             base.ignore_eos, prompt_tokens, *models, sweeps));
     if (!written.ok()) {
       std::cerr << "moeserve_loadgen: " << written.message() << "\n";
       return 1;

@@ -1,5 +1,7 @@
 #include "tools/loadgen/prompts.h"
 
+#include <random>
+
 namespace moeserve::loadgen {
 
 const std::vector<std::string>& FixedPrompts() {
@@ -19,6 +21,19 @@ const std::vector<std::string>& FixedPrompts() {
           "Do not count your chickens",   "Fortune favors the",
       };
   return *kPrompts;
+}
+
+std::vector<std::vector<uint32_t>> TokenIdPrompts(int count, int length,
+                                                  uint32_t vocab_size) {
+  constexpr uint32_t kBos = 1, kFirstPlain = 3;
+  std::mt19937 rng(15);  // fixed: the same prompts in every run
+  std::uniform_int_distribution<uint32_t> id(kFirstPlain, vocab_size - 1);
+  std::vector<std::vector<uint32_t>> prompts(count);
+  for (std::vector<uint32_t>& p : prompts) {
+    p.push_back(kBos);
+    while (static_cast<int>(p.size()) < length) p.push_back(id(rng));
+  }
+  return prompts;
 }
 
 }  // namespace moeserve::loadgen

@@ -112,6 +112,7 @@ std::string FormatTable(const std::vector<LevelSummary>& levels) {
 
 std::string ToJson(const MachineInfo& machine, const std::string& target,
                    uint32_t max_new_tokens, bool ignore_eos,
+                   uint32_t prompt_tokens,
                    const moeserve::v1::ListModelsResponse& models,
                    const std::vector<Sweep>& sweeps) {
   auto levels_json = [](const Sweep& levels) {
@@ -138,6 +139,7 @@ std::string ToJson(const MachineInfo& machine, const std::string& target,
   j["target"] = target;
   j["max_new_tokens"] = max_new_tokens;
   j["ignore_eos"] = ignore_eos;
+  j["prompt_tokens"] = prompt_tokens;
   j["server"] = nlohmann::json::array();
   for (const auto& m : models.models()) {
     nlohmann::json engines = nlohmann::json::array();

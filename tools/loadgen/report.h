@@ -49,8 +49,10 @@ std::string FormatTable(const std::vector<LevelSummary>& levels);
 
 // Everything above as one JSON document (pretty-printed): "levels" and
 // "throughput_ratio" are the medians; "sweeps" holds every sweep.
+// `prompt_tokens`: the length of the token-id prompts (0: the text prompts).
 std::string ToJson(const MachineInfo& machine, const std::string& target,
                    uint32_t max_new_tokens, bool ignore_eos,
+                   uint32_t prompt_tokens,
                    const moeserve::v1::ListModelsResponse& models,
                    const std::vector<Sweep>& sweeps);
 
