@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -161,8 +162,9 @@ class Engine {
   // the sequence ends with it, or kNone.
   FinishReason Deliver(Sequence* seq, int32_t token, const float* row,
                        GenerationEvent* event);
-  // `row` with the min_new_tokens masks applied.
-  std::vector<float> MaskedRow(const Sequence& seq, const float* row) const;
+  // `row` with the EOS (ignore_eos, min_new_tokens) and min_new_tokens
+  // stop-id masks applied, in masked_: valid until the next call.
+  std::span<float> MaskedRow(const Sequence& seq, const float* row);
   void EndEvent(Sequence* seq, FinishReason reason, GenerationEvent event,
                 int num_tokens);
   void Finish(Sequence* seq, FinishReason reason, GenerationEvent event,
@@ -171,6 +173,7 @@ class Engine {
 
   const ModelWeights* const weights_;
   const Tokenizer* const tokenizer_;
+  const int32_t eos_id_;  // tokenizer_->eos_id(), asked once
   const EngineOptions options_;
   std::unique_ptr<ExpertProvider> experts_;
   std::unique_ptr<MoeModel> model_;
@@ -180,6 +183,12 @@ class Engine {
   // Owned by the scheduler thread only.
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<float> logits_;
+  // Per-step scratch, reused so a step allocates nothing for them: the
+  // step's sequences and chunks (Step), and the masked logits row a token is
+  // sampled from (MaskedRow).
+  std::vector<Sequence*> scheduled_;
+  std::vector<SequenceChunk> batch_;
+  std::vector<float> masked_;
   ExpertLookahead lookahead_;
   // What the policy's speculative governor is told (DraftLengthQuery), as
   // EMAs; and the k it chose for this step (-1: none).

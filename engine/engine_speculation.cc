@@ -190,7 +190,7 @@ void Engine::EmitVerified(Sequence* seq, const float* rows) {
   int accepted = 0, delivered = 0, judged = 0;
   for (int i = 0; i <= num_drafts && reason == FinishReason::kNone; ++i) {
     const float* row = rows + i * vocab;
-    std::vector<float> logits = MaskedRow(*seq, row);
+    const std::span<float> logits = MaskedRow(*seq, row);
     int32_t token;
     bool took_draft = false;
     if (i < num_drafts) {

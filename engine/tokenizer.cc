@@ -160,6 +160,25 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Next(int32_t id) {
   return text.substr(prefix.size());
 }
 
+absl::Status IncrementalDetokenizer::Prime(const std::vector<int32_t>& ids) {
+  MOESERVE_RETURN_IF_ERROR(tokenizer_->CheckIds(ids));
+  const internal::PieceModel& spm = *tokenizer_->spm_;
+  auto plain = [&spm](int32_t id) {
+    return !spm.IsByte(id) && !spm.IsControl(id) && id != spm.unk_id();
+  };
+  size_t start = ids.size();
+  while (start > 0 && !plain(ids[start - 1])) --start;
+  start = start > kPrimeContext ? start - kPrimeContext : 0;
+  if (start > 0) {
+    ids_.insert(ids_.end(), ids.begin(), ids.begin() + start);
+    prefix_offset_ = read_offset_ = ids_.size();
+  }
+  for (size_t i = start; i < ids.size(); ++i) {
+    MOESERVE_RETURN_IF_ERROR(Next(ids[i]).status());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> IncrementalDetokenizer::Flush() {
   MOESERVE_ASSIGN_OR_RETURN(std::string prefix,
                             DecodeRange(prefix_offset_, read_offset_));

@@ -89,6 +89,14 @@ class IncrementalDetokenizer {
 
   // Appends `id`; returns the text that became stable (possibly empty).
   absl::StatusOr<std::string> Next(int32_t id);
+  // Appends `ids` (a prompt) without returning text: the same state as
+  // Next(id) for each id with the text dropped, at the cost of a few Next
+  // calls rather than one per id. Only the tail is run through Next: from
+  // kPrimeContext plain pieces before the trailing run of byte-fallback,
+  // control and unknown pieces (an unfinished character can only sit
+  // there); everything before it is taken as stable text, which is what
+  // Next concludes after a plain piece.
+  absl::Status Prime(const std::vector<int32_t>& ids);
   // Returns whatever is still held back (an unfinished character decodes as
   // U+FFFD). Call once at the end of the sequence.
   absl::StatusOr<std::string> Flush();
@@ -97,6 +105,10 @@ class IncrementalDetokenizer {
 
  private:
   absl::StatusOr<std::string> DecodeRange(size_t begin, size_t end) const;
+
+  // Plain pieces Prime runs through Next before the prompt's trailing run
+  // of other pieces, so that its offsets settle as they would have.
+  static constexpr size_t kPrimeContext = 4;
 
   const Tokenizer* tokenizer_;
   std::vector<int32_t> ids_;

@@ -1,5 +1,7 @@
 #include "engine/tokenizer.h"
 
+#include <random>
+
 #include "engine/testing/model_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -155,6 +157,46 @@ TEST_F(TokenizerTest, StreamsEveryPrefixOfALongerText) {
   std::vector<int32_t> ids = *tok_->Encode(text, true);
   for (size_t n = 1; n <= ids.size(); ++n) {
     Stream(std::vector<int32_t>(ids.begin(), ids.begin() + n));
+  }
+}
+
+// Prime(prompt) leaves the detokenizer as Next over every prompt id does:
+// the tokens after it stream the same deltas and Flush the same tail, for
+// every split of a text with multi-byte characters, runs of spaces and
+// control pieces, and for random id sequences rich in byte pieces.
+TEST_F(TokenizerTest, PrimeMatchesNextOverThePrompt) {
+  auto check = [&](const std::vector<int32_t>& ids, size_t split) {
+    IncrementalDetokenizer slow(tok_.get()), fast(tok_.get());
+    for (size_t i = 0; i < split; ++i) ASSERT_TRUE(slow.Next(ids[i]).ok());
+    ASSERT_TRUE(
+        fast.Prime(std::vector<int32_t>(ids.begin(), ids.begin() + split))
+            .ok());
+    for (size_t i = split; i < ids.size(); ++i) {
+      EXPECT_EQ(*slow.Next(ids[i]), *fast.Next(ids[i]))
+          << "split " << split << ", token " << i;
+    }
+    EXPECT_EQ(*slow.Flush(), *fast.Flush()) << "split " << split;
+  };
+  std::vector<int32_t> ids = *tok_->Encode(
+      "mixture of experts → 専門家の混合 ✓✓ routes  tokens;   ünïcödé ok. "
+      "the quick brown fox jumps over the lazy dog 世界",
+      true);
+  ids.insert(ids.begin() + 12, tok_->eos_id());
+  for (size_t split = 0; split <= ids.size(); ++split) check(ids, split);
+
+  std::vector<int32_t> bytes;  // the byte-fallback pieces, "<0xAB>"
+  for (int32_t id = 0; id < tok_->vocab_size(); ++id) {
+    const std::string piece = *tok_->IdToPiece(id);
+    if (piece.size() == 6 && piece.rfind("<0x", 0) == 0) bytes.push_back(id);
+  }
+  ASSERT_FALSE(bytes.empty());
+  std::mt19937 rng(15);
+  std::uniform_int_distribution<int32_t> any(0, tok_->vocab_size() - 1);
+  std::uniform_int_distribution<size_t> byte(0, bytes.size() - 1);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> random(24);
+    for (int32_t& id : random) id = rng() % 2 ? bytes[byte(rng)] : any(rng);
+    check(random, 4 + trial % 16);
   }
 }
 
