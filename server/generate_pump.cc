@@ -49,48 +49,68 @@ void PumpBase::Detach() {
 }
 
 void GenerateStreamPump::OnWriteDone(bool ok) {
-  base::MutexLock lock(&mu_);
-  writing_ = false;
-  if (!ok) {  // the client is gone: stop the engine work
-    client_gone_ = true;
-    call_->Cancel();
+  Action action;
+  {
+    base::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {  // the client is gone: stop the engine work
+      client_gone_ = true;
+      call_->Cancel();
+    }
+    action = NextActionLocked();
   }
-  WriteNextLocked();
+  Perform(action);
 }
 
 void GenerateStreamPump::OnReady() {
-  base::MutexLock lock(&mu_);
-  WriteNextLocked();
+  Action action;
+  {
+    base::MutexLock lock(&mu_);
+    action = NextActionLocked();
+  }
+  Perform(action);
 }
 
-void GenerateStreamPump::WriteNextLocked() {
-  if (writing_ || finished_) return;
+GenerateStreamPump::Action GenerateStreamPump::NextActionLocked() {
+  if (writing_ || finished_) return {};
   if (last_written_) {
-    FinishLocked(client_gone_ ? ClientGone() : absl::OkStatus());
-    return;
+    return FinishLocked(client_gone_ ? ClientGone() : absl::OkStatus());
   }
   absl::Status final_status;
   while (call_->Next(&response_, &final_status)) {
     const bool last = IsLast(response_);
     if (last && !final_status.ok()) {  // past the deadline: nobody reads it
-      FinishLocked(final_status);
-      return;
+      return FinishLocked(final_status);
     }
     if (client_gone_) {  // drain what the engine still sends, unwritten
       if (!last) continue;
-      FinishLocked(ClientGone());
-      return;
+      return FinishLocked(ClientGone());
     }
     last_written_ = last;
+    // response_ is not touched again until OnWriteDone clears writing_.
     writing_ = true;
-    transport_->StartWrite(&response_);
-    return;
+    return {Action::kWrite, &response_, {}};
   }
+  return {};
 }
 
-void GenerateStreamPump::FinishLocked(const absl::Status& status) {
+GenerateStreamPump::Action GenerateStreamPump::FinishLocked(
+    const absl::Status& status) {
   finished_ = true;
-  FinishTransport(status);
+  return {Action::kFinish, nullptr, status};
+}
+
+void GenerateStreamPump::Perform(const Action& action) {
+  switch (action.kind) {
+    case Action::kNone:
+      return;
+    case Action::kWrite:
+      transport_->StartWrite(action.response);
+      return;
+    case Action::kFinish:
+      transport_->Finish(action.status);  // the pump may be gone now
+      return;
+  }
 }
 
 void GenerateUnaryPump::OnReady() {

@@ -13,8 +13,15 @@
 // listener never runs again.
 //
 // Lock order: the stream's listener lock (held while the listener runs),
-// then the pump's mu_, then the stream's own lock (inside Next). Transport
-// methods are called with mu_ held: they must not call back into the pump.
+// then the pump's mu_, then the stream's own lock (inside Next). The stream
+// pump decides under mu_ what the transport does next (marking the write in
+// flight, or the call finished, so no other reaction decides it too) and
+// calls the transport after releasing mu_: gRPC completes a loopback write
+// before StartWrite returns and runs OnWriteDone on another thread at once,
+// which, with mu_ still held, blocked on it and had to be woken a second
+// time for every token. The unary pump calls Finish with mu_ held. Either
+// way a transport method must not call back into the pump before it
+// returns.
 #ifndef MOESERVE_SERVER_GENERATE_PUMP_H_
 #define MOESERVE_SERVER_GENERATE_PUMP_H_
 
@@ -89,14 +96,24 @@ class GenerateStreamPump final : public PumpBase {
   void OnWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // The transport call a reaction decided on, made after mu_ is released.
+  struct Action {
+    enum Kind { kNone, kWrite, kFinish } kind = kNone;
+    const v1::GenerateResponse* response = nullptr;  // kWrite
+    absl::Status status;                             // kFinish
+  };
+
   void OnReady() override ABSL_LOCKS_EXCLUDED(mu_);
+  // Only for StartPump's refusal; every other Finish goes through Perform.
   void FinishTransport(const absl::Status& status) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     transport_->Finish(status);
   }
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishLocked(const absl::Status& status)
+  Action NextActionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Action FinishLocked(const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a kFinish the transport may free the pump: nothing follows it.
+  void Perform(const Action& action) ABSL_LOCKS_EXCLUDED(mu_);
 
   StreamTransport* const transport_;
   v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
