@@ -28,22 +28,31 @@ void SelfDrafter::BeginDraft() {
   const int layers = num_layers(), experts = num_experts();
   usable_.assign(layers, {});
   remap_.assign(static_cast<size_t>(layers) * experts, -1);
-  for (int l = 0; l < layers; ++l) {
-    for (int e = 0; e < experts; ++e) {
-      if (context().residency == nullptr ||
-          context().residency->IsReady({l, e})) {
-        usable_[l].push_back(e);
-      }
+}
+
+// The experts of `layer` ready now, and where every expert maps to. Asked
+// again at every layer of every draft position: the policy may prefetch
+// (and so evict) between positions (OnLookahead), and an expert that was
+// ready at the draft's start may be gone by then.
+void SelfDrafter::RefreshLayer(int layer) {
+  const int experts = num_experts();
+  std::vector<int>& usable = usable_[layer];
+  usable.clear();
+  for (int e = 0; e < experts; ++e) {
+    if (context().residency == nullptr ||
+        context().residency->IsReady({layer, e})) {
+      usable.push_back(e);
     }
-    for (int e = 0; e < experts; ++e) {
-      remap_[static_cast<size_t>(l) * experts + e] =
-          affinity_.Nearest(l, e, usable_[l]);
-    }
+  }
+  for (int e = 0; e < experts; ++e) {
+    remap_[static_cast<size_t>(layer) * experts + e] =
+        affinity_.Nearest(layer, e, usable);
   }
 }
 
 void SelfDrafter::Remap(int layer, int64_t n, int k, std::span<int32_t> ids,
                         std::span<float> weights) {
+  RefreshLayer(layer);
   const int32_t* remap =
       remap_.data() + static_cast<size_t>(layer) * num_experts();
   for (int64_t t = 0; t < n; ++t) {
