@@ -99,7 +99,7 @@ std::optional<Isa> IsaFromEnvironment() {
     if (!want.has_value()) {
       std::fprintf(stderr,
                    "MOESERVE_CPU_KERNELS=%s not understood (scalar, avx2, "
-                   "avx512, avx512bf16); using %s\n",
+                   "avx512, avx512bf16, amxbf16); using %s\n",
                    value, IsaName(BestIsa()));
       return std::nullopt;
     }

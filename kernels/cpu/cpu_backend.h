@@ -4,17 +4,17 @@
 // completed when the enqueueing call returns, and Synchronize() is a no-op
 // that returns OK. Vectorised kernels are picked at runtime with a scalar
 // fallback, so the binary needs no -march flag: the bf16 matmul (MatMul,
-// ExpertFfn) has AVX2+FMA, AVX-512 and AVX512_BF16 variants (matmul.h), the
-// int4 expert FFN AVX2+FMA and AVX-512F ones (matmul_int4.h).
+// ExpertFfn) has AVX2+FMA, AVX-512, AVX512_BF16 and AMX-BF16 variants
+// (matmul.h), the int4 expert FFN AVX2+FMA and AVX-512F ones (matmul_int4.h).
 //
 // Kernel variant: CpuBackendOptions::isa if set, else the environment
 // variable MOESERVE_CPU_KERNELS (read once per process) if set, else
 // BestIsa(): the best fp32 variant (avx512 on an AVX-512 CPU, else avx2).
-// MOESERVE_CPU_KERNELS=scalar|avx2|avx512|avx512bf16 forces that variant
-// for the bf16 kernels and caps the int4 ones at it (avx512bf16 -> avx512),
-// clamped to what the CPU has (one line on stderr when clamped or not
-// understood), so old and new kernels compare in one build. name() shows
-// the bf16 variant: "cpu-avx512-2t".
+// MOESERVE_CPU_KERNELS=scalar|avx2|avx512|avx512bf16|amxbf16 forces that
+// variant for the bf16 kernels and caps the int4 ones at it (avx512bf16,
+// amxbf16 -> avx512), clamped to what the CPU has (one line on stderr when
+// clamped or not understood), so old and new kernels compare in one build.
+// name() shows the bf16 variant: "cpu-avx512-2t".
 //
 // Extra CPU limits (InvalidArgument beyond them): head_dim <= 512, KV
 // block_size <= 1024, router experts <= 1024.

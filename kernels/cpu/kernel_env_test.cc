@@ -1,8 +1,9 @@
 // MOESERVE_CPU_KERNELS picks the CPU backend's kernel variant (cpu_backend.h).
-// The BUILD file runs this test with the variable set to a known variant
-// ("avx2": forced, clamped to the CPU) and to a name that is not one
-// ("amx": ignored, the default applies); the test reads the same variable
-// to know which case it is in.
+// The BUILD file runs this test with the variable set to known variants
+// ("avx2", "amxbf16": forced, clamped to the CPU, so "amxbf16" gives
+// avx512bf16 or less where AMX or the kernel's permission is missing) and to
+// a name that is not one ("amx": ignored, the default applies); the test
+// reads the same variable to know which case it is in.
 #include <cstdlib>
 #include <optional>
 #include <string>

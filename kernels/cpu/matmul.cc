@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/matmul_amx.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -352,6 +354,8 @@ bool IsaSupported(Isa isa) {
              __builtin_cpu_supports("avx512vl");
     case Isa::kAvx512Bf16:
       return IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+    case Isa::kAmxBf16:
+      return IsaSupported(Isa::kAvx512Bf16) && AmxBf16Usable();
   }
   return false;
 #else
@@ -382,12 +386,15 @@ const char* IsaName(Isa isa) {
       return "avx512";
     case Isa::kAvx512Bf16:
       return "avx512bf16";
+    case Isa::kAmxBf16:
+      return "amxbf16";
   }
   return "?";
 }
 
 std::optional<Isa> ParseIsa(std::string_view name) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16,
+                  Isa::kAmxBf16}) {
     if (name == IsaName(isa)) return isa;
   }
   return std::nullopt;
@@ -400,6 +407,10 @@ void MatMulBf16(ThreadPool& pool, Isa isa, const float* x, int64_t m, int64_t k,
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < n; ++j)
         y[r * n + j] = bias ? Bf16ToFloat(bias[j]) : 0.0f;
+    return;
+  }
+  if (isa == Isa::kAmxBf16) {
+    MatMulAmxBf16(pool, x, m, k, w, n, bias, y);
     return;
   }
   int64_t rows_per_pass = std::min<int64_t>(m, kRowBlock);
@@ -439,6 +450,7 @@ void MatMulBf16(ThreadPool& pool, Isa isa, const float* x, int64_t m, int64_t k,
             ColsAvx2(x, m, k, w, n, bias, y, j0, j1);
             return;
           case Isa::kScalar:
+          case Isa::kAmxBf16:  // Handled above.
             break;
         }
 #endif

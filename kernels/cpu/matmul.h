@@ -26,6 +26,13 @@
 //                (<= 2^-8 relative, ~2^-9 typical), so results differ from
 //                the fp32 variants by ~1e-3 of the output scale on random
 //                data. Products are exact and sums fp32.
+//   kAmxBf16     + AMX-TILE/AMX-BF16 (matmul_amx.h): 16 x 16 fp32 tiles of
+//                the transposed product by TDPBF16PS, weights read in place
+//                as the A operand, x rounded to bf16 as kAvx512Bf16 and packed
+//                once per call; every m (small m and the m tail padded with
+//                zero rows). Same rounding of x as kAvx512Bf16, products
+//                exact, the tile's own fp32 summation order: results differ
+//                from kAvx512Bf16 by fp32 summation only (~1e-6).
 // Within one variant a row's result does not depend on m, on the other rows,
 // on the row block or tile that computed it, nor on the thread count: each
 // output is one accumulator per lane over k in a fixed order, then a fixed
@@ -48,19 +55,22 @@ namespace moeserve::kernels::cpu {
 // the CPU features of the ones before it. kAvx512 (AVX-512F+BW+VL, AVX2, FMA)
 // is also the int4 kernel's AVX-512 level (matmul_int4.h; it needs only
 // AVX-512F); kAvx512Bf16 adds AVX512_BF16 and exists for the bf16 kernels
-// only (the int4 kernels run their kAvx512 code under it).
-enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
+// only (the int4 kernels run their kAvx512 code under it). kAmxBf16 adds
+// AMX-TILE + AMX-BF16 and the kernel's permission to use the tile data
+// (arch_prctl, asked once per process: IsaSupported is false without it).
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAmxBf16 };
 
 // The default variant of the bf16 kernels on this CPU (checked once, at first
 // call): the best one with fp32 semantics, kAvx512, else kAvx2, else
-// kScalar. kAvx512Bf16 is never the default because it rounds x to bf16; ask
-// for it by name (CpuBackendOptions::isa, MOESERVE_CPU_KERNELS).
+// kScalar. kAvx512Bf16 and kAmxBf16 are never the default because they round
+// x to bf16; ask for them by name (CpuBackendOptions::isa,
+// MOESERVE_CPU_KERNELS).
 Isa BestIsa();
 // Whether this CPU has what the bf16 kernels of `isa` need.
 bool IsaSupported(Isa isa);
 // The highest variant <= `want` that this CPU supports.
 Isa ClampIsa(Isa want);
-// "scalar", "avx2", "avx512", "avx512bf16".
+// "scalar", "avx2", "avx512", "avx512bf16", "amxbf16".
 const char* IsaName(Isa isa);
 // The inverse of IsaName; nullopt for any other string.
 std::optional<Isa> ParseIsa(std::string_view name);

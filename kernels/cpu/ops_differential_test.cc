@@ -597,22 +597,23 @@ INSTANTIATE_TEST_SUITE_P(Backends, Ops,
 // ---- Every variant of the bf16 matmul (matmul.h), forced by name --------
 // A variant this CPU lacks is skipped, never failed. fp32 variants (scalar,
 // avx2, avx512) differ from the double-accumulating reference only by fp32
-// summation: kTolDot. avx512bf16 rounds x to bf16 first:
-// kTolBf16ActivationDot against the reference, kTolDot against the
-// reference fed the same rounded x, kTolBf16ActivationFfn through ExpertFfn
-// (differential.h has the reasoning and the measured errors).
+// summation: kTolDot. avx512bf16 and amxbf16 round x to bf16 first (the
+// same rounding): kTolBf16ActivationDot against the reference, kTolDot
+// against the reference fed the same rounded x, kTolBf16ActivationFfn
+// through ExpertFfn (differential.h has the reasoning and the measured
+// errors).
 
 class MatMulVariant
     : public ::testing::TestWithParam<std::tuple<Isa, int /*threads*/>> {
  public:
   Isa isa() const { return std::get<0>(GetParam()); }
   int threads() const { return std::get<1>(GetParam()); }
-  double Tol() const {
-    return isa() == Isa::kAvx512Bf16 ? kTolBf16ActivationDot : kTolDot;
+  // Whether the variant rounds x to bf16.
+  bool Bf16X() const {
+    return isa() == Isa::kAvx512Bf16 || isa() == Isa::kAmxBf16;
   }
-  double FfnTol() const {
-    return isa() == Isa::kAvx512Bf16 ? kTolBf16ActivationFfn : kTolDot;
-  }
+  double Tol() const { return Bf16X() ? kTolBf16ActivationDot : kTolDot; }
+  double FfnTol() const { return Bf16X() ? kTolBf16ActivationFfn : kTolDot; }
   // A backend forced to this variant.
   std::unique_ptr<CpuBackend> MakeBackend(int num_threads) const {
     CpuBackendOptions options;
@@ -625,7 +626,11 @@ class MatMulVariant
   void SetUp() override {
     if (!IsaSupported(isa())) {
       GTEST_SKIP() << "this CPU lacks the instructions of the "
-                   << IsaName(isa()) << " kernels";
+                   << IsaName(isa()) << " kernels"
+                   << (isa() == Isa::kAmxBf16
+                           ? " (AMX-TILE/AMX-BF16, or the OS tile state, or "
+                             "the kernel's arch_prctl permission)"
+                           : "");
     }
     backend_ = MakeBackend(threads());
     ASSERT_EQ(backend_->isa(), isa());
@@ -639,16 +644,18 @@ class MatMulVariant
 };
 
 // m across the GEMV / register-tile / row-block boundaries; k and n not
-// multiples of the tiles (16 or 32 columns of k, 4 weight rows, 6 x rows).
+// multiples of the tiles (16 or 32 columns of k, 4 or 16 weight rows, 6 or
+// 16 x rows). amxbf16 adds m around its 16-row tiles and 2 x 2 tile blocks.
 TEST_P(MatMulVariant, MatchesReferenceAcrossShapes) {
   Rng rng(40);
   const std::pair<int64_t, int64_t> shapes[] = {
       {1, 5}, {15, 3}, {37, 13}, {263, 29}, {1000, 515}};
+  std::vector<int64_t> ms = {1, 7, 8, 9, 16, 33, 64, 130};
+  if (isa() == Isa::kAmxBf16) ms.insert(ms.end(), {17, 31, 32, 48});
   for (auto [k, n] : shapes) {
-    for (int64_t m : {1, 7, 8, 9, 16, 33, 64, 130}) {
+    for (int64_t m : ms) {
       for (bool bias : {false, true}) {
-        RunMatMul(*backend_, *stream_, m, k, n, bias, rng, Tol(),
-                  isa() == Isa::kAvx512Bf16);
+        RunMatMul(*backend_, *stream_, m, k, n, bias, rng, Tol(), Bf16X());
       }
     }
   }
@@ -656,11 +663,11 @@ TEST_P(MatMulVariant, MatchesReferenceAcrossShapes) {
 
 TEST_P(MatMulVariant, MatchesReferenceAtModelShapes) {
   Rng rng(41);
-  for (int64_t m : {1, 9, 64}) {
-    RunMatMul(*backend_, *stream_, m, 2048, 1408, false, rng, Tol(),
-              isa() == Isa::kAvx512Bf16);
-    RunMatMul(*backend_, *stream_, m, 1408, 2051, true, rng, Tol(),
-              isa() == Isa::kAvx512Bf16);
+  std::vector<int64_t> ms = {1, 9, 64};
+  if (isa() == Isa::kAmxBf16) ms.insert(ms.end(), {16, 17, 31, 32, 48, 130});
+  for (int64_t m : ms) {
+    RunMatMul(*backend_, *stream_, m, 2048, 1408, false, rng, Tol(), Bf16X());
+    RunMatMul(*backend_, *stream_, m, 1408, 2051, true, rng, Tol(), Bf16X());
   }
 }
 
@@ -689,8 +696,14 @@ TEST_P(MatMulVariant, RowResultIndependentOfBatchAndThreads) {
   auto other = MakeBackend(threads() == 1 ? 3 : 1);
   auto s = other->CreateStream();
   ASSERT_TRUE(s.ok());
-  for (auto [r0, rows] :
-       {std::pair<int64_t, int64_t>{0, 1}, {5, 1}, {7, 7}, {64, 9}, {66, 64}}) {
+  for (auto [r0, rows] : {std::pair<int64_t, int64_t>{0, 1},
+                          {5, 1},
+                          {7, 7},
+                          {64, 9},
+                          {66, 64},
+                          {3, 16},
+                          {17, 33},
+                          {100, 30}}) {
     SCOPED_TRACE(absl::StrCat("rows ", r0, " + ", rows));
     std::vector<float> xs(x.begin() + r0 * k, x.begin() + (r0 + rows) * k);
     std::vector<float> got(rows * n, NAN);
@@ -706,7 +719,7 @@ TEST_P(MatMulVariant, RowResultIndependentOfBatchAndThreads) {
 INSTANTIATE_TEST_SUITE_P(
     Variants, MatMulVariant,
     ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512,
-                                         Isa::kAvx512Bf16),
+                                         Isa::kAvx512Bf16, Isa::kAmxBf16),
                        ::testing::Values(1, 2)),
     [](const ::testing::TestParamInfo<std::tuple<Isa, int>>& info) {
       return absl::StrCat(IsaName(std::get<0>(info.param)), "_",
@@ -714,7 +727,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(KernelIsa, NamesClampingAndDefault) {
-  const Isa all[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
+  const Isa all[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16,
+                     Isa::kAmxBf16};
   for (Isa isa : all) {
     EXPECT_EQ(ParseIsa(IsaName(isa)), isa);
     const Isa clamped = ClampIsa(isa);
@@ -734,7 +748,7 @@ TEST(KernelIsa, NamesClampingAndDefault) {
 }
 
 TEST(KernelIsa, ForcedVariantNamesTheBackendAndCapsInt4) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Bf16}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Bf16, Isa::kAmxBf16}) {
     CpuBackendOptions options;
     options.num_threads = 2;
     options.isa = isa;
