@@ -1,8 +1,11 @@
 #include "tools/soak/tally.h"
 
 #include "absl/strings/str_cat.h"
+#include "tools/client/status_code_name.h"
 
 namespace moeserve::soak {
+
+using client::StatusCodeName;
 
 const char* ActionName(Action action) {
   switch (action) {
@@ -28,28 +31,6 @@ const char* ActionName(Action action) {
       break;
   }
   return "?";
-}
-
-const char* StatusCodeName(grpc::StatusCode code) {
-  static constexpr const char* kNames[Tally::kCodes] = {"OK",
-                                                        "CANCELLED",
-                                                        "UNKNOWN",
-                                                        "INVALID_ARGUMENT",
-                                                        "DEADLINE_EXCEEDED",
-                                                        "NOT_FOUND",
-                                                        "ALREADY_EXISTS",
-                                                        "PERMISSION_DENIED",
-                                                        "RESOURCE_EXHAUSTED",
-                                                        "FAILED_PRECONDITION",
-                                                        "ABORTED",
-                                                        "OUT_OF_RANGE",
-                                                        "UNIMPLEMENTED",
-                                                        "INTERNAL",
-                                                        "UNAVAILABLE",
-                                                        "DATA_LOSS",
-                                                        "UNAUTHENTICATED"};
-  const int index = static_cast<int>(code);
-  return index >= 0 && index < Tally::kCodes ? kNames[index] : "OUT_OF_SET";
 }
 
 void Tally::Record(Action action, const grpc::Status& status, bool expected,

@@ -33,9 +33,6 @@ enum class Action {
 };
 const char* ActionName(Action action);
 
-// gRPC status code names, "OK" .. "UNAUTHENTICATED".
-const char* StatusCodeName(grpc::StatusCode code);
-
 class Tally {
  public:
   static constexpr int kCodes = 17;
