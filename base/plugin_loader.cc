@@ -32,6 +32,8 @@ std::vector<std::string> CandidatePaths(const PluginSpec& spec) {
   if (!exe.empty()) {
     paths.push_back(exe + ".runfiles/" + runfile);
     paths.push_back(Dirname(exe) + "/" + spec.file);
+    // deploy/install.sh's layout: PREFIX/bin/<exe>, PREFIX/lib/moeserve/.
+    paths.push_back(Dirname(exe) + "/../lib/moeserve/" + spec.file);
     paths.push_back(Dirname(exe) + "/../" + spec.package_dir + "/" + spec.file);
   }
   return paths;
@@ -40,14 +42,24 @@ std::vector<std::string> CandidatePaths(const PluginSpec& spec) {
 }  // namespace
 
 void* OpenPlugin(const PluginSpec& spec, std::string* error) {
-  std::string tried;
+  std::string missing;
+  std::string failed;
   for (const std::string& path : CandidatePaths(spec)) {
-    if (access(path.c_str(), R_OK) != 0) continue;
+    if (access(path.c_str(), R_OK) != 0) {
+      missing += (missing.empty() ? "" : ", ") + path;
+      continue;
+    }
     if (void* handle = dlopen(path.c_str(), spec.dlopen_flags)) return handle;
-    tried += path + ": " + dlerror() + "; ";
+    failed += path + ": " + dlerror() + "; ";
   }
-  *error = "cannot load the plugin " + spec.file + " (set " + spec.env_var +
-           ") " + (tried.empty() ? "not found" : tried);
+  // An install problem, not a model problem: say which file, where it was
+  // looked for, and how to point at it.
+  *error = "install problem: cannot load the plugin " + spec.file +
+           (failed.empty() ? " (not found; looked in: " + missing + ")"
+                           : " (" + failed + "not found in: " + missing + ")") +
+           "; install it beside the binary or in PREFIX/lib/moeserve/ "
+           "(deploy/install.sh), or set " +
+           spec.env_var + " to its path";
   return nullptr;
 }
 

@@ -6,8 +6,9 @@
 // then fail to start).
 //
 // Search order: the environment variable `env_var` (an explicit path), Bazel
-// runfiles (tests and `bazel run`), beside the executable (installs), and
-// bazel-bin's layout (<bin>/<package_dir>/).
+// runfiles (tests and `bazel run`), beside the executable, the install
+// layout of deploy/install.sh (<exe>/../lib/moeserve/), and bazel-bin's
+// layout (<bin>/<package_dir>/).
 #ifndef MOESERVE_BASE_PLUGIN_LOADER_H_
 #define MOESERVE_BASE_PLUGIN_LOADER_H_
 
@@ -23,7 +24,8 @@ struct PluginSpec {
 };
 
 // The handle (kept open for the life of the process), or null with `error`
-// naming every path tried and why it failed.
+// starting "install problem: " and naming the file, every path tried and
+// why it failed, and the environment variable that overrides the search.
 void* OpenPlugin(const PluginSpec& spec, std::string* error);
 
 // dlsym, or null with `error` naming the missing symbol.
