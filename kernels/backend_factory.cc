@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/plugin_loader.h"
 #include "kernels/cpu/cpu_backend.h"
 
@@ -68,6 +69,26 @@ std::vector<std::string> CompiledBackends() {
 #else
   return {"cpu"};
 #endif
+}
+
+std::vector<std::string> DescribeCompute() {
+  std::string backends = absl::StrJoin(CompiledBackends(), ", ");
+#ifdef MOESERVE_WITH_CUDA
+  absl::StrAppend(&backends,
+                  " (cuda: plugin libmoeserve_cuda.so, loaded on use; needs "
+                  "an NVIDIA GPU)");
+#endif
+  std::vector<std::string> built, here;
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512,
+                       cpu::Isa::kAvx512Bf16, cpu::Isa::kAmxBf16}) {
+    built.push_back(cpu::IsaName(isa));
+    if (cpu::IsaSupported(isa)) here.push_back(cpu::IsaName(isa));
+  }
+  return {absl::StrCat("backends: ", backends),
+          absl::StrCat("cpu kernels: ", absl::StrJoin(built, " "),
+                       "; this CPU: ", absl::StrJoin(here, " "), "; default ",
+                       cpu::IsaName(cpu::BestIsa()),
+                       " (MOESERVE_CPU_KERNELS picks another)")};
 }
 
 }  // namespace moeserve::kernels

@@ -29,6 +29,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
 // The names this build can create ("cpu", and "cuda" with the toolkit).
 std::vector<std::string> CompiledBackends();
 
+// What --version says about compute: the backends this build carries and
+// the CPU kernel variants it has, which of them this CPU runs, and the
+// default, e.g.
+//   "backends: cpu, cuda (plugin libmoeserve_cuda.so, loaded on use)"
+//   "cpu kernels: scalar avx2 avx512 avx512bf16 amxbf16; this CPU: scalar
+//    avx2 avx512 avx512bf16; default avx512"
+std::vector<std::string> DescribeCompute();
+
 }  // namespace moeserve::kernels
 
 #endif  // MOESERVE_KERNELS_BACKEND_FACTORY_H_

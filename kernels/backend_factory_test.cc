@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace moeserve::kernels {
 namespace {
@@ -34,6 +35,23 @@ TEST(BackendFactory, CudaAnswersClearly) {
   } else {
     EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable) << b.status();
   }
+}
+
+// --version's compute lines name every backend and kernel variant built,
+// and the default is one this CPU runs.
+TEST(BackendFactory, DescribesComputeForVersion) {
+  const std::vector<std::string> lines = DescribeCompute();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].rfind("backends: cpu", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1].rfind("cpu kernels: scalar avx2 avx512 avx512bf16 "
+                           "amxbf16; this CPU: scalar",
+                           0),
+            0u)
+      << lines[1];
+  EXPECT_NE(
+      lines[1].find(std::string("; default ") + cpu::IsaName(cpu::BestIsa())),
+      std::string::npos)
+      << lines[1];
 }
 
 }  // namespace
