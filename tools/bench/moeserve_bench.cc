@@ -22,6 +22,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/flag_help.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tools/bench/generated_model.h"
@@ -394,7 +395,50 @@ int Main() {
 }  // namespace
 }  // namespace moeserve::bench
 
+namespace {
+
+const moeserve::base::ProgramHelp& Help() {
+  static const auto* help = new moeserve::base::ProgramHelp{
+      .program = "moeserve_bench",
+      .summary =
+          "benchmarks moeserve's engine: the roofline mode (prefill and "
+          "decode tok/s against the measured read bandwidth), the policy "
+          "mode (offload policies on an emulated link, vs on_demand and "
+          "Belady's oracle) and the throughput optimizer. See "
+          "tools/bench/README.md.\n  moeserve_bench --model_dir=models/demo "
+          "--policies=on_demand,lru --expert_cache_ratio=0.5 --link_gbps=2",
+      .groups = {{"Model",
+                  {"model_dir", "draft_model_dir", "gen_model", "gen_layers",
+                   "gen_qwen_layers", "gen_qwen_tiny", "gen_dir"}},
+                 {"Roofline mode",
+                  {"threads", "prompt_len", "decode_steps", "batch_sizes",
+                   "prefill_batch_sizes", "min_phase_seconds", "max_repeats",
+                   "bandwidth_mib", "bandwidth_repeats"}},
+                 {"Policy mode: engines and policies",
+                  {"policies", "policy_config", "drafters", "draft_budget",
+                   "num_speculative_tokens"}},
+                 {"Policy mode: memory tiers and link",
+                  {"expert_cache_ratio", "slow_tier", "link_gbps",
+                   "link_latency_us", "inplace_compute_ratio"}},
+                 {"Policy mode: load",
+                  {"num_requests", "concurrency", "max_new_tokens",
+                   "warmup_tokens", "policy_repeats"}},
+                 {"Throughput optimizer",
+                  {"optimize", "optimize_policy", "optimize_batches",
+                   "optimize_max_k", "optimize_profile_tokens"}},
+                 {"Backend", {"backend", "cuda_device"}},
+                 {"Output", {"json_out"}}},
+      .version_details = moeserve::kernels::DescribeCompute};
+  return *help;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (std::optional<int> exit_code =
+          moeserve::base::HandleHelpAndVersion(argc, argv, Help())) {
+    return *exit_code;
+  }
   absl::ParseCommandLine(argc, argv);
   return moeserve::bench::Main();
 }

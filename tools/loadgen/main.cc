@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/flag_help.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -188,9 +189,34 @@ absl::StatusOr<std::vector<moeserve::v1::GenerateRequest>> LevelRequests(
   return requests;
 }
 
+const moeserve::base::ProgramHelp& Help() {
+  static const auto* help = new moeserve::base::ProgramHelp{
+      .program = "moeserve_loadgen",
+      .summary =
+          "bounded, loopback-only closed-loop load generator: drives "
+          "Generate at several concurrency levels and reports tok/s, "
+          "TTFT and TPOT percentiles per level.\n  moeserve_loadgen "
+          "--target=127.0.0.1:50051 --concurrency=1,4,16,64",
+      .groups = {{"Target", {"target", "wait_ready_seconds", "policy"}},
+                 {"Load",
+                  {"concurrency", "requests_per_level", "max_seconds_per_level",
+                   "request_deadline_seconds", "warmup_requests", "repeats"}},
+                 {"Requests",
+                  {"max_new_tokens", "ignore_eos", "prompt_tokens"}},
+                 {"Output", {"json_out"}}},
+      .version_details = [] {
+        return std::vector<std::string>{"backends: none (a gRPC client)"};
+      }};
+  return *help;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (std::optional<int> exit_code =
+          moeserve::base::HandleHelpAndVersion(argc, argv, Help())) {
+    return *exit_code;
+  }
   absl::SetProgramUsageMessage(
       "Bounded loopback load generator for moeserve: moeserve_loadgen "
       "--target=127.0.0.1:50051 --concurrency=1,4,16,64");

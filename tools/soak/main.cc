@@ -25,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/flag_help.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "nlohmann/json.hpp"
@@ -211,7 +212,35 @@ int Run() {
 }  // namespace
 }  // namespace moeserve::soak
 
+namespace {
+
+const moeserve::base::ProgramHelp& Help() {
+  static const auto* help = new moeserve::base::ProgramHelp{
+      .program = "moeserve_soak",
+      .summary =
+          "soak benchmark: mixed calls against a running moeserve for "
+          "a given time; reports the server's RSS, threads and fds, "
+          "and error counts. See tools/soak/README.md.\n  "
+          "moeserve_soak --target=127.0.0.1:50051 --server_pid=PID "
+          "--clients=8 --duration=1h",
+      .groups = {{"Target", {"target", "server_pid", "bearer_token_file"}},
+                 {"Load",
+                  {"clients", "duration", "warmup", "settle", "max_new_tokens",
+                   "seed"}},
+                 {"Report", {"report_every", "max_unexpected", "json_out"}}},
+      .version_details = [] {
+        return std::vector<std::string>{"backends: none (a gRPC client)"};
+      }};
+  return *help;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (std::optional<int> exit_code =
+          moeserve::base::HandleHelpAndVersion(argc, argv, Help())) {
+    return *exit_code;
+  }
   absl::SetProgramUsageMessage(
       "Soak benchmark: mixed calls against a running moeserve for a given "
       "time; reports the server's RSS, threads and fds, and error counts.\n"
