@@ -1,0 +1,56 @@
+#!/bin/bash
+# Validates the Kubernetes manifests under deploy/k8s (every kustomization
+# rendered, every object against the Kubernetes / Prometheus Operator OpenAPI
+# schemas, plus probes, ports, selectors and engines.json; see
+# validate_manifests.mjs). The schemas come from the npm packages below,
+# installed at test time into a cache under the user's home; a failed
+# install fails the test with the reason.
+#
+# Args: <validate_manifests.mjs> <deploy/k8s dir> <moeserve.rules.yml>
+set -euo pipefail
+script="$1"
+k8s_dir="$2"
+rules="$3"
+
+PACKAGES=(kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0
+          js-yaml@4.1.0)
+
+for tool in node npm; do
+  command -v "$tool" >/dev/null ||
+    { echo "FAIL: '$tool' is missing: install Debian's 'nodejs' and 'npm' packages" >&2; exit 1; }
+done
+
+# Bazel sets HOME to the test's temporary directory: cache under the real one
+# so the packages are fetched once, not on every run.
+home="$(getent passwd "$(id -u)" | cut -d: -f6)"
+cache="${MOESERVE_NPM_CACHE:-${home:-${TEST_TMPDIR:-/tmp}}/.cache/moeserve-deploy-npm}"
+mkdir -p "$cache"
+
+installed() {  # every pinned package at its version?
+  local spec name version
+  for spec in "${PACKAGES[@]}"; do
+    name="${spec%@*}"; version="${spec##*@}"
+    [ "$(node -e 'try { console.log(require(process.argv[1]).version) } catch (e) {}' \
+         "$cache/node_modules/$name/package.json")" = "$version" ] || return 1
+  done
+}
+
+(
+  flock 9
+  if ! installed; then
+    echo "installing ${PACKAGES[*]} into $cache"
+    if ! npm install --prefix "$cache" --cache "$cache/.npm" --no-audit --no-fund \
+        --no-save --no-package-lock "${PACKAGES[@]}" >"$cache/install.log" 2>&1; then
+      tail -n 20 "$cache/install.log" >&2
+      echo "FAIL: npm install ${PACKAGES[*]} failed (is the npm registry reachable?)" >&2
+      exit 1
+    fi
+    installed || { echo "FAIL: npm installed other versions than ${PACKAGES[*]}" >&2; exit 1; }
+  fi
+) 9>"$cache/.lock"
+
+# A plain copy: Bazel's runfiles are symlinks, which kustomize's loader
+# (kubectl, for the cross-check) refuses as files outside the root.
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+rm -rf "$tmp/k8s" && cp -rL "$k8s_dir" "$tmp/k8s"
+node "$script" "$cache/node_modules" "$tmp/k8s" "$rules"
