@@ -10,6 +10,21 @@ namespace {
 
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
 
+// What Sampler applies (see config()).
+SamplingConfig Applied(SamplingConfig c) {
+  if (!(c.temperature >= kGreedyTemperature)) c.temperature = 0;
+  // NaN fails both comparisons and becomes 1 (off).
+  if (!(c.repetition_penalty >= kMinRepetitionPenalty &&
+        c.repetition_penalty <= kMaxRepetitionPenalty)) {
+    c.repetition_penalty =
+        std::isnan(c.repetition_penalty)
+            ? 1.0f
+            : std::clamp(c.repetition_penalty, kMinRepetitionPenalty,
+                         kMaxRepetitionPenalty);
+  }
+  return c;
+}
+
 }  // namespace
 
 double UniformDouble(std::mt19937_64& rng) {
@@ -37,7 +52,7 @@ int32_t Argmax(std::span<const float> values) {
 
 Sampler::Sampler(const SamplingConfig& config, std::span<const int32_t> prompt,
                  int32_t vocab_size)
-    : config_(config),
+    : config_(Applied(config)),
       rng_(config.seed),
       prompt_counts_(vocab_size, 0),
       output_counts_(vocab_size, 0) {

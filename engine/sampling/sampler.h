@@ -26,8 +26,18 @@
 
 namespace moeserve::engine {
 
+// Temperatures below this are greedy (as vLLM's _SAMPLING_EPS): 1 / T
+// overflows float for T below ~3e-39, and the logits / T of anything much
+// below 1e-5 only approximates the argmax at the cost of risking inf - inf.
+inline constexpr float kGreedyTemperature = 1e-5f;
+// Repetition penalties are clamped into this range by the Sampler (the
+// server refuses values outside it, server/request_validator.cc): a logit
+// divided by 1e-45 is inf, and inf - inf in the softmax is NaN.
+inline constexpr float kMinRepetitionPenalty = 1e-2f;
+inline constexpr float kMaxRepetitionPenalty = 1e2f;
+
 struct SamplingConfig {
-  float temperature = 0;         // 0: greedy
+  float temperature = 0;         // 0 (or < kGreedyTemperature): greedy
   float top_p = 1;               // (0, 1]
   int32_t top_k = 0;             // 0: off
   float min_p = 0;               // [0, 1]
@@ -93,10 +103,14 @@ class Sampler {
   // is ignored.
   void Unaccept(int32_t token);
 
-  // True when temperature == 0: tokens are the argmax and no randomness is
-  // consumed by Sample().
+  // True when temperature == 0 (a requested temperature below
+  // kGreedyTemperature is 0 here): tokens are the argmax and no randomness
+  // is consumed by Sample().
   bool greedy() const { return config_.temperature == 0; }
 
+  // The configuration as applied: temperature below kGreedyTemperature (or
+  // NaN) made 0, repetition_penalty clamped into [kMinRepetitionPenalty,
+  // kMaxRepetitionPenalty].
   const SamplingConfig& config() const { return config_; }
 
  private:

@@ -18,6 +18,51 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIndexOnTies) {
   EXPECT_EQ(s.Sample(l), 1);
 }
 
+// Issue 16: 1 / 1e-39 is inf in float; the softmax then computed inf - inf
+// and drew from NaN weights (here: the last token instead of the argmax).
+TEST(Sampler, TinyTemperatureIsGreedy) {
+  for (float t : {1e-39f, 1e-38f, 1e-30f, 1e-6f, 9.9e-6f}) {
+    SamplingConfig c;
+    c.temperature = t;
+    for (uint64_t seed = 0; seed < 8; ++seed) {
+      c.seed = seed;
+      Sampler s(c, {}, 5);
+      EXPECT_TRUE(s.greedy()) << t;
+      std::vector<float> l = Logits();
+      EXPECT_EQ(s.Sample(l), 1) << t;
+      l = Logits();
+      const TokenDistribution d = s.Distribution(l);
+      EXPECT_EQ(d.ids, std::vector<int32_t>{1}) << t;
+    }
+  }
+  SamplingConfig c;
+  c.temperature = kGreedyTemperature;
+  EXPECT_FALSE(Sampler(c, {}, 5).greedy());
+}
+
+// Issue 16: a penalty of 1e-45 turned a positive logit into inf (garbage
+// under sampling: inf - inf); it is clamped to kMinRepetitionPenalty.
+TEST(Sampler, RepetitionPenaltyIsClamped) {
+  SamplingConfig c;
+  c.repetition_penalty = 1e-45f;
+  c.temperature = 1;
+  const std::vector<int32_t> prompt = {0, 1};
+  Sampler s(c, prompt, 5);
+  EXPECT_FLOAT_EQ(s.config().repetition_penalty, kMinRepetitionPenalty);
+  std::vector<float> l = Logits();
+  const TokenDistribution d = s.Distribution(l);
+  for (float v : l) EXPECT_TRUE(std::isfinite(v) || v == -INFINITY) << v;
+  double sum = 0;
+  for (double p : d.probs) {
+    EXPECT_TRUE(std::isfinite(p));
+    sum += p;
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-9);
+  c.repetition_penalty = 1e30f;
+  EXPECT_FLOAT_EQ(Sampler(c, prompt, 5).config().repetition_penalty,
+                  kMaxRepetitionPenalty);
+}
+
 TEST(Sampler, RepetitionPenaltyFollowsHuggingFace) {
   SamplingConfig c;
   c.repetition_penalty = 2;
