@@ -42,13 +42,32 @@ class Tokenizer {
 
   // Token ids of `text`, preceded by bos_id() when `add_bos` (and the model
   // has a bos piece).
+  //
+  // Memory: sentencepiece works with ~NNN bytes per byte of the text it is
+  // given (the demo tokenizer; engine/README.md). So a text is encoded in
+  // pieces of about kPieceBytes, cut before a space that ends a word, each
+  // after the first behind the anchor piece whose ids are then dropped:
+  // the same ids as one call (checked on probe texts when the tokenizer is
+  // made: piecewise() is false, and texts are encoded whole, for a model
+  // whose pieces may span such a cut). After a text of kTrimAfterBytes or
+  // more the freed pages are returned to the system.
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text,
                                               bool add_bos) const;
+  // Encode in one sentencepiece call, whatever the length (tests).
+  absl::StatusOr<std::vector<int32_t>> EncodeWhole(absl::string_view text,
+                                                   bool add_bos) const;
   // Text of `ids`; InvalidArgument for ids outside [0, vocab_size()).
   // Control pieces (bos/eos) decode to nothing.
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
   // The piece (e.g. "▁the", "<0xE2>"); InvalidArgument when out of range.
   absl::StatusOr<std::string> IdToPiece(int32_t id) const;
+
+  // Encode's piece size, and the text length after which it returns freed
+  // memory to the system.
+  static constexpr size_t kPieceBytes = 16 << 10;
+  static constexpr size_t kTrimAfterBytes = 32 << 10;
+  // Whether Encode cuts long texts into pieces (see Encode).
+  bool piecewise() const { return piecewise_; }
 
   int32_t bos_id() const;  // -1 when the model defines none.
   int32_t eos_id() const;
@@ -59,11 +78,23 @@ class Tokenizer {
   friend class IncrementalDetokenizer;
   absl::Status CheckIds(const std::vector<int32_t>& ids) const;
   void FindAnchor();
+  void CheckPiecewise();
+  // Appends the ids of `text`, cut into pieces of about `piece_bytes`.
+  absl::Status EncodePiecewise(absl::string_view text, size_t piece_bytes,
+                               std::vector<int32_t>* out) const;
+  // Appends the ids of `piece`; `after_text`: as in the middle of a text
+  // (FAILED_PRECONDITION when the anchor merged into the piece).
+  absl::Status EncodePiece(absl::string_view piece, bool after_text,
+                           std::vector<int32_t>* out) const;
+  static void ReturnFreedMemory();
 
   std::unique_ptr<internal::PieceModel> spm_;
   // A normal piece without a leading "▁" and its text; -1 if none exists.
   int32_t anchor_id_ = -1;
   std::string anchor_text_;
+  // The anchor's ids when encoded alone, and whether Encode cuts long texts.
+  std::vector<int32_t> anchor_ids_;
+  bool piecewise_ = false;
 };
 
 // Turns a stream of token ids into a stream of text deltas, each valid UTF-8,
@@ -82,6 +113,13 @@ class Tokenizer {
 // byte-fallback sequence such as <0xE4><0xB8>) or in an incomplete UTF-8
 // sequence, nothing is emitted and the window grows until the character
 // completes.
+//
+// A primed prompt that ends inside a character (token-id prompts can end in
+// <0xE4><0xB8>) leaves that unfinished tail in the window. The generated
+// text never carries the prompt's bytes as U+FFFD: if the generated tokens
+// complete the character, the whole character is generated text; if they do
+// not, the tail's U+FFFD belong to the prompt and are dropped (so the deltas
+// add up to Decode(all ids) less those U+FFFD).
 class IncrementalDetokenizer {
  public:
   explicit IncrementalDetokenizer(const Tokenizer* tokenizer)
@@ -105,6 +143,11 @@ class IncrementalDetokenizer {
 
  private:
   absl::StatusOr<std::string> DecodeRange(size_t begin, size_t end) const;
+  // What of `text` (the decode of ids_[prefix_offset_:]) is new beyond
+  // `prefix` (the decode of ids_[prefix_offset_:read_offset_]), less the
+  // U+FFFD of a prompt tail that no generated id completed.
+  absl::StatusOr<std::string> NewText(const std::string& text,
+                                      const std::string& prefix) const;
 
   // Plain pieces Prime runs through Next before the prompt's trailing run
   // of other pieces, so that its offsets settle as they would have.
@@ -114,6 +157,8 @@ class IncrementalDetokenizer {
   std::vector<int32_t> ids_;
   size_t prefix_offset_ = 0;
   size_t read_offset_ = 0;
+  // ids_.size() after Prime: ids before it are the prompt's.
+  size_t prompt_end_ = 0;
 };
 
 // True when `text` ends inside a multi-byte UTF-8 sequence.
