@@ -117,6 +117,25 @@ absl::Status Positive(int64_t v, absl::string_view field) {
       absl::StrCat("field \"", field, "\" must be positive, got ", v));
 }
 
+// bos and eos ids index the embedding and logits rows: outside the
+// vocabulary they would read or compare against rows that do not exist.
+absl::Status CheckTokenIds(const ModelConfig& c) {
+  auto in_vocab = [&c](int64_t id) { return id >= 0 && id < c.vocab_size; };
+  if (c.bos_token_id.has_value() && !in_vocab(*c.bos_token_id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field \"bos_token_id\" = ", *c.bos_token_id,
+                     " is outside the vocabulary [0, ", c.vocab_size, ")"));
+  }
+  for (int64_t id : c.eos_token_ids) {
+    if (!in_vocab(id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field \"eos_token_id\" = ", id,
+                       " is outside the vocabulary [0, ", c.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(const ModelConfig& c) {
   MOESERVE_RETURN_IF_ERROR(Positive(c.hidden_size, "hidden_size"));
   MOESERVE_RETURN_IF_ERROR(Positive(c.num_hidden_layers, "num_hidden_layers"));
@@ -146,6 +165,15 @@ absl::Status Validate(const ModelConfig& c) {
         absl::StrCat("num_experts_per_tok (", c.num_experts_per_tok,
                      ") exceeds the number of experts (", c.num_experts, ")"));
   }
+  // A prompt token and a generated one: anything less cannot generate
+  // (issue 16: max_position_embeddings=1 was served).
+  if (c.max_position_embeddings < kMinPositions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field \"max_position_embeddings\" = ", c.max_position_embeddings,
+        " is less than ", kMinPositions,
+        " (a prompt token and a generated token)"));
+  }
+  MOESERVE_RETURN_IF_ERROR(CheckTokenIds(c));
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) {
     return absl::InvalidArgumentError(
         "fields \"rms_norm_eps\" and \"rope_theta\" must be positive");

@@ -10,7 +10,9 @@
 //   - every dimension is positive; num_attention_heads % num_key_value_heads
 //     == 0; 1 <= num_experts_per_tok <= num_experts;
 //   - every layer is a sparse MoE layer (dense layers are refused for now);
-//   - no rope_scaling, no effective sliding window, no clip_qkv.
+//   - no rope_scaling, no effective sliding window, no clip_qkv;
+//   - max_position_embeddings >= kMinPositions;
+//   - bos_token_id and every eos_token_id inside [0, vocab_size).
 // A plain value type; thread-compatible.
 
 #include <cstdint>
@@ -31,6 +33,10 @@ enum class QkNorm {
   kPerHead,          // qwen3_moe: weight [head_dim], applied per head.
   kWholeProjection,  // olmoe: weight [heads*head_dim] over the projection.
 };
+
+// The fewest positions a model may declare: one prompt token and one
+// generated token.
+inline constexpr int64_t kMinPositions = 2;
 
 struct ModelConfig {
   std::string model_type;

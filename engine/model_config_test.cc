@@ -209,5 +209,33 @@ TEST(ArchitectureTest, NonExpertShapesFollowConfig) {
   EXPECT_THAT(shapes["model.embed_tokens.weight"], ElementsAre(96, 64));
 }
 
+// Issue 16: token ids outside the vocabulary and a context too short to
+// generate anything were accepted.
+TEST(ModelConfigTest, RefusesTokenIdsOutsideVocabAndTooFewPositions) {
+  json j = testing::TinyMixtralConfig();  // vocab 96
+  j["bos_token_id"] = 96;
+  ExpectRefused(j,
+                "field \"bos_token_id\" = 96 is outside the vocabulary "
+                "[0, 96)");
+  j = testing::TinyMixtralConfig();
+  j["bos_token_id"] = -1;
+  ExpectRefused(j, "field \"bos_token_id\" = -1 is outside");
+  j = testing::TinyMixtralConfig();
+  j["eos_token_id"] = 1000;
+  ExpectRefused(j, "field \"eos_token_id\" = 1000 is outside");
+  j = testing::TinyMixtralConfig();
+  j["eos_token_id"] = {2, 96};
+  ExpectRefused(j, "field \"eos_token_id\" = 96 is outside");
+  j = testing::TinyMixtralConfig();
+  j["max_position_embeddings"] = 1;
+  ExpectRefused(j, "field \"max_position_embeddings\" = 1 is less than 2");
+  // The edges are accepted.
+  j = testing::TinyMixtralConfig();
+  j["bos_token_id"] = 0;
+  j["eos_token_id"] = {95};
+  j["max_position_embeddings"] = 2;
+  EXPECT_TRUE(ParseModelConfig(j.dump()).ok());
+}
+
 }  // namespace
 }  // namespace moeserve::engine

@@ -1,7 +1,10 @@
 #include "engine/model_weights.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -48,6 +51,61 @@ absl::StatusOr<WeightView> CheckTensor(const ShardedSafetensors& files,
                     t.file_offset, t.byte_size, loc->shard};
 }
 
+// Index of the first NaN or Inf among the `n` bf16 values at `data` (any
+// alignment), or n. A bf16 is not finite when all 8 exponent bits are set,
+// i.e. (bits & 0x7FFF) >= 0x7F80; a max-reduction per block vectorises.
+size_t FirstNonFiniteBf16(const void* data, size_t n) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  auto at = [bytes](size_t i) {
+    uint16_t v;
+    std::memcpy(&v, bytes + 2 * i, 2);
+    return static_cast<uint16_t>(v & 0x7FFF);
+  };
+  constexpr size_t kBlock = 4096;
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t end = std::min(n, begin + kBlock);
+    uint16_t most = 0;
+    for (size_t i = begin; i < end; ++i) most = std::max(most, at(i));
+    if (most < 0x7F80) continue;
+    for (size_t i = begin; i < end; ++i) {
+      if (at(i) >= 0x7F80) return i;
+    }
+  }
+  return n;
+}
+
+// Refuses a weight holding NaN or Inf: served, it turns every output into
+// garbage (issue 16). The message names the tensor and the element.
+absl::Status CheckFinite(const ShardedSafetensors& files, const WeightView& v,
+                         absl::string_view name) {
+  const size_t n = v.bytes / 2;
+  const size_t i = FirstNonFiniteBf16(v.data, n);
+  if (i == n) return absl::OkStatus();
+  uint16_t bits;
+  std::memcpy(&bits, static_cast<const unsigned char*>(v.data) + 2 * i, 2);
+  return absl::InvalidArgumentError(absl::StrCat(
+      files.shard(v.shard).path(), ": tensor \"", name, "\": element ", i,
+      " is ", (bits & 0x007F) != 0 ? "NaN" : "Inf",
+      "; the weights must be finite"));
+}
+
+// The layer index of a tensor named "...layers.<n>.<rest>", if any.
+std::optional<int64_t> LayerOf(absl::string_view name) {
+  constexpr absl::string_view kLayers = "layers.";
+  const size_t at = name.find(kLayers);
+  if (at == absl::string_view::npos) return std::nullopt;
+  size_t i = at + kLayers.size();
+  int64_t layer = 0;
+  const size_t start = i;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) &&
+         i - start < 9) {
+    layer = layer * 10 + (name[i] - '0');
+    ++i;
+  }
+  if (i == start || i >= name.size() || name[i] != '.') return std::nullopt;
+  return layer;
+}
+
 ExpertSource SourceOf(const WeightView& v) {
   return {v.shard, v.file_offset, v.bytes};
 }
@@ -75,24 +133,44 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
   std::unique_ptr<ModelWeights> w(new ModelWeights());
   MOESERVE_ASSIGN_OR_RETURN(w->config_, LoadModelConfig(model_dir));
   MOESERVE_ASSIGN_OR_RETURN(w->files_, ShardedSafetensors::Open(model_dir));
-  MOESERVE_RETURN_IF_ERROR(w->LoadNonExperts());
-  MOESERVE_RETURN_IF_ERROR(w->LoadExperts(options.pack_experts));
+  MOESERVE_RETURN_IF_ERROR(w->CheckLayerCount());
+  MOESERVE_RETURN_IF_ERROR(w->LoadNonExperts(options.check_finite));
+  MOESERVE_RETURN_IF_ERROR(
+      w->LoadExperts(options.pack_experts, options.check_finite));
   w->FindUnexpected();
   return w;
 }
 
-absl::Status ModelWeights::LoadNonExperts() {
+absl::Status ModelWeights::CheckLayerCount() const {
+  for (const std::string& name : files_->TensorNames()) {
+    const std::optional<int64_t> layer = LayerOf(name);
+    if (layer.has_value() && *layer >= config_.num_hidden_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: field \"num_hidden_layers\" = ",
+                       config_.num_hidden_layers,
+                       " disagrees with the weights, which hold "
+                       "layer ",
+                       *layer, " (tensor \"", name, "\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeights::LoadNonExperts(bool check_finite) {
   const Architecture& arch = *config_.architecture;
   for (const TensorSpec& spec : arch.NonExpertTensors(config_)) {
     MOESERVE_ASSIGN_OR_RETURN(WeightView v,
                               CheckTensor(*files_, spec, config_.model_type));
+    if (check_finite) {
+      MOESERVE_RETURN_IF_ERROR(CheckFinite(*files_, v, spec.name));
+    }
     non_expert_bytes_ += v.bytes;
     weights_.emplace(spec.name, std::move(v));
   }
   return absl::OkStatus();
 }
 
-absl::Status ModelWeights::LoadExperts(bool pack) {
+absl::Status ModelWeights::LoadExperts(bool pack, bool check_finite) {
   const ModelConfig& c = config_;
   const ExpertBlob layout = Layout(c);
   const size_t count = static_cast<size_t>(c.num_hidden_layers) * c.num_experts;
@@ -118,6 +196,11 @@ absl::Status ModelWeights::LoadExperts(bool pack) {
       MOESERVE_ASSIGN_OR_RETURN(
           WeightView down,
           CheckTensor(*files_, {n.down, {hidden, ffn}}, c.model_type));
+      if (check_finite) {
+        MOESERVE_RETURN_IF_ERROR(CheckFinite(*files_, gate, n.gate));
+        MOESERVE_RETURN_IF_ERROR(CheckFinite(*files_, up, n.up));
+        MOESERVE_RETURN_IF_ERROR(CheckFinite(*files_, down, n.down));
+      }
       ExpertBlob b = layout;
       b.gate_source = SourceOf(gate);
       b.up_source = SourceOf(up);

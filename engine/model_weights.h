@@ -26,7 +26,11 @@
 // Checks (every refusal is an absl::Status naming file, tensor and reason):
 //   - every tensor the config implies exists, with dtype BF16 (other dtypes
 //     are refused: "only BF16 is supported"), and exactly the implied shape;
-//   - tensors the config does not imply are ignored with a warning and
+//   - every value of every weight is finite (no NaN, no Inf): one
+//     vectorised pass over the bytes at load (LoadOptions::check_finite);
+//   - no tensor belongs to a layer at or beyond num_hidden_layers (a config
+//     with fewer layers than the weights would serve a truncated model);
+//   - other tensors the config does not imply are ignored with a warning and
 //     listed by unexpected_tensors() (older checkpoints carry e.g. rotary
 //     inv_freq buffers).
 //
@@ -87,6 +91,9 @@ struct LoadOptions {
   // that preads the ExpertSources), blobs carry layout and sources only and
   // `data` is null. Default: true.
   bool pack_experts = true;
+  // Refuse weights holding NaN or Inf (a read of every weight byte at load;
+  // ~NNN ms for the demo model). Default: true.
+  bool check_finite = true;
 };
 
 class ModelWeights {
@@ -123,8 +130,9 @@ class ModelWeights {
   };
 
   ModelWeights() = default;
-  absl::Status LoadNonExperts();
-  absl::Status LoadExperts(bool pack);
+  absl::Status CheckLayerCount() const;
+  absl::Status LoadNonExperts(bool check_finite);
+  absl::Status LoadExperts(bool pack, bool check_finite);
   void FindUnexpected();
 
   ModelConfig config_;

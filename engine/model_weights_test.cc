@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "absl/strings/str_cat.h"
 #include "engine/architecture.h"
 #include "engine/testing/model_writer.h"
 #include "gmock/gmock.h"
@@ -165,6 +166,68 @@ TEST(ModelWeightsTest, LoadsEveryArchitecture) {
     EXPECT_EQ((*w)->num_experts(), 3);
     EXPECT_TRUE((*w)->unexpected_tensors().empty()) << type;
   }
+}
+
+// Issue 16: a config with fewer layers than the weights served a truncated
+// model with a warning.
+TEST(ModelWeightsTest, RefusesFewerLayersInConfigThanInWeights) {
+  const std::string dir = testing::MakeTempDir();
+  ASSERT_TRUE(testing::WriteTinyModel(dir, testing::TinyMixtralConfig()).ok());
+  json fewer = testing::TinyMixtralConfig();
+  fewer["num_hidden_layers"] = 1;
+  ASSERT_TRUE(testing::WriteFile(dir + "/config.json", fewer.dump()).ok());
+  absl::Status s = ModelWeights::Load(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("\"num_hidden_layers\" = 1 disagrees "
+                                     "with the weights, which hold layer 1"));
+}
+
+// Issue 16: NaN weights were served as garbage. Each kind of weight, at the
+// start, the middle and the end of its tensor, NaN and +-Inf.
+TEST(ModelWeightsTest, RefusesNonFiniteWeights) {
+  struct Case {
+    const char* tensor;
+    size_t element;
+    uint16_t bits;
+    const char* kind;
+  };
+  const Case cases[] = {
+      {"model.norm.weight", 0, 0x7FC0, "NaN"},
+      {"model.embed_tokens.weight", 96 * 64 - 1, 0xFF80, "Inf"},
+      {"model.layers.1.block_sparse_moe.experts.3.w2.weight", 1000, 0x7F80,
+       "Inf"},
+      {"model.layers.0.block_sparse_moe.experts.0.w1.weight", 2047, 0xFFC1,
+       "NaN"},
+      {"model.layers.0.self_attn.o_proj.weight", 4095, 0x7F81, "NaN"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = LoadWith([&c](std::vector<TestTensor>* ts) {
+      TestTensor* t = FindTensor(ts, c.tensor);
+      ASSERT_LT(2 * c.element + 1, t->data.size()) << c.tensor;
+      std::memcpy(&t->data[2 * c.element], &c.bits, 2);
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.tensor;
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("tensor \"", c.tensor, "\": element ",
+                                       c.element, " is ", c.kind)));
+  }
+  // The largest finite values load.
+  EXPECT_TRUE(LoadWith([](std::vector<TestTensor>* ts) {
+                const uint16_t max_finite[] = {0x7F7F, 0xFF7F};
+                std::memcpy(&FindTensor(ts, "model.norm.weight")->data[0],
+                            max_finite, 4);
+              }).ok());
+  // Skipping the scan is possible (LoadOptions::check_finite).
+  const std::string dir = testing::MakeTempDir();
+  ASSERT_TRUE(testing::WriteTinyModel(
+                  dir, testing::TinyMixtralConfig(),
+                  [](std::vector<TestTensor>* ts) {
+                    const uint16_t nan = 0x7FC0;
+                    std::memcpy(&FindTensor(ts, "model.norm.weight")->data[0],
+                                &nan, 2);
+                  })
+                  .ok());
+  EXPECT_TRUE(ModelWeights::Load(dir, {.check_finite = false}).ok());
 }
 
 }  // namespace

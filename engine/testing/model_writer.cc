@@ -60,6 +60,9 @@ std::string PatternBytes(const std::string& name, size_t num_bytes) {
   for (size_t i = 0; i < num_bytes; ++i) {
     h = h * 6364136223846793005ull + 1442695040888963407ull;
     out[i] = static_cast<char>(h >> 56);
+    // As BF16 (little-endian: odd bytes hold sign and exponent), never all
+    // exponent bits: no NaN or Inf, which ModelWeights refuses.
+    if (i % 2 == 1 && (out[i] & 0x7F) == 0x7F) out[i] &= ~0x01;
   }
   return out;
 }

@@ -31,7 +31,8 @@ std::string RawSafetensors(const std::string& header, const std::string& data);
 std::string SerializeSafetensors(const std::vector<TestTensor>& tensors);
 
 // Deterministic bytes for a tensor: element i of `name` gets a value derived
-// from a hash of (name, i), so any two tensors differ.
+// from a hash of (name, i), so any two tensors differ. Read as BF16, every
+// value is finite.
 std::string PatternBytes(const std::string& name, size_t num_bytes);
 
 absl::Status WriteFile(const std::string& path, const std::string& bytes);

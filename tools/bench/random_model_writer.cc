@@ -1,5 +1,6 @@
 #include "tools/bench/random_model_writer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -162,8 +163,10 @@ json QwenMoeConfig(const QwenMoeShape& s) {
       {"sliding_window", nullptr},
       {"tie_word_embeddings", false},
       {"torch_dtype", "bfloat16"},
-      {"bos_token_id", 151643},
-      {"eos_token_id", 151643},
+      // Qwen's <|endoftext|>, inside a tiny vocabulary too (token ids
+      // outside the vocabulary are refused at load).
+      {"bos_token_id", std::min<int64_t>(151643, s.vocab - 1)},
+      {"eos_token_id", std::min<int64_t>(151643, s.vocab - 1)},
   };
 }
 
