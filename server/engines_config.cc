@@ -184,6 +184,12 @@ absl::StatusOr<std::vector<AbArm>> ReadAb(
   if (!(total > 0)) {
     return absl::InvalidArgumentError("ab: weights sum to 0");
   }
+  // Finite weights can sum to infinity (1e308 + 1e308): every share would
+  // be 0.
+  if (!std::isfinite(total)) {
+    return absl::InvalidArgumentError(
+        "ab: weights sum to infinity; use smaller numbers");
+  }
   for (AbArm& arm : arms) arm.weight /= total;
   return arms;
 }
@@ -206,6 +212,10 @@ absl::StatusOr<EnginesConfig> ParseEnginesConfig(absl::string_view text,
   EnginesConfig config;
   std::set<std::string> names;
   const json& engines = root.at("engines");
+  if (engines.size() > kMaxEngines) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engines: ", engines.size(), " engines, at most ", kMaxEngines));
+  }
   for (size_t i = 0; i < engines.size(); ++i) {
     const json& obj = engines[i];
     const std::string where = absl::StrCat("engines[", i, "]");

@@ -39,7 +39,9 @@
 // keys, wrong types, duplicate names, unknown policies, policy_config keys
 // or drafters (the message lists the registered ones), num_speculative_tokens
 // outside 0..16, draft_budget other than shared / extra, A/B weights that
-// are negative, sum to 0 or name no engine.
+// are negative, sum to 0 or to infinity, or name no engine, more than
+// kMaxEngines engines, and values outside CheckEngineSpec's bounds
+// (engine/builder/engine_spec.h: e.g. max_waiting 0, link_gbps 1e-300).
 #ifndef MOESERVE_SERVER_ENGINES_CONFIG_H_
 #define MOESERVE_SERVER_ENGINES_CONFIG_H_
 

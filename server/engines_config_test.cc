@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server_options.h"
@@ -79,7 +80,19 @@ TEST(EnginesConfigTest, RefusalsNameTheEngineAndTheKey) {
       {R"({"engines": [{"name": "a", "policy": "lru", "ratio": 1}]})",
        "engine 'a': unknown key 'ratio'"},
       {R"({"engines": [{"name": "a", "policy": "lru", "max_num_seqs": 0}]})",
-       "engine 'a': max_num_seqs: must be >= 1"},
+       "engine 'a': max_num_seqs: must be in [1, 4096], got 0"},
+      // Issue 16: accepted, then misapplied.
+      {R"({"engines": [{"name": "a", "max_waiting": 0}]})",
+       "engine 'a': max_waiting: must be in [1, "},
+      {R"({"engines": [{"name": "a", "link_gbps": 1e-300}]})",
+       "engine 'a': link_gbps: must be 0 (off) or in [0.001, "},
+      {R"({"engines": [{"name": "a", "expert_cache_mb": 17592186044416}]})",
+       "engine 'a': expert_cache_mb: must be in [1, 16777216]"},
+      {R"({"engines": [{"name": "a", "expert_cache_mb": 0.5}]})",
+       "engine 'a': field \"expert_cache_mb\" must be an integer"},
+      {R"({"engines": [{"name": "lru"}, {"name": "overlap"}],
+           "ab": {"lru": 1e308, "overlap": 1e308}})",
+       "ab: weights sum to infinity"},
       {R"({"engines": [{"name": "a", "policy": "lru",
                         "expert_cache_ratio": 0.5, "expert_cache_mb": 8}]})",
        "engine 'a': expert_cache_ratio: give expert_cache_ratio or "
@@ -401,9 +414,22 @@ TEST(ResolveEnginesTest, BadSpeculationFlagsAreNamedAsFlags) {
               HasSubstr("--draft_budget: must be shared or extra, got ''"));
 }
 
+TEST(EnginesConfigTest, RefusesMoreThanMaxEngines) {
+  std::string text = R"({"engines": [)";
+  for (size_t i = 0; i <= kMaxEngines; ++i) {
+    text += absl::StrCat(i ? "," : "", R"({"name": "e)", i,
+                         R"(", "policy": "lru"})");
+  }
+  text += "]}";
+  absl::StatusOr<EnginesConfig> config = ParseEnginesConfig(text, Defaults());
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr("engines: 17 engines, at most 16"));
+}
+
 TEST(ResolveEnginesTest, EnginesFlagKeepsThePolicyEngineFirst) {
   EngineFlags flags;
   flags.policy = "big";
+  flags.policy_given = true;
   flags.engines = "small=lru@ratio=0.25,big=overlap@mb=64";
   flags.ab = "small=1,big=1";
   ServerOptions o;
@@ -414,6 +440,23 @@ TEST(ResolveEnginesTest, EnginesFlagKeepsThePolicyEngineFirst) {
   flags.ab = "small=1,other=1";
   EXPECT_THAT(std::string(ResolveEngines(flags, &o).message()),
               HasSubstr("'other' is not an engine of --engines"));
+}
+
+// Issue 16: --engines without the --policy engine used to add that engine
+// (by default "lru") as a hidden extra, default engine.
+TEST(ResolveEnginesTest, EnginesFlagWithoutPolicyAddsNoHiddenEngine) {
+  EngineFlags flags;  // --policy not given: "lru", policy_given false
+  flags.engines = "small=overlap@ratio=0.25,big=overlap@mb=64";
+  ServerOptions o;
+  ASSERT_TRUE(ResolveEngines(flags, &o).ok());
+  EXPECT_THAT(o.EngineNames(), ElementsAre("small", "big"));
+  // Given, --policy must name one of them.
+  flags.policy = "lru";
+  flags.policy_given = true;
+  const absl::Status st = ResolveEngines(flags, &o);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("--policy: 'lru' is not an engine of --engines"));
 }
 
 }  // namespace

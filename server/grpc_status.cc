@@ -2,11 +2,14 @@
 
 #include <string>
 
+#include "server/client_message.h"
+
 namespace moeserve::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  std::string message(status.message());
+  // Operators' paths and library source locations stay in the server log.
+  std::string message = ForClient(status.message());
   if (message.size() > kMaxErrorMessageBytes) {
     // Cut on a UTF-8 boundary so the client never sees a broken character.
     size_t cut = kMaxErrorMessageBytes - 3;

@@ -16,7 +16,8 @@ namespace moeserve::server {
 // Longest error message sent to a client; longer ones are cut with "...".
 inline constexpr size_t kMaxErrorMessageBytes = 1024;
 
-// Maps the canonical code one-to-one and copies the (bounded) message.
+// Maps the canonical code one-to-one and copies the message, bounded and
+// without absolute paths or source locations (client_message.h).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace moeserve::server

@@ -24,6 +24,19 @@ TEST(ToGrpcStatus, MapsCodesOneToOne) {
             "sampling.top_p: bad");
 }
 
+// Issue 16: the model's absolute path and a library's source location
+// reached clients (the server log keeps them).
+TEST(ToGrpcStatus, HidesServerPathsAndSourceLocations) {
+  const grpc::Status st = ToGrpcStatus(absl::UnavailableError(
+      "no model is loaded: INVALID_ARGUMENT: /srv/private/models/x/"
+      "tokenizer.model: not a sentencepiece model: INTERNAL: "
+      "src/sentencepiece_processor.cc(1102) [model_proto] bad"));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(st.error_message(),
+            "no model is loaded: INVALID_ARGUMENT: tokenizer.model: not a "
+            "sentencepiece model: INTERNAL: [model_proto] bad");
+}
+
 TEST(ToGrpcStatus, BoundsLongMessagesOnUtf8Boundary) {
   std::string message;
   while (message.size() < 3 * kMaxErrorMessageBytes) message += "é";

@@ -1,9 +1,11 @@
 #include "server/request_validator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sampling/sampler.h"
 
 namespace moeserve::server {
 namespace {
@@ -35,7 +37,8 @@ absl::Status ValidatePrompt(const v1::GenerateRequest& request,
   if (request.prompt().size() > limits.max_prompt_bytes) {
     return Invalid("prompt", absl::StrCat("is ", request.prompt().size(),
                                           " bytes, more than the limit of ",
-                                          limits.max_prompt_bytes));
+                                          limits.max_prompt_bytes,
+                                          " (--max_prompt_bytes)"));
   }
   if (request.prompt_token_ids_size() > limits.max_input_tokens) {
     return Invalid("prompt_token_ids",
@@ -85,6 +88,7 @@ absl::Status ValidateSampling(const v1::SamplingParams& s,
                    absl::StrCat(s.min_new_tokens(),
                                 " is more than max_new_tokens=", max_new));
   }
+  // 0 and anything below engine::kGreedyTemperature (1e-5) are greedy.
   if (!(s.temperature() >= 0) || std::isinf(s.temperature())) {
     return Invalid(
         "sampling.temperature",
@@ -101,11 +105,15 @@ absl::Status ValidateSampling(const v1::SamplingParams& s,
   if (auto st = CheckRange("sampling.min_p", s.min_p(), 0, 1); !st.ok()) {
     return st;
   }
+  // Outside [0.01, 100] a penalised logit overflows (1e-45: inf) or the
+  // penalty is meaningless; the sampler would clamp, the client is told.
   if (s.has_repetition_penalty() &&
-      !(s.repetition_penalty() > 0 && std::isfinite(s.repetition_penalty()))) {
-    return Invalid(
-        "sampling.repetition_penalty",
-        absl::StrCat("must be finite and > 0, got ", s.repetition_penalty()));
+      !(s.repetition_penalty() >= engine::kMinRepetitionPenalty &&
+        s.repetition_penalty() <= engine::kMaxRepetitionPenalty)) {
+    return Invalid("sampling.repetition_penalty",
+                   absl::StrCat("must be in [", engine::kMinRepetitionPenalty,
+                                ", ", engine::kMaxRepetitionPenalty,
+                                "] (1: off), got ", s.repetition_penalty()));
   }
   if (auto st =
           CheckRange("sampling.presence_penalty", s.presence_penalty(), -2, 2);
@@ -121,6 +129,10 @@ absl::Status ValidateSampling(const v1::SamplingParams& s,
 }
 
 }  // namespace
+
+size_t DefaultMaxPromptBytes(uint32_t max_input_tokens) {
+  return std::max<size_t>(4096, kPromptBytesPerToken * max_input_tokens);
+}
 
 absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
                                      const RequestLimits& limits) {
@@ -175,8 +187,10 @@ absl::Status ValidateTokenizeRequest(const v1::TokenizeRequest& request,
     return Invalid("text", "set text or token_ids, not both");
   }
   if (request.text().size() > limits.max_prompt_bytes) {
-    return Invalid("text", absl::StrCat("is more than ",
-                                        limits.max_prompt_bytes, " bytes"));
+    return Invalid(
+        "text", absl::StrCat("is ", request.text().size(),
+                             " bytes, more than the limit of ",
+                             limits.max_prompt_bytes, " (--max_prompt_bytes)"));
   }
   if (request.token_ids_size() >
       limits.max_input_tokens + limits.max_new_tokens_cap) {

@@ -15,6 +15,18 @@
 
 namespace moeserve::server {
 
+// Bytes of prompt text allowed per --max_input_tokens token when
+// --max_prompt_bytes is 0. Text that tokenizes within the token limit is
+// rarely over 8 bytes a token (English ~4, CJK ~2, code ~3-6); the bound
+// exists because the tokenizer's memory grows with the bytes it is given
+// (~NNN bytes per input byte on the demo tokenizer; server/README.md), so a
+// prompt far over the token limit must be refused before it is tokenized.
+inline constexpr size_t kPromptBytesPerToken = 32;
+
+// The default --max_prompt_bytes: kPromptBytesPerToken x max_input_tokens,
+// at least 4 KiB.
+size_t DefaultMaxPromptBytes(uint32_t max_input_tokens);
+
 // Server-wide caps, resolved once from flags.
 struct RequestLimits {
   // Default: --max_new_tokens_cap. Also the value used when a request leaves
@@ -27,8 +39,10 @@ struct RequestLimits {
   uint32_t max_stop_token_ids = 64;
   uint32_t max_logprobs = 20;
   uint32_t max_request_id_bytes = 256;
-  // A bound on the prompt text itself, checked before tokenizing it.
-  size_t max_prompt_bytes = 1 << 20;
+  // A bound on the prompt text itself (and Tokenize's text), checked before
+  // tokenizing it. Default: --max_prompt_bytes, or DefaultMaxPromptBytes(
+  // max_input_tokens) (64 KiB for 2048 tokens).
+  size_t max_prompt_bytes = kPromptBytesPerToken * 2048;
 };
 
 // Checks every field of `request` that can be checked without a model.

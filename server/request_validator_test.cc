@@ -122,6 +122,46 @@ TEST(ValidateGenerateRequest, OtherSamplingRanges) {
   ExpectInvalid(r, "request_id");
 }
 
+// Issue 16: a penalty of 1e-45 was accepted and produced garbage; tiny
+// temperatures are accepted and mean greedy (engine::kGreedyTemperature).
+TEST(ValidateGenerateRequest, RepetitionPenaltyRangeAndTinyTemperature) {
+  for (float bad : {1e-45f, 0.0099f, 100.5f, 1e30f, -1.f}) {
+    v1::GenerateRequest r = ValidRequest();
+    r.mutable_sampling()->set_repetition_penalty(bad);
+    ExpectInvalid(r, "sampling.repetition_penalty");
+  }
+  for (float good : {0.01f, 1.f, 100.f}) {
+    v1::GenerateRequest r = ValidRequest();
+    r.mutable_sampling()->set_repetition_penalty(good);
+    EXPECT_TRUE(ValidateGenerateRequest(r, {}).ok()) << good;
+  }
+  for (float t : {1e-45f, 1e-39f, 1e-6f}) {
+    v1::GenerateRequest r = ValidRequest();
+    r.mutable_sampling()->set_temperature(t);
+    EXPECT_TRUE(ValidateGenerateRequest(r, {}).ok()) << t;
+  }
+}
+
+// Issue 16: the prompt byte bound follows the token bound (a 1 MiB prompt
+// was tokenized, at ~NNN MB, only to be refused for its token count).
+TEST(ValidateGenerateRequest, DefaultPromptBytesFollowInputTokens) {
+  RequestLimits limits;
+  EXPECT_EQ(limits.max_prompt_bytes,
+            DefaultMaxPromptBytes(limits.max_input_tokens));
+  EXPECT_EQ(DefaultMaxPromptBytes(2048), 64u << 10);
+  EXPECT_EQ(DefaultMaxPromptBytes(1), 4096u);
+  v1::GenerateRequest r = ValidRequest();
+  r.set_prompt(std::string(limits.max_prompt_bytes, 'a'));
+  EXPECT_TRUE(ValidateGenerateRequest(r, limits).ok());
+  r.set_prompt(std::string(limits.max_prompt_bytes + 1, 'a'));
+  ExpectInvalid(r, "prompt", limits);
+  v1::TokenizeRequest t;
+  t.set_text(std::string(1 << 20, 'a'));
+  absl::Status st = ValidateTokenizeRequest(t, limits);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), StartsWith("text:"));
+}
+
 TEST(ValidateGenerateRequest, StopStringCaps) {
   RequestLimits limits;
   limits.max_stop_strings = 2;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model_config.h"
 #include "engine/spec/quantized_experts.h"
+#include "server/client_message.h"
 
 namespace moeserve::server {
 namespace {
@@ -88,7 +89,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
   for (const engine::EngineSpec& spec : options.engines) {
     absl::StatusOr<metrics::Gauge*> g = (*info)->WithLabels(
         {spec.name, spec.policy, engine::PolicyConfigText(spec.policy_config),
-         options.model_dir, options.backend,
+         PublicModelName(options.model_dir), options.backend,
          absl::StrCat(options.AbWeight(spec.name)),
          absl::StrCat(spec.expert_cache_mb > 0 ? 0 : spec.expert_cache_ratio),
          absl::StrCat(spec.expert_cache_mb), spec.slow_tier,

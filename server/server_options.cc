@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
@@ -56,7 +57,9 @@ ABSL_FLAG(std::string, backend, "cpu",
           "memory or disk on their own CUDA stream). cuda needs a build with "
           "the CUDA toolkit and a GPU.");
 ABSL_FLAG(int, cuda_device, 0, "CUDA device ordinal (--backend=cuda).");
-ABSL_FLAG(int, threads, 0, "Compute threads (0: every core).");
+ABSL_FLAG(int, threads, 0,
+          "Compute threads (0: every core); at most 4 per core, at most "
+          "1024.");
 ABSL_FLAG(int, kv_cache_mb, 256, "Paged KV cache size per engine, MiB.");
 ABSL_FLAG(int, max_num_seqs, 64, "Most sequences in one engine step.");
 ABSL_FLAG(int, max_batched_tokens, 2048,
@@ -115,6 +118,10 @@ ABSL_FLAG(std::string, draft_budget, "shared",
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 512,
           "Largest max_new_tokens a request may ask for (and the default).");
 ABSL_FLAG(uint32_t, max_input_tokens, 2048, "Longest prompt, in tokens.");
+ABSL_FLAG(uint64_t, max_prompt_bytes, 0,
+          "Longest prompt (or Tokenize text) in bytes, refused before it is "
+          "tokenized: the tokenizer's memory grows with the text. 0: 32 "
+          "bytes per --max_input_tokens token (64 KiB by default).");
 ABSL_FLAG(uint32_t, max_stop_strings, 16, "Most stop strings per request.");
 ABSL_FLAG(uint32_t, max_stop_string_bytes, 256,
           "Longest stop string, in bytes.");
@@ -129,6 +136,14 @@ absl::Status FlagError(absl::string_view flag, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", what));
 }
 
+// Checks lo <= value <= hi for an integer flag.
+absl::Status CheckIntRange(absl::string_view flag, int64_t value, int64_t lo,
+                           int64_t hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return FlagError(
+      flag, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
+}
+
 absl::Status CheckPort(absl::string_view flag, int port) {
   if (port < 0 || port > 65535) {
     return FlagError(flag, absl::StrCat("must be in [0, 65535], got ", port));
@@ -137,6 +152,11 @@ absl::Status CheckPort(absl::string_view flag, int port) {
 }
 
 }  // namespace
+
+int MaxThreads() {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::min(kMaxThreads, 4 * std::max(cores, 1));
+}
 
 std::vector<std::string> ServerOptions::EngineNames() const {
   std::vector<std::string> names;
@@ -172,18 +192,30 @@ absl::StatusOr<std::vector<EngineSpec>> ParseEngineSpecs(
     for (size_t i = 1; i < fields.size(); ++i) {
       std::pair<absl::string_view, absl::string_view> opt =
           absl::StrSplit(fields[i], absl::MaxSplits('=', 1));
-      double value = 0;
-      if (!absl::SimpleAtod(opt.second, &value) || !(value > 0)) {
-        return FlagError("engines",
-                         absl::StrCat("bad value in '", fields[i],
-                                      "' of engine '", spec.name, "'"));
-      }
       // An engine's own budget replaces the server-wide one whole.
-      if (opt.first == "ratio" && value <= 1) {
-        spec.expert_cache_ratio = value;
+      if (opt.first == "ratio") {
+        double ratio = 0;
+        if (!absl::SimpleAtod(opt.second, &ratio) ||
+            !(ratio > 0 && ratio <= 1)) {
+          return FlagError(
+              "engines", absl::StrCat("engine '", spec.name, "': '", fields[i],
+                                      "': ratio must be in (0, 1]"));
+        }
+        spec.expert_cache_ratio = ratio;
         spec.expert_cache_mb = 0;
       } else if (opt.first == "mb") {
-        spec.expert_cache_mb = static_cast<int64_t>(value);
+        // A whole number of MiB: "0.5" used to become 0 (the ratio) and
+        // "1e30" an undefined cast.
+        int64_t mb = 0;
+        if (!absl::SimpleAtoi(opt.second, &mb) || mb < 1 ||
+            mb > engine::kMaxExpertCacheMb) {
+          return FlagError(
+              "engines",
+              absl::StrCat("engine '", spec.name, "': '", fields[i],
+                           "': mb must be a whole number of MiB in [1, ",
+                           engine::kMaxExpertCacheMb, "]"));
+        }
+        spec.expert_cache_mb = mb;
       } else {
         return FlagError(
             "engines",
@@ -197,6 +229,10 @@ absl::StatusOr<std::vector<EngineSpec>> ParseEngineSpecs(
       }
     }
     specs.push_back(std::move(spec));
+    if (specs.size() > kMaxEngines) {
+      return FlagError("engines",
+                       absl::StrCat("more than ", kMaxEngines, " engines"));
+    }
   }
   return specs;
 }
@@ -227,6 +263,12 @@ absl::StatusOr<std::vector<AbArm>> ParseAbSplit(absl::string_view text) {
     }
     total += arm.weight;
     arms.push_back(std::move(arm));
+  }
+  // Finite weights can still sum to infinity (1e308 + 1e308), and every
+  // share would then be 0: refused rather than silently sending every
+  // request to the last engine.
+  if (!std::isfinite(total)) {
+    return FlagError("ab", "weights sum to infinity; use smaller numbers");
   }
   for (AbArm& arm : arms) arm.weight /= total;
   return arms;
@@ -305,9 +347,18 @@ absl::Status ResolveFromFlags(const EngineFlags& flags,
         [&name](const EngineSpec& s) { return s.name == name; });
   };
   // The --policy engine comes first (the default); without --engines every
-  // --ab arm is an engine named after its policy.
-  if (auto it = named(flags.policy); it != options->engines.end()) {
+  // --ab arm is an engine named after its policy. With --engines, --policy
+  // (when given) must name one of them: adding it would serve an engine
+  // that --engines does not list; without --policy the first one is the
+  // default.
+  if (explicit_engines && !flags.policy_given) {
+    // The first --engines engine is the default.
+  } else if (auto it = named(flags.policy); it != options->engines.end()) {
     std::rotate(options->engines.begin(), it, it + 1);
+  } else if (explicit_engines) {
+    return FlagError("policy", absl::StrCat("'", flags.policy,
+                                            "' is not an engine of --engines "
+                                            "(names the default engine)"));
   } else {
     EngineSpec spec = flags.defaults;
     spec.name = spec.policy = flags.policy;
@@ -322,6 +373,9 @@ absl::Status ResolveFromFlags(const EngineFlags& flags,
     EngineSpec spec = flags.defaults;
     spec.name = spec.policy = arm.policy;
     options->engines.push_back(std::move(spec));
+  }
+  if (options->engines.size() > kMaxEngines) {
+    return FlagError("ab", absl::StrCat("more than ", kMaxEngines, " engines"));
   }
   absl::StatusOr<policies::PolicyConfig> config =
       policies::ParsePolicyConfig(flags.policy_config);
@@ -381,7 +435,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (auto st = CheckPort("metrics_port", o.metrics_port); !st.ok()) return st;
   o.model_dir = absl::GetFlag(FLAGS_model_dir);
   const int drain = absl::GetFlag(FLAGS_drain_seconds);
-  if (drain < 0) return FlagError("drain_seconds", "must be >= 0");
+  if (auto st = CheckIntRange("drain_seconds", drain, 0, kMaxDrainSeconds);
+      !st.ok()) {
+    return st;
+  }
   o.drain = absl::Seconds(drain);
   const int mb = absl::GetFlag(FLAGS_max_receive_message_mb);
   if (mb < 1 || mb > 1024) {
@@ -390,9 +447,16 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.max_receive_message_bytes = mb << 20;
   o.keepalive_time_ms = absl::GetFlag(FLAGS_keepalive_time_ms);
   o.keepalive_timeout_ms = absl::GetFlag(FLAGS_keepalive_timeout_ms);
-  if (o.keepalive_time_ms < 1000 || o.keepalive_timeout_ms < 1000) {
-    return FlagError("keepalive_time_ms",
-                     "keepalive time and timeout must be >= 1000 ms");
+  constexpr int kDay = 24 * 3600 * 1000;
+  if (auto st =
+          CheckIntRange("keepalive_time_ms", o.keepalive_time_ms, 1000, kDay);
+      !st.ok()) {
+    return st;
+  }
+  if (auto st = CheckIntRange("keepalive_timeout_ms", o.keepalive_timeout_ms,
+                              1000, kDay);
+      !st.ok()) {
+    return st;
   }
   o.backend = absl::GetFlag(FLAGS_backend);
   if (o.backend != "cpu" && o.backend != "cuda") {
@@ -400,31 +464,58 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
         "backend", absl::StrCat("must be cpu or cuda, got '", o.backend, "'"));
   }
   o.cuda_device = absl::GetFlag(FLAGS_cuda_device);
-  if (o.cuda_device < 0) return FlagError("cuda_device", "must be >= 0");
+  if (auto st = CheckIntRange("cuda_device", o.cuda_device, 0, 1023);
+      !st.ok()) {
+    return st;
+  }
   o.threads = absl::GetFlag(FLAGS_threads);
-  if (o.threads < 0) return FlagError("threads", "must be >= 0");
+  if (o.threads < 0 || o.threads > MaxThreads()) {
+    return FlagError(
+        "threads",
+        absl::StrCat("must be in [0, ", MaxThreads(), "], got ", o.threads,
+                     " (0: every core; at most 4 per core)"));
+  }
 
   // The server-wide per-engine settings: each engine's defaults.
   EngineFlags flags;
   EngineSpec& d = flags.defaults;
+  // Ranges are CheckEngineSpec's (engine_spec.h), checked here by flag name
+  // so that the message names the flag rather than an engine.
   const int kv_mb = absl::GetFlag(FLAGS_kv_cache_mb);
-  if (kv_mb < 1) return FlagError("kv_cache_mb", "must be >= 1");
+  if (auto st = CheckIntRange("kv_cache_mb", kv_mb, 1,
+                              engine::kMaxKvCacheBytes >> 20);
+      !st.ok()) {
+    return st;
+  }
   d.kv_cache_bytes = static_cast<uint64_t>(kv_mb) << 20;
   d.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   d.max_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
   d.max_waiting = absl::GetFlag(FLAGS_max_waiting);
-  if (d.max_num_seqs < 1) return FlagError("max_num_seqs", "must be >= 1");
-  if (d.max_batched_tokens < 1) {
-    return FlagError("max_batched_tokens", "must be >= 1");
+  if (auto st =
+          CheckIntRange("max_num_seqs", d.max_num_seqs, 1, engine::kMaxNumSeqs);
+      !st.ok()) {
+    return st;
   }
-  if (d.max_waiting < 0) return FlagError("max_waiting", "must be >= 0");
+  if (auto st = CheckIntRange("max_batched_tokens", d.max_batched_tokens, 1,
+                              engine::kMaxBatchedTokens);
+      !st.ok()) {
+    return st;
+  }
+  // 0 refused every request, the warm-up's included: never ready.
+  if (auto st =
+          CheckIntRange("max_waiting", d.max_waiting, 1, engine::kMaxWaiting);
+      !st.ok()) {
+    return st;
+  }
   d.expert_cache_ratio = absl::GetFlag(FLAGS_expert_cache_ratio);
   if (!(d.expert_cache_ratio > 0 && d.expert_cache_ratio <= 1)) {
     return FlagError("expert_cache_ratio", "must be in (0, 1]");
   }
   d.expert_cache_mb = absl::GetFlag(FLAGS_expert_cache_mb);
-  if (d.expert_cache_mb < 0) {
-    return FlagError("expert_cache_mb", "must be >= 0");
+  if (auto st = CheckIntRange("expert_cache_mb", d.expert_cache_mb, 0,
+                              engine::kMaxExpertCacheMb);
+      !st.ok()) {
+    return st;
   }
   d.slow_tier = absl::GetFlag(FLAGS_slow_tier);
   if (d.slow_tier != "host" && d.slow_tier != "disk") {
@@ -433,13 +524,14 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   }
   d.link.gbps = absl::GetFlag(FLAGS_link_gbps);
   d.link.latency_us = absl::GetFlag(FLAGS_link_latency_us);
-  if (!(d.link.gbps >= 0) || !(d.link.latency_us >= 0)) {
-    return FlagError("link_gbps", "link emulation values must be >= 0");
-  }
   d.link.inplace_compute_ratio = absl::GetFlag(FLAGS_inplace_compute_ratio);
-  if (!(d.link.inplace_compute_ratio >= 1) ||
-      !std::isfinite(d.link.inplace_compute_ratio)) {
-    return FlagError("inplace_compute_ratio", "must be a finite number >= 1");
+  // CheckEngineSpec's field names are these flags' names.
+  {
+    EngineSpec link_only;
+    link_only.link = d.link;
+    if (absl::Status st = engine::CheckEngineSpec(link_only); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("--", st.message()));
+    }
   }
   d.drafter = absl::GetFlag(FLAGS_drafter);
   d.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
@@ -458,12 +550,37 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.limits.max_input_tokens = absl::GetFlag(FLAGS_max_input_tokens);
   o.limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
   o.limits.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
-  if (o.limits.max_new_tokens_cap == 0) {
-    return FlagError("max_new_tokens_cap", "must be > 0");
+  if (auto st = CheckIntRange("max_new_tokens_cap", o.limits.max_new_tokens_cap,
+                              1, kMaxTokensFlag);
+      !st.ok()) {
+    return st;
   }
-  if (o.limits.max_input_tokens == 0) {
-    return FlagError("max_input_tokens", "must be > 0");
+  if (auto st = CheckIntRange("max_input_tokens", o.limits.max_input_tokens, 1,
+                              kMaxTokensFlag);
+      !st.ok()) {
+    return st;
   }
+  if (auto st =
+          CheckIntRange("max_stop_strings", o.limits.max_stop_strings, 0, 1024);
+      !st.ok()) {
+    return st;
+  }
+  if (auto st = CheckIntRange("max_stop_string_bytes",
+                              o.limits.max_stop_string_bytes, 1, 1 << 16);
+      !st.ok()) {
+    return st;
+  }
+  const uint64_t prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
+  if (auto st = CheckIntRange("max_prompt_bytes",
+                              static_cast<int64_t>(std::min<uint64_t>(
+                                  prompt_bytes, uint64_t{1} << 40)),
+                              0, kMaxPromptBytesFlag);
+      !st.ok()) {
+    return st;
+  }
+  o.limits.max_prompt_bytes =
+      prompt_bytes > 0 ? prompt_bytes
+                       : DefaultMaxPromptBytes(o.limits.max_input_tokens);
   return o;
 }
 

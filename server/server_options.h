@@ -18,6 +18,25 @@
 
 namespace moeserve::server {
 
+// Bounds of the server-wide flags (issue 16: each was accepted unbounded and
+// then misapplied). Per-engine bounds are engine/builder/engine_spec.h's.
+// Engines per process (--engines, --ab, --engines_config): each holds its
+// own KV cache and fast tier.
+inline constexpr size_t kMaxEngines = 16;
+// --threads: at most 4 per core the machine reports, never above this.
+inline constexpr int kMaxThreads = 1024;
+// --drain_seconds.
+inline constexpr int kMaxDrainSeconds = 3600;
+// --max_input_tokens and --max_new_tokens_cap.
+inline constexpr uint32_t kMaxTokensFlag = 1 << 20;
+// --max_prompt_bytes.
+inline constexpr int64_t kMaxPromptBytesFlag = int64_t{1} << 30;
+
+// The most --threads may ask for on this machine: 4 x the cores
+// std::thread::hardware_concurrency() reports (at least 4), at most
+// kMaxThreads.
+int MaxThreads();
+
 // One engine instance of an A/B split: an engine name and a weight.
 struct AbArm {
   std::string policy;  // the engine's name (by default also its policy)

@@ -3,6 +3,7 @@
 // with a message naming the engine and the field or key.
 #include "engine/builder/engine_builder.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -132,6 +133,21 @@ TEST_F(EngineBuilderTest, EveryBadFieldIsRefusedByName) {
       {"drafter", [](EngineSpec* s) { s->drafter = "no_such_drafter"; }},
       {"num_speculative_tokens",
        [](EngineSpec* s) { s->num_speculative_tokens = -2; }},
+      // Issue 16: accepted before, then misapplied.
+      {"expert_cache_mb",
+       [](EngineSpec* s) { s->expert_cache_mb = int64_t{1} << 44; }},
+      {"link_gbps", [](EngineSpec* s) { s->link.gbps = 1e-300; }},
+      {"link_gbps", [](EngineSpec* s) { s->link.gbps = 1e300; }},
+      {"link_gbps", [](EngineSpec* s) { s->link.gbps = NAN; }},
+      {"link_latency_us", [](EngineSpec* s) { s->link.latency_us = 1e300; }},
+      {"inplace_compute_ratio",
+       [](EngineSpec* s) { s->link.inplace_compute_ratio = 1e300; }},
+      {"kv_cache_mb", [](EngineSpec* s) { s->kv_cache_bytes = ~uint64_t{0}; }},
+      {"max_num_seqs", [](EngineSpec* s) { s->max_num_seqs = 1 << 30; }},
+      {"max_batched_tokens",
+       [](EngineSpec* s) { s->max_batched_tokens = 1 << 30; }},
+      {"max_waiting", [](EngineSpec* s) { s->max_waiting = 0; }},
+      {"max_waiting", [](EngineSpec* s) { s->max_waiting = 1 << 30; }},
   };
   for (const Case& c : cases) {
     EngineSpec spec;
@@ -141,6 +157,21 @@ TEST_F(EngineBuilderTest, EveryBadFieldIsRefusedByName) {
     EXPECT_THAT(st.message(), HasSubstr(c.field + ":"));
   }
   EXPECT_TRUE(CheckEngineSpec(EngineSpec()).ok());
+  // The bounds themselves are accepted.
+  EngineSpec edge;
+  edge.expert_cache_mb = kMaxExpertCacheMb;
+  edge.link.gbps = kMinLinkGbps;
+  edge.link.latency_us = kMaxLinkLatencyUs;
+  edge.max_waiting = 1;
+  EXPECT_TRUE(CheckEngineSpec(edge).ok());
+}
+
+// A budget in MiB large enough to wrap when shifted into bytes must not
+// become a tiny (or zero) fast tier.
+TEST_F(EngineBuilderTest, HugeMegabyteBudgetDoesNotWrap) {
+  const uint64_t all = packed_->expert_bytes();
+  EXPECT_GE(ExpertCacheBytes(*packed_, 1.0, int64_t{1} << 44), all);
+  EXPECT_GE(ExpertCacheBytes(*packed_, 1.0, INT64_MAX), all);
 }
 
 TEST_F(EngineBuilderTest, HostSlowTierNeedsPackedExperts) {

@@ -35,31 +35,58 @@ absl::Status CheckEngineSpec(const EngineSpec& spec) {
         "expert_cache_ratio",
         absl::StrCat("must be in (0, 1], got ", spec.expert_cache_ratio));
   }
-  if (spec.expert_cache_mb < 0) {
-    return FieldError("expert_cache_mb", "must be >= 0");
+  if (spec.expert_cache_mb < 0 || spec.expert_cache_mb > kMaxExpertCacheMb) {
+    return FieldError("expert_cache_mb",
+                      absl::StrCat("must be in [1, ", kMaxExpertCacheMb,
+                                   "] MiB (0: use expert_cache_ratio), got ",
+                                   spec.expert_cache_mb));
   }
   if (spec.slow_tier != "host" && spec.slow_tier != "disk") {
     return FieldError("slow_tier", absl::StrCat("must be host or disk, got '",
                                                 spec.slow_tier, "'"));
   }
-  if (!(spec.link.gbps >= 0) || !std::isfinite(spec.link.gbps)) {
-    return FieldError("link_gbps", "must be a finite number >= 0");
+  // NaN fails every comparison below, so each check is written to accept.
+  const double gbps = spec.link.gbps;
+  if (!(gbps == 0 || (gbps >= kMinLinkGbps && gbps <= kMaxLinkGbps))) {
+    return FieldError(
+        "link_gbps", absl::StrCat("must be 0 (off) or in [", kMinLinkGbps, ", ",
+                                  kMaxLinkGbps, "] GB/s, got ", gbps));
   }
-  if (!(spec.link.latency_us >= 0) || !std::isfinite(spec.link.latency_us)) {
-    return FieldError("link_latency_us", "must be a finite number >= 0");
+  if (!(spec.link.latency_us >= 0 &&
+        spec.link.latency_us <= kMaxLinkLatencyUs)) {
+    return FieldError("link_latency_us",
+                      absl::StrCat("must be in [0, ", kMaxLinkLatencyUs,
+                                   "], got ", spec.link.latency_us));
   }
-  if (!(spec.link.inplace_compute_ratio >= 1) ||
-      !std::isfinite(spec.link.inplace_compute_ratio)) {
-    return FieldError("inplace_compute_ratio", "must be a finite number >= 1");
+  if (!(spec.link.inplace_compute_ratio >= 1 &&
+        spec.link.inplace_compute_ratio <= kMaxInplaceComputeRatio)) {
+    return FieldError("inplace_compute_ratio",
+                      absl::StrCat("must be in [1, ", kMaxInplaceComputeRatio,
+                                   "], got ", spec.link.inplace_compute_ratio));
   }
-  if (spec.kv_cache_bytes < (1u << 20)) {
-    return FieldError("kv_cache_mb", "must be >= 1");
+  if (spec.kv_cache_bytes < (1u << 20) ||
+      spec.kv_cache_bytes > kMaxKvCacheBytes) {
+    return FieldError("kv_cache_mb", absl::StrCat("must be in [1, ",
+                                                  kMaxKvCacheBytes >> 20, "]"));
   }
-  if (spec.max_num_seqs < 1) return FieldError("max_num_seqs", "must be >= 1");
-  if (spec.max_batched_tokens < 1) {
-    return FieldError("max_batched_tokens", "must be >= 1");
+  if (spec.max_num_seqs < 1 || spec.max_num_seqs > kMaxNumSeqs) {
+    return FieldError("max_num_seqs",
+                      absl::StrCat("must be in [1, ", kMaxNumSeqs, "], got ",
+                                   spec.max_num_seqs));
   }
-  if (spec.max_waiting < 0) return FieldError("max_waiting", "must be >= 0");
+  if (spec.max_batched_tokens < 1 ||
+      spec.max_batched_tokens > kMaxBatchedTokens) {
+    return FieldError("max_batched_tokens",
+                      absl::StrCat("must be in [1, ", kMaxBatchedTokens,
+                                   "], got ", spec.max_batched_tokens));
+  }
+  // 0 would refuse every request, the engine's own warm-up included: the
+  // server would never become ready.
+  if (spec.max_waiting < 1 || spec.max_waiting > kMaxWaiting) {
+    return FieldError("max_waiting",
+                      absl::StrCat("must be in [1, ", kMaxWaiting, "], got ",
+                                   spec.max_waiting));
+  }
   if (!spec.drafter.empty() && spec.drafter != "none" &&
       spec::FindDrafter(spec.drafter) == nullptr) {
     return FieldError(
@@ -96,10 +123,13 @@ absl::Status CheckEngineSpec(const EngineSpec& spec) {
 uint64_t ExpertCacheBytes(const ModelWeights& weights, double ratio,
                           int64_t megabytes) {
   const uint64_t blob = weights.expert({0, 0}).bytes;
+  // Clamped before the shift, which wraps above 2^44 MiB (CheckEngineSpec
+  // refuses such budgets; this keeps a caller that skipped it safe).
   const uint64_t bytes =
-      megabytes > 0 ? static_cast<uint64_t>(megabytes) << 20
-                    : static_cast<uint64_t>(std::ceil(
-                          ratio * static_cast<double>(weights.expert_bytes())));
+      megabytes > 0
+          ? static_cast<uint64_t>(std::min(megabytes, kMaxExpertCacheMb)) << 20
+          : static_cast<uint64_t>(
+                std::ceil(ratio * static_cast<double>(weights.expert_bytes())));
   return std::max(bytes, blob);
 }
 

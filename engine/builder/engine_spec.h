@@ -69,6 +69,24 @@ struct EngineSpec {
 // The most draft tokens per step an engine may ask for.
 inline constexpr int kMaxSpeculativeTokens = 16;
 
+// Bounds CheckEngineSpec enforces (issue 16: values outside them were
+// accepted and then misapplied: a budget that wrapped when turned into
+// bytes, a link so slow that its arithmetic overflowed into "no throttle").
+// Fast-tier budget: 1 MiB .. 16 TiB (a budget above the model's experts
+// holds the whole model, see ExpertCacheBytes).
+inline constexpr int64_t kMaxExpertCacheMb = int64_t{1} << 24;
+// Emulated link: 0 (off) or 1 MB/s .. 100 TB/s; latency 0 .. 1 s.
+inline constexpr double kMinLinkGbps = 1e-3;
+inline constexpr double kMaxLinkGbps = 1e5;
+inline constexpr double kMaxLinkLatencyUs = 1e6;
+inline constexpr double kMaxInplaceComputeRatio = 1e3;
+// KV cache: 1 MiB .. 16 TiB per engine.
+inline constexpr uint64_t kMaxKvCacheBytes = uint64_t{1} << 44;
+// Scheduler: sequences per step, tokens per step, waiting requests.
+inline constexpr int kMaxNumSeqs = 4096;
+inline constexpr int kMaxBatchedTokens = 1 << 20;
+inline constexpr int kMaxWaiting = 1 << 20;
+
 // True for a usable engine name: [a-z0-9_], 1 to 64 characters.
 bool IsValidEngineName(std::string_view name);
 
@@ -87,7 +105,9 @@ absl::Status CheckEngineSpec(const EngineSpec& spec);
 // policy k outside [0, kMaxSpeculativeTokens].
 absl::Status ResolveSpeculation(EngineSpec* spec);
 
-// Fast-tier bytes for `spec`'s budget on `weights` (at least one blob).
+// Fast-tier bytes for `spec`'s budget on `weights` (at least one blob; a
+// budget above all expert bytes holds the whole model, the residency never
+// makes more slots than experts).
 uint64_t ExpertCacheBytes(const ModelWeights& weights, double ratio,
                           int64_t megabytes);
 uint64_t ExpertCacheBytes(const ModelWeights& weights, const EngineSpec& spec);
