@@ -177,25 +177,58 @@ MOESERVE_AVX512BW MOESERVE_ALWAYS_INLINE void StoreTile(
   }
 }
 
+// Software prefetch of the weights a tile will read next (into L2), one
+// cache line per weight row per 32 columns of k: the hardware prefetchers
+// alone keep too few lines in flight for a GEMV that reads 4 rows at a time
+// (measured on a Xeon with AMX, 1 thread, 4096 x 14336 at m = 1: avx512
+// 11.5 -> 13.3-14.7 GB/s, avx512bf16 13.0 -> 15.2 GB/s).
+template <int NR>
+MOESERVE_AVX512BW MOESERVE_ALWAYS_INLINE void PrefetchRows(const bf16* pf,
+                                                           int64_t k,
+                                                           int64_t i) {
+  for (int j = 0; j < NR; ++j) {
+    _mm_prefetch(reinterpret_cast<const char*>(pf + j * k + i), _MM_HINT_T1);
+  }
+}
+
+// One step of TileAvx512: columns [i, i + 16) of k.
+template <int MR, int NR>
+MOESERVE_AVX512BW MOESERVE_ALWAYS_INLINE void StepAvx512(__m512 (&acc)[MR][NR],
+                                                         const float* x,
+                                                         int64_t k,
+                                                         const bf16* w,
+                                                         int64_t i) {
+  __m512 wv[NR];
+  for (int j = 0; j < NR; ++j) wv[j] = LoadBf16x16(w + j * k + i);
+  for (int r = 0; r < MR; ++r) {
+    const __m512 xv = _mm512_loadu_ps(x + r * k + i);
+    for (int j = 0; j < NR; ++j) {
+      acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
+    }
+  }
+}
+
 // y[MR rows, NR cols] for x rows x[0..MR) (stride k) and weight rows
 // w[0..NR) (stride k): fp32 FMA, 16 columns of k a step, the tail masked.
+// With `pf` (the next tile's weights, for the first row tile of a block
+// only), one prefetch per weight row and cache line; the steps are the same
+// either way, so the result does not depend on it.
 template <int MR, int NR>
 MOESERVE_AVX512BW void TileAvx512(const float* x, int64_t k, const bf16* w,
-                                  const bf16* bias, float* y, int64_t ldy) {
+                                  const bf16* bias, float* y, int64_t ldy,
+                                  const bf16* pf) {
   __m512 acc[MR][NR];
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
   int64_t i = 0;
-  for (; i + 16 <= k; i += 16) {
-    __m512 wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = LoadBf16x16(w + j * k + i);
-    for (int r = 0; r < MR; ++r) {
-      const __m512 xv = _mm512_loadu_ps(x + r * k + i);
-      for (int j = 0; j < NR; ++j) {
-        acc[r][j] = _mm512_fmadd_ps(wv[j], xv, acc[r][j]);
-      }
+  if (pf != nullptr) {
+    for (; i + 32 <= k; i += 32) {
+      PrefetchRows<NR>(pf, k, i);
+      StepAvx512<MR, NR>(acc, x, k, w, i);
+      StepAvx512<MR, NR>(acc, x, k, w, i + 16);
     }
   }
+  for (; i + 16 <= k; i += 16) StepAvx512<MR, NR>(acc, x, k, w, i);
   if (i < k) {
     const auto mask = static_cast<__mmask16>((1u << (k - i)) - 1);
     __m512 wv[NR];
@@ -211,16 +244,17 @@ MOESERVE_AVX512BW void TileAvx512(const float* x, int64_t k, const bf16* w,
 }
 
 // The same with x already rounded to bf16: vdpbf16ps, 32 columns of k (16
-// pairs) a step, products exact, sums in fp32.
+// pairs) a step, products exact, sums in fp32; `pf` as TileAvx512.
 template <int MR, int NR>
 MOESERVE_AVX512BF16 void TileAvx512Bf16(const bf16* x, int64_t k, const bf16* w,
-                                        const bf16* bias, float* y,
-                                        int64_t ldy) {
+                                        const bf16* bias, float* y, int64_t ldy,
+                                        const bf16* pf) {
   __m512 acc[MR][NR];
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= k; i += 32) {
+    if (pf != nullptr) PrefetchRows<NR>(pf, k, i);
     __m512bh wv[NR];
     for (int j = 0; j < NR; ++j) {
       wv[j] = (__m512bh)_mm512_loadu_si512(w + j * k + i);
@@ -274,44 +308,48 @@ struct Avx512F32 {
   using X = float;
   template <int MR, int NR>
   static void Tile(const X* x, int64_t k, const bf16* w, const bf16* bias,
-                   float* y, int64_t ldy) {
-    TileAvx512<MR, NR>(x, k, w, bias, y, ldy);
+                   float* y, int64_t ldy, const bf16* pf) {
+    TileAvx512<MR, NR>(x, k, w, bias, y, ldy, pf);
   }
 };
 struct Avx512Bf16 {
   using X = bf16;
   template <int MR, int NR>
   static void Tile(const X* x, int64_t k, const bf16* w, const bf16* bias,
-                   float* y, int64_t ldy) {
-    TileAvx512Bf16<MR, NR>(x, k, w, bias, y, ldy);
+                   float* y, int64_t ldy, const bf16* pf) {
+    TileAvx512Bf16<MR, NR>(x, k, w, bias, y, ldy, pf);
   }
 };
 
 // Rows [r0, r1) of x against NR weight rows: kMr rows a tile, then the rest.
+// The first tile prefetches `pf` (the later ones find the weights in L1).
 template <class V, int NR>
 void RowsTiled(const typename V::X* x, int64_t r0, int64_t r1, int64_t k,
-               const bf16* w, const bf16* bias, float* y, int64_t ldy) {
+               const bf16* w, const bf16* bias, float* y, int64_t ldy,
+               const bf16* pf) {
   int64_t r = r0;
   for (; r + kMr <= r1; r += kMr) {
-    V::template Tile<kMr, NR>(x + r * k, k, w, bias, y + r * ldy, ldy);
+    V::template Tile<kMr, NR>(x + r * k, k, w, bias, y + r * ldy, ldy,
+                              r == r0 ? pf : nullptr);
   }
+  if (r != r0) pf = nullptr;
   const typename V::X* xr = x + r * k;
   float* yr = y + r * ldy;
   switch (r1 - r) {
     case 5:
-      V::template Tile<5, NR>(xr, k, w, bias, yr, ldy);
+      V::template Tile<5, NR>(xr, k, w, bias, yr, ldy, pf);
       break;
     case 4:
-      V::template Tile<4, NR>(xr, k, w, bias, yr, ldy);
+      V::template Tile<4, NR>(xr, k, w, bias, yr, ldy, pf);
       break;
     case 3:
-      V::template Tile<3, NR>(xr, k, w, bias, yr, ldy);
+      V::template Tile<3, NR>(xr, k, w, bias, yr, ldy, pf);
       break;
     case 2:
-      V::template Tile<2, NR>(xr, k, w, bias, yr, ldy);
+      V::template Tile<2, NR>(xr, k, w, bias, yr, ldy, pf);
       break;
     case 1:
-      V::template Tile<1, NR>(xr, k, w, bias, yr, ldy);
+      V::template Tile<1, NR>(xr, k, w, bias, yr, ldy, pf);
       break;
     default:
       break;
@@ -328,12 +366,15 @@ void ColsTiled(const typename V::X* x, int64_t m, int64_t k, const bf16* w,
     const int64_t r1 = std::min(m, r0 + block);
     int64_t j = j0;
     for (; j + kTileRows <= j1; j += kTileRows) {
+      // The next panel of the thread's range, fetched while this one runs.
+      const bf16* pf =
+          j + 2 * kTileRows <= j1 ? w + (j + kTileRows) * k : nullptr;
       RowsTiled<V, kTileRows>(x, r0, r1, k, w + j * k,
-                              bias ? bias + j : nullptr, y + j, n);
+                              bias ? bias + j : nullptr, y + j, n, pf);
     }
     for (; j < j1; ++j) {
       RowsTiled<V, 1>(x, r0, r1, k, w + j * k, bias ? bias + j : nullptr, y + j,
-                      n);
+                      n, nullptr);
     }
   }
 }

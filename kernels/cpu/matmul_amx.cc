@@ -96,12 +96,15 @@ MOESERVE_AVX512BF16 inline void PadA(const bf16* w, int64_t rows, int64_t k,
 
 // y for weight tiles a (NA of them, from weight row j0) x row blocks b (NB,
 // from row 16 mb0 of x): the C tiles over all k blocks, then stored
-// transposed into y (+ bias).
+// transposed into y (+ bias). With `pf` (the next 32 weight rows, for the
+// first row blocks of a pass only) each k block also prefetches their 32
+// cache lines at the same k into L2: at small m the weights stream from DRAM
+// and the hardware prefetchers alone keep too few lines in flight.
 template <int NA, int NB>
 MOESERVE_AVX512BF16 void Block(const uint32_t* xp, int64_t m, int64_t k,
                                int64_t kblocks, const bf16* w, int64_t n,
                                const bf16* bias, float* y, int64_t j0,
-                               int64_t mb0) {
+                               int64_t mb0, const bf16* pf) {
   static_assert(NA >= 1 && NA <= 2 && NB >= 1 && NB <= 2);
   alignas(64) bf16 abuf[2][kTile * kTileK];
   const int64_t full_k = k / kTileK;  // k blocks readable in place.
@@ -118,6 +121,12 @@ MOESERVE_AVX512BF16 void Block(const uint32_t* xp, int64_t m, int64_t k,
   if constexpr (NA == 2 && NB == 2) _tile_zero(3);
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     const int64_t k0 = kb * kTileK;
+    if (pf != nullptr) {
+      for (int64_t r = 0; r < 2 * kTile; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + r * k + k0),
+                     _MM_HINT_T1);
+      }
+    }
     if (kb < full_k && rows[0] == kTile) {
       _tile_loadd(4, wa[0] + k0, stride);
     } else {
@@ -200,16 +209,19 @@ MOESERVE_AVX512BF16 void ColsAmx(const uint32_t* xp, int64_t m, int64_t k,
     for (int64_t t = t0; t < t1; t += 2) {
       const int64_t j0 = t * kTile;
       const bool two_a = t + 1 < t1;
+      // The next two weight tiles, when the range holds them whole.
+      const bf16* next = t + 4 <= t1 ? w + (j0 + 2 * kTile) * k : nullptr;
       for (int64_t mb = p0; mb < p1; mb += 2) {
         const bool two_b = mb + 1 < p1;
+        const bf16* pf = mb == p0 ? next : nullptr;
         if (two_a && two_b) {
-          Block<2, 2>(xp, m, k, kblocks, w, n, bias, y, j0, mb);
+          Block<2, 2>(xp, m, k, kblocks, w, n, bias, y, j0, mb, pf);
         } else if (two_a) {
-          Block<2, 1>(xp, m, k, kblocks, w, n, bias, y, j0, mb);
+          Block<2, 1>(xp, m, k, kblocks, w, n, bias, y, j0, mb, pf);
         } else if (two_b) {
-          Block<1, 2>(xp, m, k, kblocks, w, n, bias, y, j0, mb);
+          Block<1, 2>(xp, m, k, kblocks, w, n, bias, y, j0, mb, pf);
         } else {
-          Block<1, 1>(xp, m, k, kblocks, w, n, bias, y, j0, mb);
+          Block<1, 1>(xp, m, k, kblocks, w, n, bias, y, j0, mb, pf);
         }
       }
     }
