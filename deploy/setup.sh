@@ -8,12 +8,12 @@ PACKAGES=(
   # build
   bazel-bootstrap g++ clang clang-format
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
-  libabsl-dev libspdlog-dev libfmt-dev libcivetweb-dev nlohmann-json3-dev
+  libabsl-dev libspdlog-dev libfmt-dev libmicrohttpd-dev nlohmann-json3-dev
   libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev
   # engine/hf_tokenizer: pre-tokenizer regexes, NFC
   libpcre2-dev libicu-dev
   # tests
-  python3 python3-grpcio python3-protobuf prometheus curl sentencepiece
+  python3 python3-grpcio python3-protobuf prometheus curl openssl sentencepiece
   python3-sentencepiece
 )
 

@@ -1,17 +1,30 @@
-// MetricsHttpServer: serves a Registry over HTTP for Prometheus, plus a
-// readiness probe, on its own port (civetweb underneath).
+// MetricsHttpServer: serves a Registry over HTTP(S) for Prometheus, plus a
+// readiness probe, on its own port (GNU libmicrohttpd underneath).
 //
 //   GET /metrics  200, text format 0.0.4 (Registry::Serialize())
-//   GET /healthz  200 "ok" when healthy() is true, else 503 "not ready"
+//   GET /healthz  200 "ok" when healthy() is true, else 503 "not ready";
+//                 503 "draining" for good once StartDraining() was called
 //   other paths   404; other methods on the two paths 405
+//   with `authorize` set: 401 + WWW-Authenticate when it refuses the
+//   request's Authorization header; with a client CA: 403 without a client
+//   certificate that it signed
+//
+// Why libmicrohttpd and not civetweb: Debian 12's libcivetweb loads OpenSSL
+// 1.1 symbols at run time and finds none of SSL_get_peer_certificate in
+// OpenSSL 3, so every TLS connection jumps to a null pointer; and its
+// thread-per-connection model lets a few half-sent requests hold every
+// worker. libmicrohttpd multiplexes connections on a few epoll threads
+// (a slow client holds a connection slot, never a thread) and does TLS
+// with GnuTLS. The bounds are in HttpExporterOptions and metrics/README.md.
 //
 // Ownership: does not own the registry, which must outlive the server.
-// Thread safety: requests are handled on civetweb's worker threads, so
-// `healthy` must be thread-safe. Stop() and the destructor must not race
-// with each other or with port().
+// Thread safety: requests are handled on the server's threads, so `healthy`
+// and `authorize` must be thread-safe. StartDraining() may be called from
+// any thread; Stop() and the destructor must not race with each other.
 #ifndef MOESERVE_METRICS_HTTP_EXPORTER_H_
 #define MOESERVE_METRICS_HTTP_EXPORTER_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,17 +33,49 @@
 #include "absl/strings/string_view.h"
 #include "metrics/registry.h"
 
-struct mg_connection;
-struct mg_context;
+struct MHD_Connection;
+struct MHD_Daemon;
 
 namespace moeserve::metrics {
 
+class HttpStartLog;  // http_exporter.cc
+
+struct HttpExporterOptions {
+  // An IPv4 or IPv6 literal ("localhost" means 127.0.0.1); port 0 picks a
+  // free port, see MetricsHttpServer::port().
+  std::string host = "127.0.0.1";
+  int port = 0;
+
+  // PEM text. Both set: HTTPS only. tls_client_ca_pem set too: a request
+  // must come with a client certificate signed by that CA (403 otherwise).
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_client_ca_pem;
+
+  // When set, called with the request's Authorization header ("" when
+  // absent); false answers 401. Must be thread-safe and constant-time in
+  // the secret; the header is never logged.
+  std::function<bool(absl::string_view authorization)> authorize;
+
+  // Bounds (README "HTTP bounds"). A connection that sends nothing for
+  // idle_timeout_s is closed, whether mid-request or idle keep-alive.
+  int threads = 4;  // epoll threads, each serving many sockets
+  int idle_timeout_s = 5;
+  int max_connections = 256;        // beyond: accepted and closed at once
+  int max_connections_per_ip = 32;  // one client cannot take all the slots
+};
+
 class MetricsHttpServer {
  public:
-  // Listens on `host` only (an IPv4 or IPv6 literal, e.g. "127.0.0.1") and
-  // `port`; port 0 picks a free port, see port(). Returns Unavailable when
-  // the address cannot be bound (e.g. port in use), InvalidArgument on a bad
-  // port. `healthy` may be empty, meaning always healthy.
+  // Listens on options.host:options.port only. Returns Unavailable when the
+  // address cannot be bound (e.g. port in use), InvalidArgument on a bad
+  // host, port, bound or TLS material. `healthy` may be empty, meaning
+  // always healthy.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+      const HttpExporterOptions& options, const Registry* registry,
+      std::function<bool()> healthy);
+
+  // Plain HTTP with the default bounds.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
       absl::string_view host, int port, const Registry* registry,
       std::function<bool()> healthy);
@@ -42,19 +87,33 @@ class MetricsHttpServer {
   // The bound port (the chosen one when started with port 0).
   int port() const { return port_; }
 
-  // Stops accepting and waits for in-flight requests. Idempotent. Takes up
-  // to about two seconds: civetweb's accept loop polls with that timeout.
+  // From now on /healthz answers 503 "draining", whatever healthy() says:
+  // a load balancer stops sending work as soon as shutdown starts, as gRPC
+  // health's NOT_SERVING tells gRPC clients. Never undone.
+  void StartDraining() { draining_.store(true, std::memory_order_relaxed); }
+
+  // Stops accepting, closes every connection and joins the threads.
+  // Idempotent.
   void Stop();
 
  private:
-  MetricsHttpServer(const Registry* registry, std::function<bool()> healthy);
+  MetricsHttpServer(const HttpExporterOptions& options,
+                    const Registry* registry, std::function<bool()> healthy);
 
-  static int HandleRequest(mg_connection* conn, void* self);
-  int Handle(mg_connection* conn) const;
+  friend class MetricsHttpHandler;  // libmicrohttpd's callbacks (.cc)
 
+  // Answers one request; returns false when no response could be queued.
+  bool Handle(MHD_Connection* conn, absl::string_view url,
+              absl::string_view method) const;
+
+  // A copy: the daemon reads the PEM strings, the handler `authorize`.
+  const HttpExporterOptions options_;
   const Registry* const registry_;
   const std::function<bool()> healthy_;
-  mg_context* ctx_ = nullptr;  // owned; null once stopped
+  std::atomic<bool> draining_{false};
+  // The daemon's logger state; outlives the daemon (declared before it).
+  std::unique_ptr<HttpStartLog> start_log_;
+  MHD_Daemon* daemon_ = nullptr;  // owned; null once stopped
   int port_ = 0;
 };
 

@@ -6,11 +6,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace moeserve::metrics {
@@ -22,22 +28,39 @@ struct HttpResponse {
   std::string body;
 };
 
-// One HTTP/1.0 request over a plain socket; the server closes when done.
-HttpResponse Fetch(int port, const std::string& method,
-                   const std::string& path) {
-  HttpResponse response;
+// A TCP connection to 127.0.0.1:`port` from `source` (another loopback
+// address is another client IP), whose reads give up after `timeout`; -1
+// when it cannot connect.
+int Connect(int port, const char* source = "127.0.0.1",
+            absl::Duration timeout = absl::Seconds(20)) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return response;
+  if (fd < 0) return -1;
+  const timeval tv = absl::ToTimeval(timeout);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in from = {};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return response;
+    return -1;
   }
+  return fd;
+}
+
+// One HTTP/1.0 request over a plain socket; the server closes when done.
+HttpResponse Fetch(int port, const std::string& method, const std::string& path,
+                   const std::string& extra_headers = "") {
+  HttpResponse response;
+  const int fd = Connect(port);
+  if (fd < 0) return response;
   const std::string request =
-      absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
+      absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: localhost\r\n",
+                   extra_headers, "\r\n");
   (void)!write(fd, request.data(), request.size());
   std::string raw;
   char buf[4096];
@@ -54,7 +77,7 @@ HttpResponse Fetch(int port, const std::string& method,
   return response;
 }
 
-// One server for the suite: each civetweb shutdown costs about two seconds.
+// One server for the suite (tests that change its state start their own).
 class HttpExporterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -135,6 +158,117 @@ TEST_F(HttpExporterTest, PortInUseIsError) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   // The first server is unaffected.
   EXPECT_EQ(Fetch(server_->port(), "GET", "/healthz").status, 200);
+}
+
+TEST_F(HttpExporterTest, HeadHasHeadersOnly) {
+  const HttpResponse r = Fetch(server_->port(), "HEAD", "/healthz");
+  EXPECT_EQ(r.status, 200) << r.headers;
+  EXPECT_EQ(r.body, "");
+}
+
+// Issue 16 item 6: /healthz turns 503 as soon as draining starts, even
+// though the model is still healthy, and stays so.
+TEST(HttpExporterDrainTest, HealthzIs503OnceDraining) {
+  Registry registry;
+  auto server =
+      MetricsHttpServer::Start("127.0.0.1", 0, &registry, [] { return true; });
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(Fetch((*server)->port(), "GET", "/healthz").status, 200);
+  (*server)->StartDraining();
+  const HttpResponse r = Fetch((*server)->port(), "GET", "/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, "draining");
+  // /metrics still answers: the last scrape of a draining server counts.
+  EXPECT_EQ(Fetch((*server)->port(), "GET", "/metrics").status, 200);
+}
+
+// Issue 16 item 3: with civetweb (2 workers, 10 s request timeout) two
+// half-sent requests held /healthz for 10 s. Here 64 clients that send half
+// a request each (from another client address, as an attacker would be) do
+// not delay a probe beyond the bound below, and those past the per-client
+// limit are turned away at once.
+TEST(HttpExporterSlowClientTest, HalfSentRequestsDoNotStallHealthz) {
+  Registry registry;
+  HttpExporterOptions options;  // the defaults main() uses
+  auto server = MetricsHttpServer::Start(options, &registry, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<int> attackers;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = Connect(port, "127.0.0.2", absl::Seconds(2));
+    ASSERT_GE(fd, 0);
+    const std::string half = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+    ASSERT_EQ(write(fd, half.data(), half.size()), half.size());
+    attackers.push_back(fd);
+  }
+  const absl::Time start = absl::Now();
+  const HttpResponse r = Fetch(port, "GET", "/healthz");
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(r.status, 200);
+  EXPECT_LT(took, absl::Seconds(1)) << "the probe waited behind slow clients";
+  // Connections past max_connections_per_ip are closed by the server
+  // without an answer (EOF); the others stay open (EAGAIN) until their idle
+  // timeout, longer than this wait.
+  const int expected = 64 - options.max_connections_per_ip;
+  std::vector<bool> closed(attackers.size(), false);
+  int refused = 0;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(2);
+       refused < expected && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(20))) {
+    for (size_t i = 0; i < attackers.size(); ++i) {
+      char byte;
+      if (closed[i]) continue;
+      // EOF, or a reset: the server closed with our half request unread.
+      const ssize_t n = recv(attackers[i], &byte, 1, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        closed[i] = true;
+        ++refused;
+      }
+    }
+  }
+  EXPECT_EQ(refused, expected);
+  for (int fd : attackers) close(fd);
+}
+
+// Issue 16 item 3: a half-sent request is cut after idle_timeout_s instead
+// of holding its connection (civetweb: 10 s, and a worker with it).
+TEST(HttpExporterSlowClientTest, HalfSentRequestIsCutAfterIdleTimeout) {
+  Registry registry;
+  HttpExporterOptions options;
+  options.idle_timeout_s = 1;
+  auto server = MetricsHttpServer::Start(options, &registry, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int fd = Connect((*server)->port(), "127.0.0.1", absl::Seconds(10));
+  ASSERT_GE(fd, 0);
+  const std::string half = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+  ASSERT_EQ(write(fd, half.data(), half.size()), half.size());
+  const absl::Time start = absl::Now();
+  char buf[512];
+  while (read(fd, buf, sizeof(buf)) > 0) {
+  }
+  const absl::Duration took = absl::Now() - start;
+  close(fd);
+  EXPECT_GE(took, absl::Milliseconds(500));
+  EXPECT_LT(took, absl::Seconds(4)) << "a half-sent request was not cut";
+}
+
+TEST(HttpExporterStartTest, BadBoundsAndHalfTlsAreInvalidArgument) {
+  Registry registry;
+  HttpExporterOptions options;
+  options.threads = 0;
+  EXPECT_EQ(
+      MetricsHttpServer::Start(options, &registry, nullptr).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  options = HttpExporterOptions();
+  options.tls_cert_pem = "-----BEGIN CERTIFICATE-----";
+  EXPECT_EQ(
+      MetricsHttpServer::Start(options, &registry, nullptr).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  options = HttpExporterOptions();
+  options.host = "metrics.example";
+  EXPECT_EQ(
+      MetricsHttpServer::Start(options, &registry, nullptr).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(HttpExporterStartTest, PortHeldByOtherSocketIsError) {

@@ -1,0 +1,174 @@
+// MetricsHttpServer over HTTPS, mTLS and with a bearer-token check, driven
+// by curl with certificates that `openssl` makes for this test run.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "metrics/http_exporter.h"
+
+namespace moeserve::metrics {
+namespace {
+
+// Runs `command` with sh; returns its exit status and, through `out`, its
+// standard output.
+int Shell(const std::string& command, std::string* out = nullptr) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) {
+    text.append(buf, n);
+  }
+  const int status = pclose(pipe);
+  if (out != nullptr) *out = text;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A CA, a server certificate for localhost / 127.0.0.1 and a client
+// certificate, signed by the CA, and a self-signed "rogue" one (P-256 keys:
+// quick to make).
+class TestPki {
+ public:
+  static std::unique_ptr<TestPki> Make() {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    auto pki = std::unique_ptr<TestPki>(
+        new TestPki(absl::StrCat(tmp ? tmp : "/tmp", "/pki_", getpid())));
+    const std::string& d = pki->dir_;
+    const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1";
+    const std::string script = absl::StrCat(
+        "set -e; mkdir -p ", d, "; cd ", d, ";", "openssl req -x509 ", key,
+        " -nodes -days 2 -subj /CN=test-ca", " -keyout ca.key -out ca.pem;",
+        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext;",
+        "openssl req ", key, " -nodes -subj /CN=localhost -keyout server.key",
+        " -out server.csr;",
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key",
+        " -CAcreateserial -days 2 -extfile san.ext -out server.pem;",
+        "openssl req ", key, " -nodes -subj /CN=test-client",
+        " -keyout client.key -out client.csr;",
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key",
+        " -CAcreateserial -days 2 -out client.pem;", "openssl req -x509 ", key,
+        " -nodes -days 2 -subj /CN=rogue", " -keyout rogue.key -out rogue.pem");
+    if (Shell(absl::StrCat("(", script, ") >/dev/null 2>&1")) != 0) {
+      return nullptr;
+    }
+    return pki;
+  }
+  std::string Path(const std::string& name) const {
+    return absl::StrCat(dir_, "/", name);
+  }
+  std::string Pem(const std::string& name) const {
+    return ReadFile(Path(name));
+  }
+
+ private:
+  explicit TestPki(std::string dir) : dir_(std::move(dir)) {}
+  const std::string dir_;
+};
+
+// curl's HTTP status for `url` ("000" when no HTTP answer came), with
+// `args` (certificates, headers) added.
+std::string CurlStatus(const std::string& url, const std::string& args) {
+  std::string out;
+  Shell(absl::StrCat("curl -s --max-time 10 -o /dev/null -w '%{http_code}' ",
+                     args, " '", url, "'"),
+        &out);
+  return out;
+}
+
+class HttpsExporterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pki_ = TestPki::Make();
+    ASSERT_NE(pki_, nullptr) << "openssl could not make the test PKI";
+    options_.tls_cert_pem = pki_->Pem("server.pem");
+    options_.tls_key_pem = pki_->Pem("server.key");
+  }
+  std::string Url(const MetricsHttpServer& server, const char* path) const {
+    return absl::StrCat("https://127.0.0.1:", server.port(), path);
+  }
+  std::string Ca() const {
+    return absl::StrCat("--cacert ", pki_->Path("ca.pem"));
+  }
+
+  std::unique_ptr<TestPki> pki_;
+  HttpExporterOptions options_;
+  Registry registry_;
+};
+
+TEST_F(HttpsExporterTest, ServesOverTlsOnly) {
+  auto server = MetricsHttpServer::Start(options_, &registry_, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(CurlStatus(Url(**server, "/healthz"), Ca()), "200");
+  EXPECT_EQ(CurlStatus(Url(**server, "/metrics"), Ca()), "200");
+  // Not trusted without the CA; plain HTTP gets no HTTP answer.
+  EXPECT_EQ(CurlStatus(Url(**server, "/healthz"), ""), "000");
+  EXPECT_EQ(
+      CurlStatus(
+          absl::StrCat("http://127.0.0.1:", (*server)->port(), "/healthz"), ""),
+      "000");
+}
+
+TEST_F(HttpsExporterTest, ClientCaRequiresSignedClientCertificate) {
+  options_.tls_client_ca_pem = pki_->Pem("ca.pem");
+  auto server = MetricsHttpServer::Start(options_, &registry_, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string client =
+      absl::StrCat(Ca(), " --cert ", pki_->Path("client.pem"), " --key ",
+                   pki_->Path("client.key"));
+  EXPECT_EQ(CurlStatus(Url(**server, "/healthz"), client), "200");
+  const std::string no_cert = CurlStatus(Url(**server, "/healthz"), Ca());
+  EXPECT_TRUE(no_cert == "403" || no_cert == "000") << no_cert;
+  // A certificate the CA did not sign.
+  const std::string rogue =
+      CurlStatus(Url(**server, "/healthz"),
+                 absl::StrCat(Ca(), " --cert ", pki_->Path("rogue.pem"),
+                              " --key ", pki_->Path("rogue.key")));
+  EXPECT_TRUE(rogue == "403" || rogue == "000") << rogue;
+}
+
+TEST_F(HttpsExporterTest, AuthorizeRefusesWith401) {
+  options_.authorize = [](absl::string_view authorization) {
+    return authorization == "Bearer good-token-0123456789";
+  };
+  auto server = MetricsHttpServer::Start(options_, &registry_, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(CurlStatus(Url(**server, "/metrics"), Ca()), "401");
+  EXPECT_EQ(CurlStatus(Url(**server, "/healthz"),
+                       absl::StrCat(Ca(), " -H 'Authorization: Bearer bad'")),
+            "401");
+  EXPECT_EQ(CurlStatus(Url(**server, "/metrics"),
+                       absl::StrCat(Ca(),
+                                    " -H 'Authorization: Bearer "
+                                    "good-token-0123456789'")),
+            "200");
+  std::string headers;
+  Shell(absl::StrCat("curl -s -D - -o /dev/null ", Ca(), " '",
+                     Url(**server, "/metrics"), "'"),
+        &headers);
+  EXPECT_TRUE(absl::StrContains(headers, "WWW-Authenticate: Bearer"))
+      << headers;
+}
+
+TEST_F(HttpsExporterTest, KeyThatIsNotPemIsRefusedAtStart) {
+  options_.tls_key_pem = "not a key";
+  auto server = MetricsHttpServer::Start(options_, &registry_, nullptr);
+  EXPECT_FALSE(server.ok());
+}
+
+}  // namespace
+}  // namespace moeserve::metrics
