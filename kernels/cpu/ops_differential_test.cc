@@ -18,6 +18,9 @@
 //     that is not a multiple of 8.
 //  5. Add its refusals (wrong dtype, shape, device, index) to the Refuses*
 //     tests.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -713,6 +716,44 @@ TEST_P(MatMulVariant, RowResultIndependentOfBatchAndThreads) {
                     .ok());
     EXPECT_EQ(got, std::vector<float>(all.begin() + r0 * n,
                                       all.begin() + (r0 + rows) * n));
+  }
+}
+
+// The weights end where an inaccessible page begins, so a kernel that reads
+// one byte past W (a full-width load of the last k block of the last rows,
+// an A tile of 16 rows where fewer are left) dies here instead of reading a
+// neighbour's bytes. Shapes with k and n tails of every tile size.
+TEST_P(MatMulVariant, ReadsNothingPastTheWeights) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  Rng rng(44);
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 37, 19},
+                         {17, 37, 19},
+                         {33, 1000, 515},
+                         {16, 63, 33},
+                         {17, 37, 32},
+                         {1, 1000, 16},
+                         {2, 2048, 17}}) {
+    SCOPED_TRACE(absl::StrCat("m=", m, " k=", k, " n=", n));
+    const int64_t bytes = n * k * static_cast<int64_t>(sizeof(bf16));
+    const int64_t span = (bytes + page - 1) / page * page;
+    void* map = mmap(nullptr, span + page, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(map, MAP_FAILED);
+    auto* base = static_cast<char*>(map);
+    ASSERT_EQ(mprotect(base + span, page, PROT_NONE), 0);
+    auto* w = reinterpret_cast<bf16*>(base + span - bytes);
+    const std::vector<bf16> wv = rng.Bf16(n * k);
+    std::copy(wv.begin(), wv.end(), w);
+    std::vector<float> x = rng.F32(m * k), got(m * n, NAN), want(m * n);
+    std::vector<bf16> wcopy = wv;
+    ASSERT_TRUE(backend_
+                    ->MatMul(*stream_, T(x, {m, k}),
+                             Tensor(w, DType::kBF16, {n, k}), Tensor(),
+                             T(got, {m, n}))
+                    .ok());
+    ref::MatMul(T(x, {m, k}), T(wcopy, {n, k}), Tensor(), T(want, {m, n}));
+    EXPECT_TRUE(Close(got, want, Tol()));
+    munmap(map, span + page);
   }
 }
 
