@@ -10,7 +10,8 @@
 // is refused): resources, namespace, namePrefix/nameSuffix (with ConfigMap
 // references in pod specs), labels (includeSelectors / includeTemplates),
 // configMapGenerator (files; behavior create|replace|merge; options.labels;
-// disableNameSuffixHash) and JSON 6902 `patches`. Where `kubectl` is on PATH
+// disableNameSuffixHash), images (kustomize edit set image) and JSON 6902
+// `patches`. Where `kubectl` is on PATH
 // the rendering is also compared with `kubectl kustomize`.
 //
 // Usage: node validate_manifests.mjs <node_modules dir> <deploy/k8s dir>
@@ -69,7 +70,7 @@ async function schemaErrors(obj) {
 // ---- the kustomize subset
 const KNOWN_KEYS = new Set([
   "apiVersion", "kind", "resources", "namespace", "namePrefix", "nameSuffix",
-  "labels", "configMapGenerator", "generatorOptions", "patches",
+  "labels", "configMapGenerator", "generatorOptions", "patches", "images",
 ]);
 const id = (o) => `${o.kind}/${o.metadata.name}`;
 const readYamlDocs = (file) =>
@@ -234,6 +235,20 @@ function render(dir) {
   }
   for (const l of k.labels ?? []) {
     for (const o of objs) addLabels(o, l.pairs, l.includeSelectors, l.includeTemplates);
+  }
+  for (const img of k.images ?? []) {
+    for (const o of objs) {
+      for (const spec of podSpecs(o)) {
+        for (const c of [...(spec.containers ?? []), ...(spec.initContainers ?? [])]) {
+          const m = /^(.*?)(?::([^:/@]+))?(?:@(.+))?$/.exec(c.image);
+          if (m[1] !== img.name) continue;
+          const name = img.newName ?? m[1];
+          if (img.digest) c.image = `${name}@${img.digest}`;
+          else if (img.newTag ?? m[2]) c.image = `${name}:${img.newTag ?? m[2]}`;
+          else c.image = name;
+        }
+      }
+    }
   }
   const seen = new Set();
   for (const o of objs) {
