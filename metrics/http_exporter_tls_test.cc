@@ -1,6 +1,10 @@
 // MetricsHttpServer over HTTPS, mTLS and with a bearer-token check, driven
 // by curl with certificates that `openssl` makes for this test run.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,9 +12,12 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "metrics/http_exporter.h"
 
@@ -162,6 +169,32 @@ TEST_F(HttpsExporterTest, AuthorizeRefusesWith401) {
         &headers);
   EXPECT_TRUE(absl::StrContains(headers, "WWW-Authenticate: Bearer"))
       << headers;
+}
+
+// Clients that connect and never start the TLS handshake hold no thread:
+// a probe from another address is answered at once.
+TEST_F(HttpsExporterTest, SilentConnectionsDoNotStallHandshakes) {
+  auto server = MetricsHttpServer::Start(options_, &registry_, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<int> silent;
+  for (int i = 0; i < 32; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in from = {};
+    from.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
+    sockaddr_in to = {};
+    to.sin_family = AF_INET;
+    to.sin_port = htons((*server)->port());
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    silent.push_back(fd);
+  }
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(CurlStatus(Url(**server, "/healthz"), Ca()), "200");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  for (int fd : silent) close(fd);
 }
 
 TEST_F(HttpsExporterTest, KeyThatIsNotPemIsRefusedAtStart) {
