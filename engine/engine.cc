@@ -92,6 +92,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
         }));
   }
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  engine->queue_thread_ = std::thread([e = engine.get()] { e->QueueLoop(); });
   return engine;
 }
 
@@ -101,8 +102,10 @@ Engine::~Engine() {
     stopping_ = true;
   }
   work_cv_.SignalAll();
+  queue_cv_.SignalAll();
   // Not joinable when Create() failed before starting the scheduler.
   if (thread_.joinable()) thread_.join();
+  if (queue_thread_.joinable()) queue_thread_.join();
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
@@ -141,8 +144,14 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
           absl::StrCat("request_id: '", id, "' is already in flight"));
     }
   }
+  const bool timed = seq->request.deadline != absl::InfiniteFuture() ||
+                     seq->request.rpc_deadline != absl::InfiniteFuture();
   waiting_.push_back(std::move(seq));
   work_cv_.Signal();
+  if (timed) {  // the queue thread may have to wake earlier now
+    ++queue_epoch_;
+    queue_cv_.Signal();
+  }
   return stream;
 }
 
@@ -153,7 +162,103 @@ bool Engine::Abort(const std::string& request_id) {
   std::shared_ptr<RequestStream> stream = it->second.lock();
   if (stream == nullptr) return false;
   stream->Cancel();
+  DropQueuedLocked(stream.get());
   return true;
+}
+
+void Engine::DropIfQueued(const RequestStream* stream) {
+  base::MutexLock lock(&mu_);
+  DropQueuedLocked(stream);
+}
+
+bool Engine::DropQueuedLocked(const RequestStream* stream) {
+  auto it = std::find_if(
+      waiting_.begin(), waiting_.end(),
+      [stream](const auto& s) { return s->stream.get() == stream; });
+  if (it == waiting_.end()) return false;
+  dropped_.push_back(std::move(*it));
+  waiting_.erase(it);
+  queue_cv_.Signal();
+  return true;
+}
+
+void Engine::DropExpiredLocked(absl::Time now) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (Expired(**it, now) == FinishReason::kNone) {
+      ++it;
+      continue;
+    }
+    dropped_.push_back(std::move(*it));
+    it = waiting_.erase(it);
+  }
+}
+
+absl::Time Engine::NextQueueDeadlineLocked() const {
+  absl::Time next = absl::InfiniteFuture();
+  for (const auto& seq : waiting_) {
+    next = std::min({next, seq->request.deadline, seq->request.rpc_deadline});
+  }
+  return next;
+}
+
+void Engine::QueueLoop() {
+  for (;;) {
+    std::vector<std::unique_ptr<Sequence>> done;
+    bool stop;
+    {
+      base::MutexLock lock(&mu_);
+      const uint64_t epoch = queue_epoch_;
+      auto ready = [this, epoch]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !dropped_.empty() || queue_epoch_ != epoch;
+      };
+      const absl::Time next = NextQueueDeadlineLocked();
+      if (next == absl::InfiniteFuture()) {
+        queue_cv_.Wait(&mu_, ready);
+      } else {
+        // Bounded: absl::Time and the steady clock may drift apart.
+        const absl::Duration wait = std::clamp(
+            next - absl::Now(), absl::ZeroDuration(), absl::Seconds(1));
+        queue_cv_.WaitFor(&mu_, absl::ToChronoNanoseconds(wait), ready);
+      }
+      DropExpiredLocked(absl::Now());
+      done.swap(dropped_);
+      stop = stopping_;
+    }
+    const absl::Time now = absl::Now();
+    for (auto& seq : done) {
+      const FinishReason reason = Expired(*seq, now);
+      FinishQueued(seq.get(), reason == FinishReason::kNone
+                                  ? FinishReason::kCancelled
+                                  : reason);
+    }
+    if (stop) return;
+  }
+}
+
+void Engine::FinishQueued(Sequence* seq, FinishReason reason) {
+  seq->finished = true;
+  GenerationEvent event;
+  // A preempted request keeps the text it had generated (a time limit is a
+  // normal finish); one never run has none.
+  if (reason == FinishReason::kTimeLimit && seq->generated > 0) {
+    FinishText(seq, &event);
+  }
+  if (metrics_ != nullptr && seq->request.count_in_metrics) {
+    metrics_->CountFinished(reason);
+    metrics_->ObserveRequestLatency(
+        absl::ToDoubleSeconds(absl::Now() - seq->arrival));
+  }
+  event.finish = reason;
+  event.prompt_tokens = static_cast<uint32_t>(seq->prompt_len);
+  event.completion_tokens = seq->generated;
+  {
+    base::MutexLock lock(&mu_);
+    if (!seq->request.request_id.empty()) {
+      in_flight_.erase(seq->request.request_id);
+    }
+    if (seq->admitted_once && drafter_ != nullptr) forget_.push_back(seq->id);
+  }
+  seq->stream->Push(std::move(event));
 }
 
 EngineStats Engine::stats() const {
@@ -187,12 +292,14 @@ void Engine::Loop() {
   }
   // Shutting down: everything still queued or running is cancelled.
   for (auto& seq : running_) Finish(seq.get(), FinishReason::kCancelled, {});
-  base::MutexLock lock(&mu_);
-  for (auto& seq : waiting_) {
-    GenerationEvent event;
-    event.finish = FinishReason::kCancelled;
-    seq->stream->Push(std::move(event));
+  std::deque<std::unique_ptr<Sequence>> waiting;
+  {
+    // Pushed outside mu_: a listener may call back into the engine
+    // (DropIfQueued), and must not find mu_ held.
+    base::MutexLock lock(&mu_);
+    waiting.swap(waiting_);
   }
+  for (auto& seq : waiting) FinishQueued(seq.get(), FinishReason::kCancelled);
 }
 
 // Why `seq` must end now, or kNone. The client's deadline comes first: when
@@ -218,8 +325,10 @@ void Engine::Admit() {
   // Queued requests whose client left or whose time ran out end here, not
   // after they reach the front of the queue.
   std::vector<std::unique_ptr<Sequence>> expired;
+  std::vector<uint64_t> forget;
   {
     base::MutexLock lock(&mu_);
+    forget.swap(forget_);
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if (Expired(**it, now) != FinishReason::kNone) {
         expired.push_back(std::move(*it));
@@ -230,6 +339,8 @@ void Engine::Admit() {
     }
   }
   for (auto& seq : expired) FinishExpired(seq.get(), Expired(*seq, now));
+  // Preempted requests the queue thread finished: their drafts go too.
+  for (uint64_t id : forget) drafter_->Forget(id);
   base::MutexLock lock(&mu_);
   while (!waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_num_seqs) {

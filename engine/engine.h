@@ -21,7 +21,16 @@
 // Ownership: owns its MoeModel, KV cache, expert provider and scheduler
 // thread; borrows the weights, tokenizer and backend (shared, read-only,
 // between engine instances of one process; they must outlive the engine).
-// Thread-safety: Submit/Abort/stats may be called from any thread.
+// Thread-safety: Submit/Abort/DropIfQueued/stats may be called from any
+// thread.
+//
+// The waiting queue: a request leaves it when admitted, or at once when its
+// client cancels (Abort, or DropIfQueued after RequestStream::Cancel/Expire)
+// or its time limit / RPC deadline passes. Its slot is free before Abort /
+// DropIfQueued return, and its last event (kCancelled, kDeadline,
+// kTimeLimit) is pushed by the engine's queue thread, not by the scheduler,
+// which may be in the middle of a long forward pass (a slow link) for
+// seconds.
 #ifndef MOESERVE_ENGINE_ENGINE_H_
 #define MOESERVE_ENGINE_ENGINE_H_
 
@@ -120,8 +129,15 @@ class Engine {
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(
       GenerationRequest request) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Cancels the in-flight request `request_id`; false if there is none.
+  // Cancels the in-flight request `request_id`; false if there is none. A
+  // queued request leaves the queue before this returns.
   bool Abort(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // After `stream->Cancel()` or `Expire()`: if its request is still
+  // waiting, it leaves the queue before this returns and finishes
+  // (kCancelled / kDeadline) from the queue thread. A running request ends
+  // at the scheduler's next step, as before.
+  void DropIfQueued(const RequestStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Generates a few tokens end to end (kernels, KV cache, sampler) so the
   // first real request does not pay for cold caches and lazy allocations.
@@ -140,6 +156,20 @@ class Engine {
          const EngineOptions& options);
   void Loop();
   bool Step();  // false when stopping
+  // The queue thread: finishes dropped requests and queued ones whose time
+  // ran out, without waiting for the scheduler.
+  void QueueLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves the waiting request of `stream` to dropped_; false if none.
+  bool DropQueuedLocked(const RequestStream* stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves every waiting request that Expired() to dropped_.
+  void DropExpiredLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The earliest time limit or RPC deadline in the queue.
+  absl::Time NextQueueDeadlineLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a request that left the queue without being run to the end (never
+  // touches the KV cache or the drafter: the scheduler's).
+  void FinishQueued(Sequence* seq, FinishReason reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Admit() ABSL_LOCKS_EXCLUDED(mu_);
   void DropFinishedOrCancelled();
   static FinishReason Expired(const Sequence& seq, absl::Time now);
@@ -206,7 +236,18 @@ class Engine {
   mutable base::Mutex mu_;
   // Signalled when work arrives (Submit) or the engine stops.
   base::CondVar work_cv_;
+  // Signalled when a request is dropped from the queue, one with a
+  // deadline is queued, or the engine stops (the queue thread waits on it).
+  base::CondVar queue_cv_;
   std::deque<std::unique_ptr<Sequence>> waiting_ ABSL_GUARDED_BY(mu_);
+  // Left the queue (cancelled, out of time), not yet finished.
+  std::vector<std::unique_ptr<Sequence>> dropped_ ABSL_GUARDED_BY(mu_);
+  // Ids of preempted sequences dropped from the queue, for the scheduler to
+  // tell the drafter (Drafter::Forget is not thread-safe).
+  std::vector<uint64_t> forget_ ABSL_GUARDED_BY(mu_);
+  // Bumped when a request with a deadline is queued: the queue thread
+  // recomputes how long it may sleep.
+  uint64_t queue_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::weak_ptr<RequestStream>> in_flight_
       ABSL_GUARDED_BY(mu_);
   int running_count_ ABSL_GUARDED_BY(mu_) = 0;
@@ -215,6 +256,7 @@ class Engine {
   SpecStats spec_stats_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
+  std::thread queue_thread_;
   // Last member: destroyed first, so its gauges stop reading the engine
   // before anything they read goes away.
   std::unique_ptr<EngineMetrics> metrics_;

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/synchronization/notification.h"
+#include "base/mutex.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
@@ -42,6 +44,51 @@ Outcome Drain(RequestStream* stream) {
   return out;
 }
 
+// A scheduler that can be held inside a step: every expert is resident, and
+// BeginStep waits while the gate is closed, as a forward pass on a very slow
+// link would.
+class Gate {
+ public:
+  void Close() {
+    base::MutexLock lock(&mu_);
+    open_ = false;
+  }
+  void Open() {
+    base::MutexLock lock(&mu_);
+    open_ = true;
+    cv_.SignalAll();
+  }
+  // Blocks while closed; notifies `entered_` the first time it is reached.
+  void Pass() {
+    if (!entered_.HasBeenNotified()) entered_.Notify();
+    base::MutexLock lock(&mu_);
+    cv_.Wait(&mu_,
+             [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return open_; });
+  }
+  void WaitEntered() { entered_.WaitForNotification(); }
+
+ private:
+  base::Mutex mu_;
+  base::CondVar cv_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Notification entered_;
+};
+
+class GatedExperts final : public ExpertProvider {
+ public:
+  GatedExperts(const ModelWeights* weights, Gate* gate)
+      : weights_(weights), gate_(gate) {}
+  void BeginStep(const StepInfo&) override { gate_->Pass(); }
+  absl::StatusOr<const std::byte*> Acquire(ExpertId id) override {
+    return weights_->expert(id).data;
+  }
+  void Release(ExpertId) override {}
+
+ private:
+  const ModelWeights* const weights_;
+  Gate* const gate_;
+};
+
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -57,6 +104,21 @@ class EngineTest : public ::testing::Test {
 
   std::unique_ptr<Engine> MakeEngine(EngineOptions options = {}) {
     auto engine = Engine::Create(weights_, tokenizer_, backend_, options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return *std::move(engine);
+  }
+
+  // One running sequence, one waiting; the scheduler stops in BeginStep
+  // while `gate` is closed.
+  std::unique_ptr<Engine> MakeGatedEngine(Gate* gate) {
+    EngineOptions options;
+    options.max_num_seqs = 1;
+    options.max_waiting = 1;
+    auto engine = Engine::Create(
+        weights_, tokenizer_, backend_, options,
+        [gate](PredictFn) -> absl::StatusOr<std::unique_ptr<ExpertProvider>> {
+          return std::make_unique<GatedExperts>(weights_, gate);
+        });
     EXPECT_TRUE(engine.ok()) << engine.status();
     return *std::move(engine);
   }
@@ -203,6 +265,57 @@ TEST_F(EngineTest, QueueBoundAndDuplicateIds) {
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(open->Submit(r).status().code(), absl::StatusCode::kAlreadyExists);
   (*first)->Cancel();
+}
+
+// A queued request that is aborted, cancelled or runs out of time leaves
+// the queue at once, with its last event, while the scheduler is held in a
+// step (a slow link): its slot serves the next request.
+TEST_F(EngineTest, QueuedRequestsLeaveTheQueueAtOnce) {
+  Gate gate;
+  gate.Close();
+  auto engine = MakeGatedEngine(&gate);
+  auto running = *engine->Submit(Greedy(golden_->at("cases")[0], 10000));
+  gate.WaitEntered();  // the scheduler holds `running`, inside a step
+  GenerationRequest queued = Greedy(golden_->at("cases")[1]);
+  queued.request_id = "queued";
+  auto aborted = engine->Submit(queued);
+  ASSERT_TRUE(aborted.ok()) << aborted.status();
+  EXPECT_EQ(engine->Submit(Greedy(golden_->at("cases")[2])).status().code(),
+            absl::StatusCode::kResourceExhausted);  // the one slot is taken
+
+  // Abort: the slot is free before Abort returns.
+  EXPECT_TRUE(engine->Abort("queued"));
+  auto cancelled = engine->Submit(Greedy(golden_->at("cases")[2]));
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  Outcome out = Drain(aborted->get());
+  EXPECT_EQ(out.finish, FinishReason::kCancelled);
+  EXPECT_TRUE(out.tokens.empty());
+  EXPECT_FALSE(engine->Abort("queued"));  // its id is free again
+
+  // The client went away (gRPC's OnCancel): the same, through DropIfQueued.
+  (*cancelled)->Cancel();
+  engine->DropIfQueued(cancelled->get());
+  GenerationRequest timed = Greedy(golden_->at("cases")[2]);
+  timed.deadline = absl::Now() + absl::Milliseconds(200);
+  auto time_limited = engine->Submit(timed);
+  ASSERT_TRUE(time_limited.ok()) << time_limited.status();
+  EXPECT_EQ(Drain(cancelled->get()).finish, FinishReason::kCancelled);
+
+  // A time limit or the client's deadline passes while queued.
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(Drain(time_limited->get()).finish, FinishReason::kTimeLimit);
+  GenerationRequest late = Greedy(golden_->at("cases")[2]);
+  late.rpc_deadline = absl::Now() + absl::Milliseconds(200);
+  auto deadline = engine->Submit(late);
+  ASSERT_TRUE(deadline.ok()) << deadline.status();
+  EXPECT_EQ(Drain(deadline->get()).finish, FinishReason::kDeadline);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(engine->stats().waiting, 0);
+  EXPECT_EQ(engine->stats().running, 1);  // still inside its first step
+
+  gate.Open();
+  running->Cancel();
+  EXPECT_EQ(Drain(running.get()).finish, FinishReason::kCancelled);
 }
 
 TEST_F(EngineTest, MinNewTokensSuppressesEos) {
