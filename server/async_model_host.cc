@@ -28,9 +28,24 @@ AsyncModelHost::~AsyncModelHost() { thread_.join(); }
 
 absl::Status AsyncModelHost::WaitUntilLoaded() {
   base::MutexLock lock(&mu_);
-  loaded_.Wait(&mu_,
-               [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
+  loaded_.Wait(&mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done_ || stop_waiting_;
+  });
+  if (!done_) return absl::CancelledError("stopped while the model loaded");
   return load_status_;
+}
+
+void AsyncModelHost::StopWaiting() {
+  {
+    base::MutexLock lock(&mu_);
+    stop_waiting_ = true;
+  }
+  loaded_.SignalAll();
+}
+
+bool AsyncModelHost::LoadFinished() const {
+  base::MutexLock lock(&mu_);
+  return done_;
 }
 
 ModelHost* AsyncModelHost::Loaded(absl::Status* why) const {
@@ -63,17 +78,19 @@ absl::StatusOr<v1::TokenizeResponse> AsyncModelHost::Tokenize(
 }
 
 absl::StatusOr<std::unique_ptr<GenerateCall>> AsyncModelHost::StartGenerate(
-    const v1::GenerateRequest& request, absl::Time deadline) {
+    const v1::GenerateRequest& request, absl::Time deadline,
+    std::string_view caller) {
   absl::Status why;
   ModelHost* host = Loaded(&why);
   if (host == nullptr) return why;
-  return host->StartGenerate(request, deadline);
+  return host->StartGenerate(request, deadline, caller);
 }
 
-bool AsyncModelHost::Abort(std::string_view request_id) {
+bool AsyncModelHost::Abort(std::string_view caller,
+                           std::string_view request_id) {
   absl::Status why;
   ModelHost* host = Loaded(&why);
-  return host != nullptr && host->Abort(request_id);
+  return host != nullptr && host->Abort(caller, request_id);
 }
 
 }  // namespace moeserve::server

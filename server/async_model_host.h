@@ -5,6 +5,11 @@
 // host.
 //
 // Owns the loading thread and the loaded host. Thread-safe.
+//
+// A load cannot be interrupted (a file read may block for good), so the
+// destructor joins the loader only when it has finished: a process shutting
+// down mid-load calls StopWaiting() and exits without destroying this
+// (server/main.cc).
 #ifndef MOESERVE_SERVER_ASYNC_MODEL_HOST_H_
 #define MOESERVE_SERVER_ASYNC_MODEL_HOST_H_
 
@@ -29,8 +34,14 @@ class AsyncModelHost final : public ModelHost {
   AsyncModelHost(std::vector<std::string> engine_names, Loader load);
   ~AsyncModelHost() override;
 
-  // Blocks until loading has finished; returns its outcome.
+  // Blocks until loading has finished, or StopWaiting() was called
+  // (CANCELLED); returns the load's outcome.
   absl::Status WaitUntilLoaded() ABSL_LOCKS_EXCLUDED(mu_);
+  // Wakes every WaitUntilLoaded, now and later, with CANCELLED if the load
+  // has not finished.
+  void StopWaiting() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether loading has finished (either way).
+  bool LoadFinished() const ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Status CheckReady() const override;
   std::vector<std::string> EngineNames() const override {
@@ -40,8 +51,9 @@ class AsyncModelHost final : public ModelHost {
   absl::StatusOr<v1::TokenizeResponse> Tokenize(
       const v1::TokenizeRequest& request) override;
   absl::StatusOr<std::unique_ptr<GenerateCall>> StartGenerate(
-      const v1::GenerateRequest& request, absl::Time deadline) override;
-  bool Abort(std::string_view request_id) override;
+      const v1::GenerateRequest& request, absl::Time deadline,
+      std::string_view caller) override;
+  bool Abort(std::string_view caller, std::string_view request_id) override;
 
  private:
   // The loaded host, or null with the reason why there is none.
@@ -53,6 +65,7 @@ class AsyncModelHost final : public ModelHost {
   mutable base::Mutex mu_;
   base::CondVar loaded_;  // signalled once done_ is set
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_waiting_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status load_status_ ABSL_GUARDED_BY(mu_);
   // Set once (never reset before destruction), so a raw pointer read under
   // mu_ stays valid afterwards.

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "kernels/backend_factory.h"
+#include "server/caller_identity.h"
 #include "server/request_validator.h"
 #include "spdlog/spdlog.h"
 
@@ -282,19 +283,21 @@ void EngineHost::FillLogprobs(const engine::GenerationEvent& event,
 // The engine's event stream of one request, as API messages.
 class EngineHost::EngineCall final : public GenerateCall {
  public:
-  EngineCall(const EngineHost* host, std::shared_ptr<engine::RequestStream> s,
-             absl::Time deadline, std::string request_id, std::string engine,
-             uint64_t seed)
+  EngineCall(const EngineHost* host, engine::Engine* engine,
+             std::shared_ptr<engine::RequestStream> s, absl::Time deadline,
+             std::string request_id, std::string engine_name, uint64_t seed)
       : host_(host),
+        engine_ptr_(engine),
         stream_(std::move(s)),
         deadline_(deadline),
         request_id_(std::move(request_id)),
-        engine_(std::move(engine)),
+        engine_(std::move(engine_name)),
         seed_(seed) {}
-  // An abandoned call must not keep the engine working.
+  // An abandoned call must not keep the engine working, nor its queue slot.
   ~EngineCall() override {
     stream_->SetListener(nullptr);
     stream_->Cancel();
+    engine_ptr_->DropIfQueued(stream_.get());
   }
 
   void SetListener(std::function<void()> on_ready) override {
@@ -303,12 +306,18 @@ class EngineHost::EngineCall final : public GenerateCall {
   // gRPC cancels a call whose deadline passed, usually first on the
   // client's clock, which runs ahead of ours by the transport delay: a
   // cancellation that close to the deadline is the deadline.
-  void Cancel() override {
-    if (absl::Now() >= deadline_ - kDeadlineSlack) {
+  absl::Status Cancel() override {
+    const bool deadline = absl::Now() >= deadline_ - kDeadlineSlack;
+    if (deadline) {
       stream_->Expire();
     } else {
       stream_->Cancel();
     }
+    // Still queued: its slot is free now, not after the running ones' next
+    // step (seconds on a slow link).
+    engine_ptr_->DropIfQueued(stream_.get());
+    return deadline ? FinalStatus(FinishReason::kDeadline)
+                    : absl::CancelledError("client went away");
   }
 
   bool Next(v1::GenerateResponse* response,
@@ -343,6 +352,7 @@ class EngineHost::EngineCall final : public GenerateCall {
   }
 
   const EngineHost* const host_;
+  engine::Engine* const engine_ptr_;
   const std::shared_ptr<engine::RequestStream> stream_;
   const absl::Time deadline_;
   const std::string request_id_;
@@ -352,7 +362,8 @@ class EngineHost::EngineCall final : public GenerateCall {
 };
 
 absl::StatusOr<std::unique_ptr<GenerateCall>> EngineHost::StartGenerate(
-    const v1::GenerateRequest& request, absl::Time deadline) {
+    const v1::GenerateRequest& request, absl::Time deadline,
+    std::string_view caller) {
   MOESERVE_ASSIGN_OR_RETURN(NamedEngine * engine, PickEngine(request.policy()));
   MOESERVE_ASSIGN_OR_RETURN(engine::GenerationRequest r,
                             ToEngineRequest(request));
@@ -362,24 +373,29 @@ absl::StatusOr<std::unique_ptr<GenerateCall>> EngineHost::StartGenerate(
     base::MutexLock lock(&rng_mu_);
     r.sampling.seed = rng_();
   }
-  r.request_id = request.request_id().empty()
-                     ? absl::StrCat("req-", next_request_.fetch_add(1))
-                     : request.request_id();
+  // What the client sees; the engines see it scoped to the caller.
+  std::string request_id = request.request_id().empty() ? NewServerRequestId()
+                                                        : request.request_id();
+  r.request_id = ScopedRequestId(caller, request_id);
   r.rpc_deadline = deadline;
-  std::string request_id = r.request_id;
   const uint64_t seed = r.sampling.seed;
-  MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestStream> stream,
-                            engine->engine()->Submit(std::move(r)));
+  absl::StatusOr<std::shared_ptr<engine::RequestStream>> stream =
+      engine->engine()->Submit(std::move(r));
+  if (stream.status().code() == absl::StatusCode::kAlreadyExists) {
+    // The engine's message names the scoped key, which holds the peer.
+    return absl::AlreadyExistsError(
+        absl::StrCat("request_id: '", request_id, "' is already in flight"));
+  }
+  if (!stream.ok()) return stream.status();
   return std::unique_ptr<GenerateCall>(
-      new EngineCall(this, std::move(stream), deadline, std::move(request_id),
-                     engine->name(), seed));
+      new EngineCall(this, engine->engine(), *std::move(stream), deadline,
+                     std::move(request_id), engine->name(), seed));
 }
 
-bool EngineHost::Abort(std::string_view request_id) {
+bool EngineHost::Abort(std::string_view caller, std::string_view request_id) {
+  const std::string key = ScopedRequestId(caller, request_id);
   bool found = false;
-  for (NamedEngine& e : engines_) {
-    found = e.engine()->Abort(std::string(request_id)) || found;
-  }
+  for (NamedEngine& e : engines_) found = e.engine()->Abort(key) || found;
   return found;
 }
 

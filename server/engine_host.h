@@ -7,7 +7,9 @@
 // It translates between the public API (proto messages) and the engine's
 // vocabulary (engine/generation.h): tokenizes prompts, resolves sampling
 // defaults and seeds, picks the engine (named, or by the weighted A/B split),
-// and turns engine events into GenerateResponse messages.
+// and turns engine events into GenerateResponse messages. Request ids are
+// scoped to the caller (server/caller_identity.h): the engines know a
+// request by ScopedRequestId(caller, id); the server's own ids are random.
 //
 // Thread-safe.
 #ifndef MOESERVE_SERVER_ENGINE_HOST_H_
@@ -49,8 +51,9 @@ class EngineHost final : public ModelHost {
   absl::StatusOr<v1::TokenizeResponse> Tokenize(
       const v1::TokenizeRequest& request) override;
   absl::StatusOr<std::unique_ptr<GenerateCall>> StartGenerate(
-      const v1::GenerateRequest& request, absl::Time deadline) override;
-  bool Abort(std::string_view request_id) override;
+      const v1::GenerateRequest& request, absl::Time deadline,
+      std::string_view caller) override;
+  bool Abort(std::string_view caller, std::string_view request_id) override;
 
  private:
   class EngineCall;
@@ -73,7 +76,6 @@ class EngineHost final : public ModelHost {
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   std::unique_ptr<kernels::Backend> backend_;
   std::vector<NamedEngine> engines_;  // [0] is the default (--policy)
-  std::atomic<uint64_t> next_request_ = 0;
 
   base::Mutex rng_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(rng_mu_);

@@ -53,7 +53,7 @@ std::vector<uint32_t> Greedy(EngineHost* host, const std::string& engine) {
   r.mutable_sampling()->set_max_new_tokens(16);
   r.mutable_sampling()->set_ignore_eos(true);
   absl::StatusOr<std::unique_ptr<GenerateCall>> call =
-      host->StartGenerate(r, absl::InfiniteFuture());
+      host->StartGenerate(r, absl::InfiniteFuture(), "test");
   EXPECT_TRUE(call.ok()) << call.status();
   std::vector<uint32_t> tokens;
   if (!call.ok()) return tokens;

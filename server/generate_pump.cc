@@ -5,8 +5,6 @@
 namespace moeserve::server {
 namespace {
 
-absl::Status ClientGone() { return absl::CancelledError("client went away"); }
-
 bool IsLast(const v1::GenerateResponse& r) {
   return r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED;
 }
@@ -30,10 +28,11 @@ void PumpBase::StartPump(absl::StatusOr<std::unique_ptr<GenerateCall>> call) {
   raw->SetListener([this] { OnReady(); });
 }
 
-void PumpBase::OnCancel() {
-  base::MutexLock lock(&mu_);
+void PumpBase::ClientGoneLocked() {
+  if (client_gone_) return;
   client_gone_ = true;
-  if (call_ != nullptr) call_->Cancel();
+  gone_status_ = call_ != nullptr ? call_->Cancel()
+                                  : absl::CancelledError("client went away");
 }
 
 void PumpBase::Detach() {
@@ -53,10 +52,17 @@ void GenerateStreamPump::OnWriteDone(bool ok) {
   {
     base::MutexLock lock(&mu_);
     writing_ = false;
-    if (!ok) {  // the client is gone: stop the engine work
-      client_gone_ = true;
-      call_->Cancel();
-    }
+    if (!ok) ClientGoneLocked();  // the client is gone: stop the engine work
+    action = NextActionLocked();
+  }
+  Perform(action);
+}
+
+void GenerateStreamPump::OnCancel() {
+  Action action;
+  {
+    base::MutexLock lock(&mu_);
+    ClientGoneLocked();
     action = NextActionLocked();
   }
   Perform(action);
@@ -73,18 +79,15 @@ void GenerateStreamPump::OnReady() {
 
 GenerateStreamPump::Action GenerateStreamPump::NextActionLocked() {
   if (writing_ || finished_) return {};
-  if (last_written_) {
-    return FinishLocked(client_gone_ ? ClientGone() : absl::OkStatus());
-  }
+  // Gone: nobody reads what the engine still sends (the call owns it and
+  // frees it with the pump).
+  if (client_gone_) return FinishLocked(gone_status_);
+  if (last_written_) return FinishLocked(absl::OkStatus());
   absl::Status final_status;
   while (call_->Next(&response_, &final_status)) {
     const bool last = IsLast(response_);
     if (last && !final_status.ok()) {  // past the deadline: nobody reads it
       return FinishLocked(final_status);
-    }
-    if (client_gone_) {  // drain what the engine still sends, unwritten
-      if (!last) continue;
-      return FinishLocked(ClientGone());
     }
     last_written_ = last;
     // response_ is not touched again until OnWriteDone clears writing_.
@@ -113,6 +116,19 @@ void GenerateStreamPump::Perform(const Action& action) {
   }
 }
 
+void GenerateUnaryPump::OnCancel() {
+  absl::Status status;
+  {
+    base::MutexLock lock(&mu_);
+    ClientGoneLocked();
+    if (finished_) return;
+    finished_ = true;
+    status = gone_status_;
+  }
+  // After mu_: the transport may free the pump once it has finished.
+  transport_->Finish(status);
+}
+
 void GenerateUnaryPump::OnReady() {
   base::MutexLock lock(&mu_);
   if (finished_) return;
@@ -122,7 +138,6 @@ void GenerateUnaryPump::OnReady() {
     AppendLocked(r);
     if (!IsLast(r)) continue;
     finished_ = true;
-    if (final_status.ok() && client_gone_) final_status = ClientGone();
     FinishTransport(final_status);
     return;
   }

@@ -10,7 +10,11 @@
 // message followed by exactly one Finish. The transport reports completed
 // writes (OnWriteDone) and cancellation (OnCancel) from its own threads.
 // Before the transport frees the pump it calls Detach(); after that the
-// listener never runs again.
+// listener never runs again. When the client goes (OnCancel, a failed
+// write) the pump finishes the transport as soon as no write is in flight,
+// without waiting for the engine's last message: a server shutting down
+// cancels every call and must not wait for an engine step (seconds on a
+// slow link) to end them.
 //
 // Lock order: the stream's listener lock (held while the listener runs),
 // then the pump's mu_, then the stream's own lock (inside Next). The stream
@@ -57,10 +61,12 @@ class UnaryTransport {
 // Shared by both pumps: the call, its lock and whether the client left.
 class PumpBase {
  public:
-  // Transport: the client cancelled, or its deadline passed. The engine
-  // drops the request at its next step (finish reason CANCELLED, or
-  // DEADLINE near the deadline) and its last message ends the call.
-  void OnCancel() ABSL_LOCKS_EXCLUDED(mu_);
+  virtual ~PumpBase() = default;
+  // Transport: the client cancelled, or its deadline passed (or the server
+  // is shutting down). The engine drops the request (finish reason
+  // CANCELLED, or DEADLINE near the deadline); the call ends at once with
+  // CANCELLED / DEADLINE_EXCEEDED (after the write in flight, if any).
+  virtual void OnCancel() ABSL_LOCKS_EXCLUDED(mu_) = 0;
   // Transport, before freeing the pump: no listener call runs afterwards,
   // and every earlier reaction happens before this returns.
   void Detach() ABSL_LOCKS_EXCLUDED(mu_);
@@ -78,7 +84,12 @@ class PumpBase {
   base::Mutex mu_;
   std::unique_ptr<GenerateCall> call_ ABSL_GUARDED_BY(mu_);
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
+  // With client_gone_: what GenerateCall::Cancel said the call ends with.
+  absl::Status gone_status_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Marks the client gone and cancels the engine request (once).
+  void ClientGoneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 class GenerateStreamPump final : public PumpBase {
@@ -94,6 +105,7 @@ class GenerateStreamPump final : public PumpBase {
   // Transport: the write started last completed (`ok`: it reached the
   // client; false: the client is gone).
   void OnWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnCancel() override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // The transport call a reaction decided on, made after mu_ is released.
@@ -133,6 +145,7 @@ class GenerateUnaryPump final : public PumpBase {
   void Start(absl::StatusOr<std::unique_ptr<GenerateCall>> call) {
     StartPump(std::move(call));
   }
+  void OnCancel() override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void OnReady() override ABSL_LOCKS_EXCLUDED(mu_);

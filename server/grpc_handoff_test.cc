@@ -88,7 +88,7 @@ class ServingHandOffTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (grpc_ != nullptr) grpc_->Shutdown(absl::Seconds(2));
+    if (grpc_ != nullptr) grpc_->Shutdown(absl::Now() + absl::Seconds(2));
   }
 
   Outcome Stream(int i, Client kind) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "server/caller_identity.h"
 #include "server/generate_pump.h"
 #include "server/grpc_status.h"
 
@@ -51,7 +52,9 @@ class GenerateStreamReactor final
   void OnCancel() override { pump_.OnCancel(); }
   void OnDone() override {
     pump_.Detach();
+    InferenceService* service = service_;
     delete this;
+    service->CloseCall();  // last: a drain may end with it
   }
 
  private:
@@ -77,7 +80,9 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor,
   void OnCancel() override { pump_.OnCancel(); }
   void OnDone() override {
     pump_.Detach();
+    InferenceService* service = service_;
     delete this;
+    service->CloseCall();
   }
 
  private:
@@ -86,8 +91,31 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor,
 };
 
 InferenceService::InferenceService(ModelHost* host, RequestLimits limits,
-                                   ServerMetrics* metrics)
-    : host_(host), limits_(limits), metrics_(metrics) {}
+                                   ServerMetrics* metrics, int max_open_calls)
+    : host_(host),
+      limits_(limits),
+      metrics_(metrics),
+      max_open_calls_(std::max(1, max_open_calls)) {}
+
+bool InferenceService::WaitForOpenCalls(absl::Time deadline) {
+  base::MutexLock lock(&calls_mu_);
+  const absl::Duration left = std::clamp(
+      deadline - absl::Now(), absl::ZeroDuration(), absl::Hours(24 * 365));
+  return no_calls_.WaitFor(&calls_mu_, absl::ToChronoNanoseconds(left),
+                           [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mu_) {
+                             return open_calls_ == 0;
+                           });
+}
+
+int InferenceService::open_calls() const {
+  base::MutexLock lock(&calls_mu_);
+  return open_calls_;
+}
+
+void InferenceService::CloseCall() {
+  base::MutexLock lock(&calls_mu_);
+  if (--open_calls_ == 0) no_calls_.SignalAll();
+}
 
 grpc::Status InferenceService::Finish(const std::string& method,
                                       const absl::Status& status) {
@@ -120,8 +148,17 @@ absl::Status InferenceService::Admit(const v1::GenerateRequest& request) const {
 absl::StatusOr<std::unique_ptr<GenerateCall>> InferenceService::StartCall(
     const grpc::CallbackServerContext& context,
     const v1::GenerateRequest& request) {
+  {
+    // Every reactor counts, refused or not, until its OnDone.
+    base::MutexLock lock(&calls_mu_);
+    if (open_calls_++ >= max_open_calls_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "too many open Generate calls (--max_open_streams=", max_open_calls_,
+          "); retry later"));
+    }
+  }
   if (auto st = Admit(request); !st.ok()) return st;
-  return host_->StartGenerate(request, DeadlineOf(context));
+  return host_->StartGenerate(request, DeadlineOf(context), CallerOf(context));
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
@@ -135,35 +172,60 @@ grpc::ServerUnaryReactor* InferenceService::GenerateUnary(
   return new GenerateUnaryReactor(this, context, *request, response);
 }
 
-grpc::Status InferenceService::Abort(grpc::ServerContext* /*context*/,
-                                     const v1::AbortRequest* request,
-                                     v1::AbortResponse* response) {
-  if (request->request_id().empty()) {
+namespace {
+
+// A unary call answered inline, on the thread gRPC gave the handler.
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
+                                 const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceService::Abort(
+    grpc::CallbackServerContext* context, const v1::AbortRequest* request,
+    v1::AbortResponse* response) {
+  return Answer(context, DoAbort(*context, *request, response));
+}
+
+grpc::ServerUnaryReactor* InferenceService::Tokenize(
+    grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
+    v1::TokenizeResponse* response) {
+  return Answer(context, DoTokenize(*request, response));
+}
+
+grpc::ServerUnaryReactor* InferenceService::ListModels(
+    grpc::CallbackServerContext* context,
+    const v1::ListModelsRequest* /*request*/,
+    v1::ListModelsResponse* response) {
+  *response = host_->ListModels();
+  return Answer(context, Finish("ListModels", absl::OkStatus()));
+}
+
+grpc::Status InferenceService::DoAbort(
+    const grpc::CallbackServerContext& context, const v1::AbortRequest& request,
+    v1::AbortResponse* response) {
+  if (request.request_id().empty()) {
     return Finish("Abort",
                   absl::InvalidArgumentError("request_id: must not be empty"));
   }
-  response->set_found(host_->Abort(request->request_id()));
+  // Only the caller's own requests: another client's id is "not found".
+  response->set_found(host_->Abort(CallerOf(context), request.request_id()));
   return Finish("Abort", absl::OkStatus());
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext* /*context*/,
-                                        const v1::TokenizeRequest* request,
-                                        v1::TokenizeResponse* response) {
-  if (auto st = ValidateTokenizeRequest(*request, limits_); !st.ok()) {
+grpc::Status InferenceService::DoTokenize(const v1::TokenizeRequest& request,
+                                          v1::TokenizeResponse* response) {
+  if (auto st = ValidateTokenizeRequest(request, limits_); !st.ok()) {
     return Finish("Tokenize", st);
   }
   if (auto st = CheckAccepting(); !st.ok()) return Finish("Tokenize", st);
-  absl::StatusOr<v1::TokenizeResponse> result = host_->Tokenize(*request);
+  absl::StatusOr<v1::TokenizeResponse> result = host_->Tokenize(request);
   if (!result.ok()) return Finish("Tokenize", result.status());
   *response = *std::move(result);
   return Finish("Tokenize", absl::OkStatus());
-}
-
-grpc::Status InferenceService::ListModels(
-    grpc::ServerContext* /*context*/, const v1::ListModelsRequest* /*request*/,
-    v1::ListModelsResponse* response) {
-  *response = host_->ListModels();
-  return Finish("ListModels", absl::OkStatus());
 }
 
 }  // namespace moeserve::server

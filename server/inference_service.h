@@ -10,7 +10,18 @@
 // registers a listener on the engine's stream and writes each message when
 // the engine pushes it; gRPC's OnCancel (client gone, or its deadline
 // passed) cancels the engine request. No thread waits or polls for a
-// client. The other methods are synchronous.
+// client. Abort, Tokenize and ListModels are callback-API unary methods
+// answered inline: no method of this service takes a thread of gRPC's
+// synchronous thread manager, which only server reflection uses (bounded by
+// the server's ResourceQuota: grpc_server.h), so reflection streams held
+// open by a client cannot starve them.
+//
+// Bounds: at most `max_open_calls` Generate + GenerateUnary calls are open
+// at once, server-wide; more are RESOURCE_EXHAUSTED at once. A call is open
+// from its reactor's creation to OnDone, so a finished call whose client
+// does not read its last messages still counts (its buffered responses are
+// memory the client holds on the server). Request ids and Abort are scoped
+// to the caller (caller_identity.h).
 //
 // Thread-safe; does not own the host.
 #ifndef MOESERVE_SERVER_INFERENCE_SERVICE_H_
@@ -18,7 +29,10 @@
 
 #include <atomic>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "base/mutex.h"
 #include "proto/moeserve.grpc.pb.h"
 #include "server/model_host.h"
 #include "server/request_validator.h"
@@ -26,18 +40,27 @@
 
 namespace moeserve::server {
 
-using InferenceServiceBase = v1::Inference::WithCallbackMethod_Generate<
-    v1::Inference::WithCallbackMethod_GenerateUnary<v1::Inference::Service>>;
+using InferenceServiceBase = v1::Inference::CallbackService;
 
 class InferenceService final : public InferenceServiceBase {
  public:
-  // `host` and `metrics` must outlive the service.
+  // Default of --max_open_streams.
+  static constexpr int kDefaultMaxOpenCalls = 1024;
+
+  // `host` and `metrics` must outlive the service. `max_open_calls` >= 1.
   InferenceService(ModelHost* host, RequestLimits limits,
-                   ServerMetrics* metrics);
+                   ServerMetrics* metrics,
+                   int max_open_calls = kDefaultMaxOpenCalls);
 
   // After this, new Generate/Tokenize calls get UNAVAILABLE; calls already
   // running go on (the server's Shutdown deadline bounds them).
   void StartDraining() { draining_.store(true); }
+
+  // Waits until no Generate / GenerateUnary call is open, or `deadline`;
+  // true when none is. What a drain waits for: an open health Watch or an
+  // idle connection is not work in flight.
+  bool WaitForOpenCalls(absl::Time deadline) ABSL_LOCKS_EXCLUDED(calls_mu_);
+  int open_calls() const ABSL_LOCKS_EXCLUDED(calls_mu_);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context,
@@ -45,25 +68,34 @@ class InferenceService final : public InferenceServiceBase {
   grpc::ServerUnaryReactor* GenerateUnary(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
       v1::GenerateUnaryResponse* response) override;
-  grpc::Status Abort(grpc::ServerContext* context,
-                     const v1::AbortRequest* request,
-                     v1::AbortResponse* response) override;
-  grpc::Status Tokenize(grpc::ServerContext* context,
-                        const v1::TokenizeRequest* request,
-                        v1::TokenizeResponse* response) override;
-  grpc::Status ListModels(grpc::ServerContext* context,
-                          const v1::ListModelsRequest* request,
-                          v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
+                                  const v1::AbortRequest* request,
+                                  v1::AbortResponse* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(
+      grpc::CallbackServerContext* context,
+      const v1::ListModelsRequest* request,
+      v1::ListModelsResponse* response) override;
 
  private:
   friend class GenerateStreamReactor;
   friend class GenerateUnaryReactor;
 
   // The checks every generation runs, then the host's StartGenerate.
+  // Counts the call open (CloseCall undoes it, from the reactor's OnDone).
   absl::StatusOr<std::unique_ptr<GenerateCall>> StartCall(
       const grpc::CallbackServerContext& context,
-      const v1::GenerateRequest& request);
+      const v1::GenerateRequest& request) ABSL_LOCKS_EXCLUDED(calls_mu_);
+  void CloseCall() ABSL_LOCKS_EXCLUDED(calls_mu_);
   absl::Status Admit(const v1::GenerateRequest& request) const;
+  // The unary methods' work; their reactors only Finish with it.
+  grpc::Status DoAbort(const grpc::CallbackServerContext& context,
+                       const v1::AbortRequest& request,
+                       v1::AbortResponse* response);
+  grpc::Status DoTokenize(const v1::TokenizeRequest& request,
+                          v1::TokenizeResponse* response);
   absl::Status CheckAccepting() const;
   // Converts, counts and returns the RPC's final status.
   grpc::Status Finish(const std::string& method, const absl::Status& status);
@@ -71,7 +103,11 @@ class InferenceService final : public InferenceServiceBase {
   ModelHost* const host_;
   const RequestLimits limits_;
   ServerMetrics* const metrics_;
+  const int max_open_calls_;
   std::atomic<bool> draining_{false};
+  mutable base::Mutex calls_mu_;
+  base::CondVar no_calls_;  // signalled when open_calls_ drops to 0
+  int open_calls_ ABSL_GUARDED_BY(calls_mu_) = 0;
 };
 
 }  // namespace moeserve::server

@@ -3,23 +3,31 @@
 // Start-up: flags -> options; SIGINT/SIGTERM blocked in every thread (a
 // sigwait below owns them); gRPC server up with health NOT_SERVING; model
 // loaded and warmed up -> SERVING. Shutdown on SIGINT/SIGTERM: NOT_SERVING,
-// refuse new work, let in-flight streams finish within --drain_seconds,
-// cancel the rest, exit 0.
+// refuse new work, let in-flight generations finish, cancel the rest, and
+// exit 0 within --drain_seconds of the signal (server/README.md, "Bounds and
+// shutdown"): a load still running (a read may block for good) or an engine
+// still inside a step (seconds on a slow link) is not waited for.
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <thread>
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "metrics/http_exporter.h"
 #include "metrics/registry.h"
 #include "server/grpc_server.h"
 #include "server/inference_service.h"
 #include "server/model_host_factory.h"
+#include "server/security/grpc_credentials.h"
+#include "server/security/security_options.h"
 #include "server/server_metrics.h"
 #include "server/server_options.h"
+#include "server/serving_bounds.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -32,7 +40,64 @@ sigset_t ShutdownSignals() {
   return set;
 }
 
-int Run(const moeserve::server::ServerOptions& options) {
+// Of the drain, what the engines get to stop in after the calls are
+// cancelled: a quarter, at most this.
+constexpr absl::Duration kMaxStopGrace = absl::Seconds(1);
+// The least time the engines get to stop in, whatever the drain.
+constexpr absl::Duration kMinStopWait = absl::Milliseconds(100);
+
+// Destroys `host` (joining its loader and engine threads) by `deadline`;
+// false, leaving it to the process exit, when it cannot: a load still
+// running, or an engine step that outlasts the deadline.
+bool StopHost(std::unique_ptr<moeserve::server::AsyncModelHost> host,
+              absl::Time deadline) {
+  if (!host->LoadFinished()) {
+    (void)host.release();  // its loader thread may never return
+    return false;
+  }
+  auto stopped = std::make_shared<absl::Notification>();
+  std::thread stopper([host = std::move(host), stopped]() mutable {
+    host.reset();
+    stopped->Notify();
+  });
+  if (stopped->WaitForNotificationWithDeadline(deadline)) {
+    stopper.join();
+    return true;
+  }
+  stopper.detach();
+  return false;
+}
+
+// Exits now, without running destructors that would wait for the threads
+// StopHost could not stop. Logs are flushed first.
+[[noreturn]] void ExitWithoutWaiting() {
+  spdlog::default_logger()->flush();
+  std::fflush(nullptr);
+  std::_Exit(EXIT_SUCCESS);
+}
+
+// The metrics port's options: the same host, TLS material as gRPC, and the
+// token check when --metrics_auth.
+moeserve::metrics::HttpExporterOptions HttpOptions(
+    const moeserve::server::ServerOptions& options,
+    const moeserve::server::security::SecurityOptions& security) {
+  moeserve::metrics::HttpExporterOptions http;
+  http.host = options.host;
+  http.port = options.metrics_port;
+  http.tls_cert_pem = security.tls_cert_pem;
+  http.tls_key_pem = security.tls_key_pem;
+  http.tls_client_ca_pem = security.tls_client_ca_pem;
+  if (security.metrics_auth) {
+    http.authorize = [tokens = security.tokens](absl::string_view header) {
+      return tokens->IdentifyAuthorization(header).has_value();
+    };
+  }
+  return http;
+}
+
+int Run(const moeserve::server::ServerOptions& options,
+        const moeserve::server::ServingBounds& bounds,
+        const moeserve::server::security::SecurityOptions& security) {
   using namespace moeserve::server;
   namespace metrics = moeserve::metrics;
   metrics::Registry registry;
@@ -44,10 +109,11 @@ int Run(const moeserve::server::ServerOptions& options) {
     spdlog::critical("metrics: {}", server_metrics.status().ToString());
     return EXIT_FAILURE;
   }
-  InferenceService service(host.get(), options.limits, server_metrics->get());
+  InferenceService service(host.get(), options.limits, server_metrics->get(),
+                           bounds.max_open_streams);
 
-  absl::StatusOr<std::unique_ptr<GrpcServer>> grpc_server =
-      GrpcServer::Start(options, &service);
+  absl::StatusOr<std::unique_ptr<GrpcServer>> grpc_server = GrpcServer::Start(
+      options, &service, bounds, security::MakeGrpcServerCredentials(security));
   if (!grpc_server.ok()) {
     spdlog::critical("{}", grpc_server.status().ToString());
     return EXIT_FAILURE;
@@ -55,13 +121,14 @@ int Run(const moeserve::server::ServerOptions& options) {
   spdlog::info("gRPC listening on {}:{}", options.host, (*grpc_server)->port());
   absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> http =
       metrics::MetricsHttpServer::Start(
-          options.host, options.metrics_port, &registry,
+          HttpOptions(options, security), &registry,
           [&host] { return host->CheckReady().ok(); });
   if (!http.ok()) {
     spdlog::critical("metrics endpoint: {}", http.status().ToString());
     return EXIT_FAILURE;
   }
-  spdlog::info("metrics on http://{}:{}/metrics", options.host,
+  spdlog::info("metrics on {}://{}:{}/metrics",
+               security.tls() ? "https" : "http", options.host,
                (*http)->port());
   // Health turns SERVING once the model is loaded and warmed up; the
   // waiter thread must not outlive the server it flips.
@@ -69,7 +136,7 @@ int Run(const moeserve::server::ServerOptions& options) {
     if (absl::Status loaded = host->WaitUntilLoaded(); loaded.ok()) {
       (*grpc_server)->SetServing(true);
       spdlog::info("model ready; health SERVING");
-    } else {
+    } else if (!absl::IsCancelled(loaded)) {
       spdlog::error("serving without a model (health NOT_SERVING): {}",
                     loaded.ToString());
     }
@@ -78,11 +145,22 @@ int Run(const moeserve::server::ServerOptions& options) {
   const sigset_t signals = ShutdownSignals();
   int signal_number = 0;
   sigwait(&signals, &signal_number);
+  (*http)->StartDraining();  // /healthz 503 now, as gRPC health goes
+  const absl::Time deadline = absl::Now() + options.drain;
   spdlog::info("signal {}: draining for up to {}", strsignal(signal_number),
                absl::FormatDuration(options.drain));
+  host->StopWaiting();  // a load still running is not waited for
   health_flipper.join();
-  (*grpc_server)->Shutdown(options.drain);
+  const absl::Duration grace = std::min(options.drain / 4, kMaxStopGrace);
+  (*grpc_server)->Shutdown(deadline - grace);
   (*http)->Stop();
+  if (!StopHost(std::move(host),
+                std::max(deadline, absl::Now() + kMinStopWait))) {
+    spdlog::warn(
+        "the model load or an engine step outlasted the drain; exiting "
+        "without waiting for it");
+    ExitWithoutWaiting();
+  }
   spdlog::info("shut down cleanly");
   return EXIT_SUCCESS;
 }
@@ -107,5 +185,22 @@ int main(int argc, char** argv) {
     spdlog::critical("{}", options.status().ToString());
     return 2;
   }
-  return Run(*options);
+  absl::StatusOr<moeserve::server::ServingBounds> bounds =
+      moeserve::server::ServingBoundsFromFlags();
+  if (!bounds.ok()) {
+    spdlog::critical("{}", bounds.status().ToString());
+    return 2;
+  }
+  absl::StatusOr<moeserve::server::security::SecurityOptions> security =
+      moeserve::server::security::SecurityOptionsFromFlags();
+  if (!security.ok()) {
+    spdlog::critical("{}", security.status().ToString());
+    return 2;
+  }
+  if (const std::string warning =
+          moeserve::server::security::ExposureWarning(options->host, *security);
+      !warning.empty()) {
+    spdlog::warn("{}", warning);
+  }
+  return Run(*options, *bounds, *security);
 }

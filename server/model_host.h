@@ -39,9 +39,12 @@ class GenerateCall {
   virtual bool Next(v1::GenerateResponse* response,
                     absl::Status* final_status) = 0;
 
-  // The client went away (or its deadline passed): the engine drops the
-  // request at its next step, and a last message follows.
-  virtual void Cancel() = 0;
+  // The client went away (or its deadline passed): a queued request leaves
+  // the queue at once, a running one at the engine's next step (a last
+  // message follows either way, which nobody needs to read). Returns the
+  // status the RPC ends with: DEADLINE_EXCEEDED when this is the client's
+  // deadline, else CANCELLED.
+  virtual absl::Status Cancel() = 0;
 };
 
 class ModelHost {
@@ -63,16 +66,21 @@ class ModelHost {
 
   // Queues `request` on its engine. `deadline` is the client's gRPC
   // deadline (or absl::InfiniteFuture()): past it the engine drops the
-  // request (finish reason DEADLINE). A non-OK status means nothing was
-  // queued (e.g. a prompt over the token limit, INVALID_ARGUMENT; a full
-  // queue, RESOURCE_EXHAUSTED).
+  // request (finish reason DEADLINE). `caller` (server/caller_identity.h)
+  // scopes the request id: a client-given id must be unique among the
+  // caller's requests in flight (ALREADY_EXISTS otherwise), and only the
+  // same caller can Abort it. A non-OK status means nothing was queued
+  // (e.g. a prompt over the token limit, INVALID_ARGUMENT; a full queue,
+  // RESOURCE_EXHAUSTED).
   // REQUIRES: ValidateGenerateRequest(request).ok(), the engine named by
   // request.policy() exists, and CheckReady().ok().
   virtual absl::StatusOr<std::unique_ptr<GenerateCall>> StartGenerate(
-      const v1::GenerateRequest& request, absl::Time deadline) = 0;
+      const v1::GenerateRequest& request, absl::Time deadline,
+      std::string_view caller) = 0;
 
-  // Cancels the in-flight request with this id; false if there is none.
-  virtual bool Abort(std::string_view request_id) = 0;
+  // Cancels `caller`'s in-flight request with this id; false if it has
+  // none (another caller's request of that id is never touched).
+  virtual bool Abort(std::string_view caller, std::string_view request_id) = 0;
 };
 
 }  // namespace moeserve::server

@@ -42,6 +42,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Every client here is one caller (server/caller_identity.h).
+constexpr char kCaller[] = "peer:handoff";
+
 // Transport threads: run tasks at or after their due time, like gRPC's
 // callback executor and timers.
 class Executor {
@@ -191,7 +194,7 @@ class FakeCall final : public server::StreamTransport,
       if (cancel_now) client_cancelled_ = true;
       client_gone = client_cancelled_;
     }
-    if (abort_now) EXPECT_TRUE(host_->Abort(id_));
+    if (abort_now) EXPECT_TRUE(host_->Abort(kCaller, id_));
     stream_pump_->OnWriteDone(!client_gone);
     if (cancel_now)
       executor_->Post([self = shared_from_this()] {
@@ -276,7 +279,7 @@ TEST(ServingHandOffTest, FinishCancelDeadlineAndAbortAllAtOnce) {
       starters.emplace_back([&, r, kind, call = calls.back().get()] {
         const absl::Duration d = server::testing::DeadlineFor(kind);
         const absl::Time deadline = absl::Now() + d;  // infinite stays so
-        auto generate = (*host)->StartGenerate(r, deadline);
+        auto generate = (*host)->StartGenerate(r, deadline, kCaller);
         ASSERT_TRUE(generate.ok()) << generate.status();
         call->Start(*std::move(generate), deadline);
       });

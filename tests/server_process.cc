@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/completion_queue.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
@@ -64,6 +66,38 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
         absl::StrCat(binary, " did not accept gRPC connections within 60 s"));
   }
   return server;
+}
+
+int ServerProcess::StopWithin(int signal, absl::Duration timeout,
+                              absl::Duration* took) {
+  if (pid_ <= 0) return -1;
+  const absl::Time start = absl::Now();
+  kill(pid_, signal);
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(pid_, &status, WNOHANG)) == 0 &&
+         absl::Now() - start < timeout) {
+    absl::SleepFor(absl::Milliseconds(20));  // polling a child's exit
+  }
+  if (took != nullptr) *took = absl::Now() - start;
+  if (done == 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return kStillRunning;
+  }
+  pid_ = -1;
+  if (WIFSIGNALED(status)) return -WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+int ServerProcess::ThreadCount() const {
+  std::ifstream in(absl::StrCat("/proc/", pid_, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
 }
 
 int ServerProcess::StopWith(int signal) {
@@ -117,6 +151,61 @@ grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service,
   // An all-default message (status UNKNOWN = 0) is empty on the wire.
   *status = bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : 0;
   return result;
+}
+
+struct HealthWatch::State {
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call;
+  grpc::ByteBuffer received;
+
+  // Waits for the one operation in flight; its ok.
+  bool Await() {
+    void* tag;
+    bool ok = false;
+    return cq.Next(&tag, &ok) && ok;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<HealthWatch>> HealthWatch::Open(
+    grpc::Channel* channel, int* status) {
+  auto watch = std::unique_ptr<HealthWatch>(new HealthWatch());
+  watch->state_ = std::make_unique<State>();
+  State& s = *watch->state_;
+  grpc::GenericStub stub(channel->shared_from_this());
+  s.call = stub.PrepareCall(&s.context, "/grpc.health.v1.Health/Watch", &s.cq);
+  s.call->StartCall(nullptr);
+  if (!s.Await()) return absl::UnavailableError("Watch: call did not start");
+  const std::string request;  // HealthCheckRequest{service = ""}
+  grpc::Slice slice(request);
+  grpc::ByteBuffer send(&slice, 1);
+  s.call->Write(send, nullptr);
+  if (!s.Await()) return absl::UnavailableError("Watch: write failed");
+  s.call->WritesDone(nullptr);
+  if (!s.Await()) return absl::UnavailableError("Watch: half-close failed");
+  s.call->Read(&s.received, nullptr);
+  if (!s.Await()) return absl::UnavailableError("Watch: no first status");
+  std::vector<grpc::Slice> slices;
+  s.received.Dump(&slices);
+  std::string bytes;
+  for (const auto& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  *status = bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : 0;
+  return watch;
+}
+
+HealthWatch::~HealthWatch() {
+  if (state_ == nullptr || state_->call == nullptr) return;
+  state_->context.TryCancel();
+  grpc::Status status;
+  state_->call->Finish(&status, nullptr);
+  state_->Await();
+  state_->cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (state_->cq.Next(&tag, &ok)) {
+  }
 }
 
 bool WaitUntilServing(grpc::Channel* channel, absl::Duration timeout) {

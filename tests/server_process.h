@@ -36,6 +36,16 @@ class ServerProcess {
   // waitpid's WEXITSTATUS, or -signal if it was killed by one.
   int StopWith(int signal);
 
+  // As StopWith, but waits at most `timeout`: kStillRunning (after a
+  // SIGKILL) if the process had not exited by then. `*took`, when given, is
+  // how long the exit took.
+  static constexpr int kStillRunning = -1000;
+  int StopWithin(int signal, absl::Duration timeout,
+                 absl::Duration* took = nullptr);
+
+  // The number of threads of the running process (/proc), or -1.
+  int ThreadCount() const;
+
  private:
   pid_t pid_ = -1;
   int grpc_port_ = 0;
@@ -62,6 +72,22 @@ grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service,
 
 // Polls health until SERVING (model loaded and warmed up), up to `timeout`.
 bool WaitUntilServing(grpc::Channel* channel, absl::Duration timeout);
+
+// An open grpc.health.v1.Health/Watch stream, as a load balancer keeps one:
+// Open() returns once the first status has arrived; the destructor cancels
+// the stream.
+class HealthWatch {
+ public:
+  // *status: 1 SERVING, 2 NOT_SERVING.
+  static absl::StatusOr<std::unique_ptr<HealthWatch>> Open(
+      grpc::Channel* channel, int* status);
+  ~HealthWatch();
+
+ private:
+  HealthWatch() = default;
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Plain HTTP/1.0 GET against 127.0.0.1:port; returns "<status>\n<body>".
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
