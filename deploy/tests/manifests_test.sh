@@ -39,8 +39,18 @@ installed() {  # every pinned package at its version?
   flock 9
   if ! installed; then
     echo "installing ${PACKAGES[*]} into $cache"
-    if ! npm install --prefix "$cache" --cache "$cache/.npm" --no-audit --no-fund \
-        --no-save --no-package-lock "${PACKAGES[@]}" >"$cache/install.log" 2>&1; then
+    # npm as the user runs it: Bazel's HOME would hide the user's npm
+    # config, and Bazel's clean environment drops NODE_EXTRA_CA_CERTS, so
+    # trust the system's CA store as curl and apt do (a network whose TLS
+    # proxy has its CA there).
+    ca="${NODE_EXTRA_CA_CERTS:-}"
+    if [ -z "$ca" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+      ca=/etc/ssl/certs/ca-certificates.crt
+    fi
+    if ! HOME="${home:-$HOME}" NODE_EXTRA_CA_CERTS="$ca" timeout 240 \
+        npm install --prefix "$cache" --cache "$cache/.npm" --no-audit --no-fund \
+        --no-save --no-package-lock --fetch-retries=1 --fetch-timeout=60000 \
+        "${PACKAGES[@]}" >"$cache/install.log" 2>&1; then
       tail -n 20 "$cache/install.log" >&2
       echo "FAIL: npm install ${PACKAGES[*]} failed (is the npm registry reachable?)" >&2
       exit 1
