@@ -9,10 +9,12 @@ that scrapes a live moeserve (dashboard_query_test.sh starts both):
 - every panel target's `expr`, with the Grafana variables substituted (once
   with "All", once with the values the variables found), returns >= 1
   series through Prometheus's HTTP API;
-- a few recorded series (deploy/prometheus/moeserve.rules.yml, loaded in
-  that Prometheus) have sane values for both engines after the traffic.
+- every rule of deploy/prometheus/moeserve.rules.yml (loaded in that
+  Prometheus) is healthy, every recorded series exists, and a few have sane
+  values for both engines after the traffic.
 
 Args: <prometheus port> <dashboard.json> <engines.json> <drafting engine>
+      <moeserve.rules.yml>
 """
 import json
 import math
@@ -22,13 +24,14 @@ import time
 import urllib.parse
 import urllib.request
 
-port, dashboard_file, engines_file, drafter_engine = sys.argv[1:5]
+port, dashboard_file, engines_file, drafter_engine, rules_file = sys.argv[1:6]
 BASE = f"http://127.0.0.1:{port}/api/v1"
 # Grafana's built-in variables, for a 1 s scrape interval.
 BUILTINS = {"__rate_interval": "5s", "__interval": "1s", "__range": "1m",
             "__range_s": "60", "__interval_ms": "1000"}
 
 failures = []
+value_checks = [0, 0]  # checks past the target queries: passed, failed
 
 
 def fail(msg):
@@ -174,9 +177,6 @@ def values_by_policy(expr):
     return {s["metric"].get("policy"): float(s["value"][1]) for s in query(expr)}
 
 
-value_checks = [0, 0]  # passed, failed
-
-
 def expect(expr, ok, what):
     deadline = time.time() + 30
     while True:
@@ -195,6 +195,34 @@ def expect(expr, ok, what):
 def finite(v):
     return v is not None and math.isfinite(v)
 
+
+# Every rule of the rules file evaluates without error on live data, and
+# every recorded series (but the refusals', which need a refused call)
+# exists: the rules use the names and labels the server exports.
+def rules_health():
+    groups = api("rules")["groups"]
+    return {r["name"]: (r["health"], r.get("lastError", ""), r["type"])
+            for g in groups for r in g["rules"]}
+
+
+with open(rules_file) as f:
+    recorded = re.findall(r"^\s*- record:\s*(\S+)", f.read(), re.M)
+deadline = time.time() + 30
+while True:
+    health = rules_health()
+    bad = {n: h for n, h in health.items() if h[0] != "ok"}
+    missing = [r for r in recorded
+               if "resource_exhausted" not in r and not query(r)]
+    if not bad and not missing and len(health) >= len(recorded):
+        print(f"ok: {len(health)} rules healthy, {len(recorded)} recorded "
+              f"series present (but the refusals')")
+        value_checks[0] += 1
+        break
+    if time.time() > deadline:
+        fail(f"rules: unhealthy {bad}, recorded series missing {missing}")
+        value_checks[1] += 1
+        break
+    time.sleep(0.5)
 
 sel = '{job="moeserve"}'
 expect(f"job_policy:moeserve_expert_hit_ratio:rate5m{sel}",

@@ -95,5 +95,6 @@ for engine in $("$py" -c 'import json,sys; print(" ".join(e["name"] for e in jso
     { cat "$tmp/loadgen.out" >&2; fail "loadgen failed for engine $engine"; }
 done
 
-"$py" "$queries" "$prom_port" "$dashboard" "$engines" "$drafter" || fail "dashboard queries"
+"$py" "$queries" "$prom_port" "$dashboard" "$engines" "$drafter" "$rules" ||
+  fail "dashboard queries"
 echo PASS
