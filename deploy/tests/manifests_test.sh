@@ -12,7 +12,10 @@ script="$1"
 k8s_dir="$2"
 rules="$3"
 
-PACKAGES=(kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0
+# The newest releases whose engines allow Debian 12's Node.js 18
+# (kubernetes-models 5 wants Node >= 22); the schemas are Kubernetes 1.29+
+# (grpc probes, sleep actions).
+PACKAGES=(kubernetes-models@4.5.1 @kubernetes-models/prometheus-operator@4.4.4
           js-yaml@4.1.0)
 
 for tool in node npm; do

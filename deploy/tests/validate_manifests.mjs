@@ -42,17 +42,19 @@ function check(ok, what) {
 
 // ---- models: apiVersion + kind -> class with validate()
 const modelModules = {
-  "v1": "kubernetes-models/v1/index.js",
-  "apps/v1": "kubernetes-models/apps/v1/index.js",
-  "policy/v1": "kubernetes-models/policy/v1/index.js",
+  "v1": "kubernetes-models/v1/index",
+  "apps/v1": "kubernetes-models/apps/v1/index",
+  "policy/v1": "kubernetes-models/policy/v1/index",
   "monitoring.coreos.com/v1":
-    "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/index.js",
+    "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/index",
 };
 const loadedModels = {};
 async function modelFor(apiVersion, kind) {
   const mod = modelModules[apiVersion];
   if (!mod) return null;
-  loadedModels[apiVersion] ??= await load(mod);
+  // The ES module: index.mjs up to kubernetes-models 4, index.js from 5 on.
+  const file = fs.existsSync(path.join(nodeModules, mod + ".mjs")) ? mod + ".mjs" : mod + ".js";
+  loadedModels[apiVersion] ??= await load(file);
   const cls = loadedModels[apiVersion][kind];
   return typeof cls === "function" && cls.kind === kind ? cls : null;
 }
