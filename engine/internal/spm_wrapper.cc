@@ -34,11 +34,21 @@ bool Resolve(void* handle, const char* name, F* fn, std::string* error) {
   return *fn != nullptr;
 }
 
+// GCC defines __SANITIZE_*__; clang before 15 only answers __has_feature
+// (the libFuzzer targets of engine/fuzz are built with clang).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MOESERVE_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define MOESERVE_SANITIZED 1
+#endif
+#endif
+
 PluginApi LoadPlugin() {
   PluginApi api;
   // ASan refuses RTLD_DEEPBIND; sanitized test binaries do not link
   // protobuf next to the tokenizer, so local binding alone suffices there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef MOESERVE_SANITIZED
   constexpr int kFlags = RTLD_NOW | RTLD_LOCAL;
 #else
   constexpr int kFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
