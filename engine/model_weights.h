@@ -92,7 +92,8 @@ struct LoadOptions {
   // `data` is null. Default: true.
   bool pack_experts = true;
   // Refuse weights holding NaN or Inf (a read of every weight byte at load;
-  // ~NNN ms for the demo model). Default: true.
+  // ~17 ms on the demo model's 35 MB, mostly first-touch faults of
+  // the mmapped weights). Default: true.
   bool check_finite = true;
 };
 

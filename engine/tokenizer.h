@@ -43,7 +43,7 @@ class Tokenizer {
   // Token ids of `text`, preceded by bos_id() when `add_bos` (and the model
   // has a bos piece).
   //
-  // Memory: sentencepiece works with ~NNN bytes per byte of the text it is
+  // Memory: sentencepiece works with ~110 bytes per byte of the text it is
   // given (the demo tokenizer; engine/README.md). So a text is encoded in
   // pieces of about kPieceBytes, cut before a space that ends a word, each
   // after the first behind the anchor piece whose ids are then dropped:

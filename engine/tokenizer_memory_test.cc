@@ -76,7 +76,7 @@ Cost Measure(F encode) {
   return c;
 }
 
-// Before: one sentencepiece call over the whole text, ~NNN bytes per byte
+// Before: one sentencepiece call over the whole text, ~110 bytes per byte
 // (EncodeWhole, printed for comparison). Encode cuts the text into pieces
 // of Tokenizer::kPieceBytes: its peak no longer grows with the text beyond
 // the ids themselves, and it returns what it freed.

@@ -19,7 +19,7 @@ namespace moeserve::server {
 // --max_prompt_bytes is 0. Text that tokenizes within the token limit is
 // rarely over 8 bytes a token (English ~4, CJK ~2, code ~3-6); the bound
 // exists because the tokenizer's memory grows with the bytes it is given
-// (~NNN bytes per input byte on the demo tokenizer; server/README.md), so a
+// (~110 bytes per input byte on the demo tokenizer; server/README.md), so a
 // prompt far over the token limit must be refused before it is tokenized.
 inline constexpr size_t kPromptBytesPerToken = 32;
 

@@ -143,7 +143,7 @@ TEST(ValidateGenerateRequest, RepetitionPenaltyRangeAndTinyTemperature) {
 }
 
 // Issue 16: the prompt byte bound follows the token bound (a 1 MiB prompt
-// was tokenized, at ~NNN MB, only to be refused for its token count).
+// was tokenized, at ~114 MB, only to be refused for its token count).
 TEST(ValidateGenerateRequest, DefaultPromptBytesFollowInputTokens) {
   RequestLimits limits;
   EXPECT_EQ(limits.max_prompt_bytes,
