@@ -255,6 +255,50 @@ TEST(HfBpeModelTest, RoundTripsRandomText) {
   }
 }
 
+TEST(HfBpeModelTest, RandomBytesRoundTripThroughLossyUtf8AndNfc) {
+  auto model = Load();
+  ASSERT_NE(model, nullptr);
+  std::mt19937 rng(5);
+  const std::string bytes =
+      "ae l\n\x80\xBF\xC3\xA9\xCC\x81\xE4\xB8\x96\xF0\x9F";
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text;
+    const int n = rng() % 24;
+    for (int i = 0; i < n; ++i) text += bytes[rng() % bytes.size()];
+    std::string expected = Utf8Lossy(text), nfc;
+    if (NormalizeNfc(expected, &nfc)) expected = nfc;
+    ASSERT_EQ(model->DecodeIds(model->EncodeText(text), false), expected)
+        << "trial " << trial;
+  }
+}
+
+TEST(HfBpeModelTest, IncrementalDetokenizerOnRandomIds) {
+  auto model = Load();
+  ASSERT_NE(model, nullptr);
+  const int vocab = model->vocab_size();
+  std::unique_ptr<Tokenizer> tokenizer =
+      Tokenizer::FromPieceModel(std::move(model));
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<int32_t> ids(rng() % 30);
+    for (int32_t& id : ids) id = rng() % vocab;
+    IncrementalDetokenizer detok(tokenizer.get());
+    std::string streamed;
+    for (int32_t id : ids) {
+      auto delta = detok.Next(id);
+      ASSERT_TRUE(delta.ok());
+      ASSERT_TRUE(IsValidUtf8(*delta));
+      streamed += *delta;
+    }
+    auto tail = detok.Flush();
+    ASSERT_TRUE(tail.ok());
+    streamed += *tail;
+    auto whole = tokenizer->Decode(ids);
+    ASSERT_TRUE(whole.ok());
+    ASSERT_EQ(streamed, *whole) << "trial " << trial;
+  }
+}
+
 TEST(HfBpeModelTest, WorksUnderTokenizerWithIncrementalDetokenization) {
   auto model = Load();
   ASSERT_NE(model, nullptr);
