@@ -327,6 +327,112 @@ class TlsE2eTest(unittest.TestCase):
         self.assertNotIn("neither TLS nor authentication", log)
 
 
+class ScopedE2eTest(unittest.TestCase):
+    """A served model behind TLS and tokens, on a slow link so a request
+    stays in flight for seconds: Abort reaches only the requests of the
+    same token (issue 16 item 5 with item 11's identities), and /healthz
+    turns 503 as soon as SIGTERM starts the drain (item 6)."""
+
+    @classmethod
+    def setUpClass(cls):
+        global grpc, pb, pb_grpc
+        import grpc
+        sys.path.insert(0, STUBS_DIR)
+        from proto import moeserve_pb2 as pb
+        from proto import moeserve_pb2_grpc as pb_grpc
+        cls.dir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        make_pki(cls.dir)
+        d = cls.dir
+        cls.ca = read(d, "ca.pem")
+        # A quarter of the experts in the fast tier on a 2 Mbit/s link: each
+        # step waits seconds for expert copies.
+        cls.server = Server(f"--tls_cert_file={d}/server.pem",
+                            f"--tls_key_file={d}/server.key",
+                            f"--auth_token_file={d}/tokens.txt",
+                            "--metrics_auth", "--model_dir=models/demo",
+                            "--threads=2", "--expert_cache_ratio=0.25",
+                            "--link_gbps=0.002", "--drain_seconds=4")
+        log = cls.server.log_until("model ready", timeout=120)
+        assert "model ready" in log, log
+        cls.server.drain_output()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    channel = TlsE2eTest.channel
+    https = TlsE2eTest.https
+
+    def generate(self, request_id):
+        """Starts a long Generate under TOKEN; returns (channel, stream)."""
+        channel = self.channel(self.server, token=TOKEN)
+        stream = pb_grpc.InferenceStub(channel).Generate(
+            pb.GenerateRequest(
+                prompt="And God said, Let there be light. " * 10,
+                request_id=request_id,
+                sampling=pb.SamplingParams(max_new_tokens=16,
+                                           ignore_eos=True)),
+            timeout=120)
+        return channel, stream
+
+    def wait_in_flight(self):
+        for _ in range(200):
+            status, _, body = self.https(self.server, "/metrics", token=TOKEN)
+            self.assertEqual(status, 200)
+            if (b'moeserve_num_requests_running{policy="lru"} 1' in body or
+                    b'moeserve_num_requests_waiting{policy="lru"} 1' in body):
+                return
+            time.sleep(0.05)
+        self.fail("the request never showed as running or waiting")
+
+    def abort(self, token, request_id):
+        with self.channel(self.server, token=token) as channel:
+            return pb_grpc.InferenceStub(channel).Abort(
+                pb.AbortRequest(request_id=request_id), timeout=20).found
+
+    def test_a_abort_reaches_only_the_same_token(self):
+        channel, stream = self.generate("job-1")
+        with channel:
+            self.wait_in_flight()
+            self.assertFalse(self.abort(OTHER_TOKEN, "job-1"))
+            # Same token, another connection: the same caller.
+            self.assertTrue(self.abort(TOKEN, "job-1"))
+            reasons = []
+            try:
+                for reply in stream:
+                    reasons.append(reply.finish_reason)
+            except grpc.RpcError as e:
+                reasons.append(e.code())
+            self.assertTrue(reasons)
+            self.assertNotEqual(reasons[-1], pb.LENGTH)
+
+    def test_z_healthz_is_503_as_soon_as_draining_starts(self):
+        self.assertEqual(self.https(self.server, "/healthz", token=TOKEN)[0],
+                         200)
+        channel, stream = self.generate("job-2")
+        with channel:
+            self.wait_in_flight()
+            self.server.proc.send_signal(signal.SIGTERM)
+            statuses = []
+            for _ in range(100):
+                statuses.append(
+                    self.https(self.server, "/healthz", token=TOKEN)[0])
+                if statuses[-1] == 503:
+                    break
+                time.sleep(0.02)
+            self.assertEqual(statuses[-1], 503, statuses)
+            # Still draining (the generation holds it), yet not ready.
+            self.assertIsNone(self.server.proc.poll())
+            status, _, body = self.https(self.server, "/healthz", token=TOKEN)
+            self.assertEqual((status, body), (503, b"draining"))
+            try:
+                for _ in stream:
+                    pass
+            except grpc.RpcError:
+                pass
+        self.assertEqual(self.server.proc.wait(timeout=60), 0)
+
+
 if __name__ == "__main__":
     SERVER, STUBS_DIR = sys.argv[1], sys.argv[2]
     unittest.main(argv=sys.argv[:1], verbosity=2)
