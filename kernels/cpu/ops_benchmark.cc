@@ -200,13 +200,18 @@ BENCHMARK(BM_MatMul)
 // projection (k 2048, n 2 x 1408) at m = 1 (decode), 8, 16, 64 (batched
 // decode, verification) and 512 (prefill), all cores; and Mixtral's w1 at
 // m = 1 (a 117 MB weight: the DRAM-bound GEMV). Filter with
-// --benchmark_filter=BM_MatMul/.*/0/[0-9]$ for these.
+// --benchmark_filter=BM_MatMul/.*/0/[0-9]$ for these. The same on one
+// thread (threads arg 1): on a shared machine its CPU time is the least
+// disturbed figure.
 void VariantArgs(benchmark::internal::Benchmark* b) {
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmxBf16}) {
     const auto i = static_cast<int64_t>(isa);
-    for (int64_t m : {1, 8, 16, 64, 512}) b->Args({m, 2048, 2816, 0, i});
-    b->Args({1, 4096, 14336, 0, i});
-    b->Args({1, 4096, 14336, 1, i});
+    for (int64_t threads : {0, 1}) {
+      for (int64_t m : {1, 8, 16, 64, 512}) {
+        b->Args({m, 2048, 2816, threads, i});
+      }
+      b->Args({1, 4096, 14336, threads, i});
+    }
   }
   b->Args({1, 2048, 2816, 0, static_cast<int64_t>(Isa::kScalar)});
 }
