@@ -630,8 +630,13 @@ void HfBpeModel::EncodeWord(absl::string_view word, EncodeContext* ctx,
   out->insert(out->end(), symbols.begin(), symbols.end());
   if (shard != nullptr) {
     base::MutexLock lock(&shard->mu);
-    if (shard->words.size() >= kCacheShardEntries) shard->words.clear();
-    shard->words.emplace(word, symbols);
+    // Key, ids and about 32 bytes of table and allocation overhead.
+    const size_t entry = word.size() + symbols.size() * sizeof(int) + 32;
+    if (shard->bytes + entry > kCacheShardBytes) {
+      shard->words.clear();
+      shard->bytes = 0;
+    }
+    if (shard->words.emplace(word, symbols).second) shard->bytes += entry;
   }
 }
 

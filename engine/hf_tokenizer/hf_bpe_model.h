@@ -13,7 +13,8 @@
 // Regex or String and behavior Isolated or Removed, ByteLevel with or without
 // its regex and add_prefix_space, Digits), and every pre-token is turned
 // into bytes -> GPT-2 byte characters -> BPE merges by rank (the lowest rank
-// first, leftmost among equals), with a per-word cache. Decode maps the
+// first, leftmost among equals), with a per-word cache (words up to 256
+// bytes, 16 MiB at most). Decode maps the
 // tokens back to bytes (the ByteLevel decoder) and replaces ill-formed UTF-8
 // with U+FFFD as Rust's from_utf8_lossy does. Anything else in the file
 // (WordPiece, Unigram, another normalizer, pre-tokenizer or decoder, BPE
@@ -127,14 +128,16 @@ class HfBpeModel : public internal::PieceModel {
   int eos_id_ = -1;
   int unk_id_ = -1;
 
-  // Word cache, sharded by hash.
+  // Word cache, sharded by hash; a shard is emptied when its entries'
+  // approximate size passes kCacheShardBytes (so 16 MiB at most in all).
   static constexpr int kCacheShards = 16;
-  static constexpr size_t kCacheShardEntries = 1 << 14;
-  static constexpr size_t kCacheMaxWordBytes = 64;
+  static constexpr size_t kCacheShardBytes = 1 << 20;
+  static constexpr size_t kCacheMaxWordBytes = 256;
   struct CacheShard {
     base::Mutex mu;
     absl::flat_hash_map<std::string, std::vector<int>> words
         ABSL_GUARDED_BY(mu);
+    size_t bytes ABSL_GUARDED_BY(mu) = 0;
   };
   mutable std::array<CacheShard, kCacheShards> cache_;
 };
