@@ -1,5 +1,6 @@
-// One soak client: a thread that, until told to stop, picks a kind of call at
-// random (weighted; see kDefaultMix) and makes it against the server, with
+// One soak client: a thread that makes each kind of call once, then until
+// told to stop picks a kind of call at random (weighted by
+// SoakClientOptions::mix) and makes it against the server, with
 // randomised sampling parameters, and records how each call ended:
 //
 //   stream      Generate read to the end                  -> OK
