@@ -31,6 +31,10 @@ constexpr absl::string_view kByteLevelRegex =
 constexpr uint8_t kFlagSpecial = 1;  // A special added token (control).
 constexpr uint8_t kFlagPartial = 2;  // Bytes that are not complete UTF-8.
 
+// Ids above this are refused (the per-id tables are sized by the largest id;
+// real vocabularies stay below a million).
+constexpr int64_t kMaxTokenId = (1 << 24) - 1;
+
 // Words longer than this many symbols are merged with the heap.
 constexpr size_t kHeapMergeSymbols = 48;
 
@@ -214,7 +218,7 @@ absl::Status HfBpeModel::Parse(absl::string_view tokenizer_json,
   int max_id = -1;
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT_MAX / 2) {
+        it.value().get<int64_t>() > kMaxTokenId) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tokenizer.json: model.vocab[\"", it.key(), "\"] is not an id"));
     }
@@ -230,7 +234,7 @@ absl::Status HfBpeModel::Parse(absl::string_view tokenizer_json,
       const json* id = Field(t, "id");
       const json* content = Field(t, "content");
       if (id == nullptr || !id->is_number_integer() || id->get<int64_t>() < 0 ||
-          id->get<int64_t>() > INT_MAX / 2 || content == nullptr ||
+          id->get<int64_t>() > kMaxTokenId || content == nullptr ||
           !content->is_string() || content->get<std::string>().empty()) {
         return absl::InvalidArgumentError(
             absl::StrCat("tokenizer.json: malformed added token ", t.dump()));

@@ -477,6 +477,9 @@ TEST(HfBpeModelTest, RefusesUnsupportedComponentsByName) {
       {[](json* j) { (*j)["model"]["dropout"] = 0.1; }, "dropout"},
       {[](json* j) { (*j)["added_tokens"][0]["single_word"] = true; },
        "single_word"},
+      {[](json* j) { (*j)["added_tokens"][0]["id"] = 1 << 30; },
+       "malformed added token"},
+      {[](json* j) { (*j)["model"]["vocab"]["zz"] = 1 << 25; }, "not an id"},
       {[](json* j) {
          (*j)["model"]["merges"].push_back({"zz", "q"});
        },
@@ -495,6 +498,62 @@ TEST(HfBpeModelTest, RefusesUnsupportedComponentsByName) {
   auto garbage = HfBpeModel::FromJson("{not json", "");
   ASSERT_FALSE(garbage.ok());
   EXPECT_THAT(garbage.status().message(), HasSubstr("not a JSON object"));
+}
+
+TEST(HfBpeModelTest, MalformedFilesAreErrorsNotExceptions) {
+  // Replace random nodes of the test file (and of a config) with values of
+  // other types: every result is a model or a Status, never a throw.
+  const json original = json::parse(ReadTestData());
+  json flat = original.flatten();
+  std::vector<std::string> paths;
+  for (auto it = flat.begin(); it != flat.end(); ++it) {
+    // Skip most of the 256 byte tokens: mutate structure, not just ids.
+    if (it.key().rfind("/model/vocab/", 0) == 0 && paths.size() % 16 != 0) {
+      paths.push_back("/model/vocab");
+      continue;
+    }
+    paths.push_back(it.key());
+  }
+  for (const char* p : {"/model", "/model/merges", "/added_tokens",
+                        "/pre_tokenizer", "/pre_tokenizer/pretokenizers",
+                        "/normalizer", "/decoder", "/post_processor"}) {
+    paths.push_back(p);
+  }
+  const std::vector<json> replacements = {nullptr,
+                                          7,
+                                          -1,
+                                          1e300,
+                                          "x",
+                                          "",
+                                          true,
+                                          json::array(),
+                                          json::object(),
+                                          json::array({1, "a"}),
+                                          json::object({{"type", 3}})};
+  std::mt19937 rng(3);
+  int ok = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    json mutated = original;
+    const int edits = 1 + rng() % 3;
+    for (int e = 0; e < edits; ++e) {
+      const json::json_pointer ptr(paths[rng() % paths.size()]);
+      if (!mutated.contains(ptr)) continue;
+      mutated[ptr] = replacements[rng() % replacements.size()];
+    }
+    json config = {{"bos_token", replacements[rng() % replacements.size()]},
+                   {"add_bos_token", replacements[rng() % replacements.size()]},
+                   {"eos_token", replacements[rng() % replacements.size()]}};
+    absl::StatusOr<std::unique_ptr<HfBpeModel>> model =
+        absl::InternalError("not run");
+    ASSERT_NO_THROW(model = HfBpeModel::FromJson(mutated.dump(), config.dump()))
+        << mutated.dump();
+    if (model.ok()) {
+      ++ok;
+      ASSERT_NO_THROW(
+          (*model)->EncodeText("hello world<|end|> 12 \xE4\xB8\x96"));
+    }
+  }
+  EXPECT_GT(ok, 0);
 }
 
 TEST(HfBpeModelTest, BosAndEosFromTheTokenizerConfig) {
