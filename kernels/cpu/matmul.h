@@ -4,11 +4,11 @@
 //
 //   y[m, n] = x[m, k] * W[n, k]^T (+ bias[n])     x, y fp32; W, bias bf16
 //
-// Strategy: the thread pool splits n (in tiles of 4 weight rows). Each thread
-// walks its weight rows once per block of rows of x, so for decode-sized m
-// every weight byte comes from DRAM exactly once and the other rows of x
-// reuse it from L1/L2. Variants (`Isa`), chosen at run time, never by -m
-// flags:
+// Strategy: the thread pool splits n (in tiles of 4 weight rows; 16 for
+// kAmxBf16). Each thread walks its weight rows once per block of rows of x,
+// so for decode-sized m every weight byte comes from DRAM exactly once and
+// the other rows of x reuse it from L1/L2. Variants (`Isa`), chosen at run
+// time, never by -m flags:
 //   kScalar      portable fallback, fp32 accumulation.
 //   kAvx2        AVX2+FMA: register tiles of 2 rows of x by 4 weight rows,
 //                8 lanes, bf16 -> fp32 by a 16-bit shift; row block 16.
@@ -18,8 +18,10 @@
 //                the 6 rows; the rows of x blocked so a block stays in L2
 //                (GemmRowBlock) while the 4-row weight panel stays in L1;
 //                k tails by masked loads; a 4-way horizontal sum per output
-//                quad. Products and sums in fp32: same semantics as kAvx2,
-//                only the summation order differs.
+//                quad. The first row tile of a block prefetches the next
+//                panel into L2 (the m = 1 GEMV is bound by lines in flight,
+//                not by arithmetic). Products and sums in fp32: same
+//                semantics as kAvx2, only the summation order differs.
 //   kAvx512Bf16  AVX512_BF16 (vdpbf16ps): as kAvx512 with 32 bf16 pairs per
 //                instruction, but x is first rounded to bf16 (round to
 //                nearest even): each product carries x's rounding error

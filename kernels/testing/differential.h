@@ -35,7 +35,9 @@ inline constexpr double kTolOnlineSoftmax = kTolDot;
 // int4 MatMul: exact dequantised weights ((q - 8) * bf16 scale), fp32
 // accumulation with one scale multiply per 32 columns.
 inline constexpr double kTolInt4Dot = kTolDot;
-// CPU MatMul with x rounded to bf16 (the avx512bf16 kernels, vdpbf16ps):
+// CPU MatMul with x rounded to bf16 (the avx512bf16 kernels, vdpbf16ps; the
+// amxbf16 kernels, tdpbf16ps, round x the same way and differ only in fp32
+// summation order, so the same bound and the same kTolDot check apply):
 // each x loses up to 2^-8 of itself (round to nearest even), products are
 // exact and sums fp32, so |error| <= 2^-8 sum |w_i x_i|: a one-term dot can
 // be off by 2^-8 = 3.9e-3 of itself, and over k terms the errors add like a
