@@ -7,17 +7,24 @@
 // exit 0 within --drain_seconds of the signal (server/README.md, "Bounds and
 // shutdown"): a load still running (a read may block for good) or an engine
 // still inside a step (seconds on a slow link) is not waited for.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <thread>
 
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/flag_help.h"
+#include "kernels/backend_factory.h"
 #include "metrics/http_exporter.h"
 #include "metrics/registry.h"
 #include "server/grpc_server.h"
@@ -30,7 +37,47 @@
 #include "server/serving_bounds.h"
 #include "spdlog/spdlog.h"
 
+ABSL_FLAG(bool, exit_on_load_failure, true,
+          "Exit with status 1 and the reason when the model (or any engine) "
+          "fails to load, so that an orchestrator sees the failure and "
+          "restarts or reports it. false: stay up with health NOT_SERVING "
+          "and the reason in the log, /healthz and ListModels.");
+
 namespace {
+
+const moeserve::base::ProgramHelp& Help() {
+  static const auto* help = new moeserve::base::ProgramHelp{
+      .program = "moeserve",
+      .summary =
+          "gRPC inference server for Mixture-of-Experts models whose experts "
+          "are offloaded to host memory or disk (README.md).\n  moeserve "
+          "--model_dir=models/demo --port=50051 --metrics_port=9400",
+      .groups =
+          {{"Model and compute",
+            {"model_dir", "backend", "cuda_device", "threads"}},
+           {"Engines and policies",
+            {"policy", "policy_config", "ab", "engines", "engines_config"}},
+           {"Memory tiers and link",
+            {"expert_cache_ratio", "expert_cache_mb", "slow_tier", "link_gbps",
+             "link_latency_us", "inplace_compute_ratio", "kv_cache_mb"}},
+           {"Scheduler and request limits",
+            {"max_num_seqs", "max_batched_tokens", "max_waiting",
+             "max_new_tokens_cap", "max_input_tokens", "max_prompt_bytes",
+             "max_stop_strings", "max_stop_string_bytes"}},
+           {"Speculation",
+            {"drafter", "num_speculative_tokens", "draft_model_dir",
+             "draft_budget"}},
+           {"Network and security",
+            {"host", "port", "max_receive_message_mb", "keepalive_time_ms",
+             "keepalive_timeout_ms", "max_open_streams",
+             "max_streams_per_connection", "grpc_max_threads", "tls_cert_file",
+             "tls_key_file", "tls_client_ca_file", "auth_token_file",
+             "metrics_auth"}},
+           {"Observability", {"metrics_port"}},
+           {"Lifecycle", {"drain_seconds", "exit_on_load_failure"}}},
+      .version_details = moeserve::kernels::DescribeCompute};
+  return *help;
+}
 
 sigset_t ShutdownSignals() {
   sigset_t set;
@@ -131,14 +178,25 @@ int Run(const moeserve::server::ServerOptions& options,
                security.tls() ? "https" : "http", options.host,
                (*http)->port());
   // Health turns SERVING once the model is loaded and warmed up; the
-  // waiter thread must not outlive the server it flips.
+  // waiter thread must not outlive the server it flips. A failed load ends
+  // the process (the signal wakes the sigwait below) unless
+  // --exit_on_load_failure=false.
+  std::atomic<bool> load_failed{false};
   std::thread health_flipper([&] {
     if (absl::Status loaded = host->WaitUntilLoaded(); loaded.ok()) {
       (*grpc_server)->SetServing(true);
       spdlog::info("model ready; health SERVING");
     } else if (!absl::IsCancelled(loaded)) {
-      spdlog::error("serving without a model (health NOT_SERVING): {}",
-                    loaded.ToString());
+      if (absl::GetFlag(FLAGS_exit_on_load_failure)) {
+        spdlog::critical(
+            "the model failed to load; exiting (--exit_on_load_failure): {}",
+            loaded.ToString());
+        load_failed = true;
+        kill(getpid(), SIGTERM);
+      } else {
+        spdlog::error("serving without a model (health NOT_SERVING): {}",
+                      loaded.ToString());
+      }
     }
   });
 
@@ -161,6 +219,7 @@ int Run(const moeserve::server::ServerOptions& options,
         "without waiting for it");
     ExitWithoutWaiting();
   }
+  if (load_failed) return EXIT_FAILURE;
   spdlog::info("shut down cleanly");
   return EXIT_SUCCESS;
 }
@@ -168,6 +227,10 @@ int Run(const moeserve::server::ServerOptions& options,
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (std::optional<int> exit_code =
+          moeserve::base::HandleHelpAndVersion(argc, argv, Help())) {
+    return *exit_code;
+  }
   absl::SetProgramUsageMessage(
       "gRPC inference server for offloaded Mixture-of-Experts models.\n"
       "  moeserve --model_dir=models/demo --port=50051 --metrics_port=9400");

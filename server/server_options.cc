@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/install_paths.h"
 #include "engine/offload/offload_policy.h"
 #include "policies/registry.h"
 #include "server/engines_config.h"
@@ -433,7 +434,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (auto st = CheckPort("port", o.port); !st.ok()) return st;
   if (auto st = CheckPort("metrics_port", o.metrics_port); !st.ok()) return st;
-  o.model_dir = absl::GetFlag(FLAGS_model_dir);
+  // Relative defaults also work for an installed binary run from anywhere.
+  o.model_dir = base::ResolveDataPath(absl::GetFlag(FLAGS_model_dir));
   const int drain = absl::GetFlag(FLAGS_drain_seconds);
   if (auto st = CheckIntRange("drain_seconds", drain, 0, kMaxDrainSeconds);
       !st.ok()) {
@@ -535,7 +537,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   }
   d.drafter = absl::GetFlag(FLAGS_drafter);
   d.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
-  d.draft_model_dir = absl::GetFlag(FLAGS_draft_model_dir);
+  d.draft_model_dir =
+      base::ResolveDataPath(absl::GetFlag(FLAGS_draft_model_dir));
   d.draft_budget = absl::GetFlag(FLAGS_draft_budget);
   flags.policy = absl::GetFlag(FLAGS_policy);
   flags.policy_given = !flags.policy.empty();

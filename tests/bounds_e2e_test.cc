@@ -40,7 +40,8 @@ class NoModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto server = testing::ServerProcess::Start(
-        kBinary, {"--model_dir=/nonexistent/model", "--drain_seconds=5"});
+        kBinary, {"--model_dir=/nonexistent/model",
+                  "--exit_on_load_failure=false", "--drain_seconds=5"});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     stub_ = v1::Inference::NewStub(server_->channel());
@@ -269,7 +270,8 @@ TEST(ShutdownE2eTest, ASlowLinkStepDoesNotOutlastTheDrain) {
 
 TEST(ShutdownE2eTest, AnOpenHealthWatchDoesNotHoldAnIdleServer) {
   auto server = testing::ServerProcess::Start(
-      kBinary, {"--model_dir=/nonexistent/model", "--drain_seconds=30"});
+      kBinary, {"--model_dir=/nonexistent/model",
+                "--exit_on_load_failure=false", "--drain_seconds=30"});
   ASSERT_TRUE(server.ok()) << server.status();
   int status = 0;
   auto watch = testing::HealthWatch::Open((*server)->channel().get(), &status);

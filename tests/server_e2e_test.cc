@@ -26,8 +26,9 @@ class ServerE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto server = testing::ServerProcess::Start(
-        kBinary, {"--model_dir=/nonexistent/model", "--policy=lru",
-                  "--ab=lru=0.5,overlap=0.5", "--drain_seconds=5"});
+        kBinary,
+        {"--model_dir=/nonexistent/model", "--exit_on_load_failure=false",
+         "--policy=lru", "--ab=lru=0.5,overlap=0.5", "--drain_seconds=5"});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     stub_ = v1::Inference::NewStub(server_->channel());
