@@ -6,8 +6,8 @@ python3-grpcio secure channels and urllib over HTTPS.
 Servers start without a model (fast); ListModels answers OK then, so it is
 the call that shows whether a caller got through.
 
-Run by tls_e2e_test.sh (Bazel sh_test) with the paths of the server binary
-and of the generated stubs as arguments.
+Run by tls_e2e_test.sh (Bazel sh_test) with the paths of the server binary,
+of the generated stubs and of moeserve_client as arguments.
 """
 import http.client
 import os
@@ -26,6 +26,7 @@ import urllib.request
 
 SERVER = None
 STUBS_DIR = None
+CLIENT = None
 TOKEN = "e2e-token-0123456789abcdef"
 OTHER_TOKEN = "e2e-other-0123456789abcdef"
 KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
@@ -78,7 +79,8 @@ class Server:
         self.proc = subprocess.Popen(
             [SERVER, f"--host={host}", f"--port={self.port}",
              f"--metrics_port={self.metrics_port}",
-             "--model_dir=/nonexistent/model", "--drain_seconds=1", *flags],
+             "--model_dir=/nonexistent/model", "--exit_on_load_failure=false",
+             "--drain_seconds=1", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.reader = None
 
@@ -272,6 +274,22 @@ class TlsE2eTest(unittest.TestCase):
         self.assert_code(grpc.StatusCode.UNAVAILABLE,
                          self.channel(self.mtls, client="rogue"))
 
+    # --- our own client (tools/moeserve_client) ---
+
+    def test_moeserve_client_reaches_the_secured_server(self):
+        token_file = os.path.join(self.dir, "client_token.txt")
+        with open(token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        args = [CLIENT, f"--target=localhost:{self.tls.port}",
+                f"--tls_ca_file={self.dir}/ca.pem", "--list_models"]
+        ok = subprocess.run(args + [f"--auth_token_file={token_file}"],
+                            capture_output=True, timeout=60)
+        self.assertEqual(ok.returncode, 0, ok.stdout + ok.stderr)
+        refused = subprocess.run(args, capture_output=True, timeout=60)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn(b"error 16: missing or invalid bearer token",
+                      refused.stdout + refused.stderr)  # 16: UNAUTHENTICATED
+
     # --- TLS alone ---
 
     def test_tls_without_auth_serves_anyone_with_the_ca(self):
@@ -434,5 +452,5 @@ class ScopedE2eTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    SERVER, STUBS_DIR = sys.argv[1], sys.argv[2]
+    SERVER, STUBS_DIR, CLIENT = sys.argv[1], sys.argv[2], sys.argv[3]
     unittest.main(argv=sys.argv[:1], verbosity=2)
