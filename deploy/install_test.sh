@@ -59,6 +59,9 @@ if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
   cat "$tmp/broken.log"
   exit 1
 fi
-grep -q "install problem: cannot load the plugin libmoeserve_spm.so" \
+grep -q "FAILED_PRECONDITION: install problem: cannot load the plugin libmoeserve_spm.so" \
   "$tmp/broken.log" || { cat "$tmp/broken.log"; exit 1; }
+if grep -q "not a sentencepiece model" "$tmp/broken.log"; then
+  echo "a missing plugin must not be blamed on the model"; cat "$tmp/broken.log"; exit 1
+fi
 echo "install: OK"

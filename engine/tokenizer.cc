@@ -60,6 +60,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
   auto spm = std::make_unique<internal::SpmWrapper>();
   std::string error;
   if (!spm->Load(path, &error)) {
+    // A plugin that cannot be loaded is the install's fault, not the
+    // model's: say so, and do not blame the file.
+    if (absl::StartsWith(error, "install problem: ")) {
+      return absl::FailedPreconditionError(error);
+    }
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a sentencepiece model: ", error));
   }
