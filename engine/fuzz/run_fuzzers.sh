@@ -4,7 +4,8 @@
 #   engine/fuzz/run_fuzzers.sh [seconds]        each for N seconds (default 20)
 #   engine/fuzz/run_fuzzers.sh -runs=N [names]  each for N executions
 #   (names: safetensors_fuzzer config_fuzzer tokenizer_fuzzer
-#    request_validator_fuzzer engines_config_fuzzer; default all)
+#    request_validator_fuzzer engines_config_fuzzer bearer_tokens_fuzzer;
+#    default all)
 # Exits non-zero when a fuzzer finds a crash; crash inputs are kept in the
 # work directory it prints. Exits 0 with "skipped: clang not found" when
 # clang++ is absent.
@@ -41,7 +42,7 @@ TOKENIZER_SRCS=("$E/tokenizer.cc" "$E/internal/spm_wrapper.cc"
                 "$ROOT/base/plugin_loader.cc")
 ENGINES_CONFIG_SRCS=("$S/engines_config.cc" "$S/server_options.cc"
                      "$S/request_validator.cc" "$E/builder/engine_spec.cc"
-                     "$ROOT/policies/registry.cc"
+                     "$ROOT/policies/registry.cc" "$ROOT/base/install_paths.cc"
                      "$E/spec/drafter_registry.cc" "${WEIGHTS_SRCS[@]}")
 
 build() {  # name, extra link flags..., -- sources...
@@ -125,5 +126,13 @@ if wanted engines_config_fuzzer; then
   build engines_config_fuzzer -lspdlog -lfmt -lprotobuf -- \
     "${ENGINES_CONFIG_SRCS[@]}" "$WORK/gen/proto/moeserve.pb.cc"
   run engines_config_fuzzer "$E/fuzz/seeds/engines_config"
+fi
+# The token file and Authorization header parsers (server/security).
+if wanted bearer_tokens_fuzzer; then
+  echo "building bearer_tokens_fuzzer"
+  "$CXX" "${FLAGS[@]}" "$S/security/bearer_tokens_fuzzer.cc" \
+    "$S/security/bearer_tokens.cc" "$S/security/constant_time.cc" \
+    "${ABSL_LIBS[@]}" -lcrypto -o "$WORK/bearer_tokens_fuzzer"
+  run bearer_tokens_fuzzer "$S/security/fuzz_seeds" 8192
 fi
 echo "fuzzers finished without findings"
