@@ -62,7 +62,8 @@ ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM client certificate for mutual TLS (with --tls_key_file).");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM key of --tls_cert_file.");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "File whose first line is sent as a bearer token.");
+          "Token file (the server's format): its first token is sent as a "
+          "bearer token.");
 
 namespace {
 

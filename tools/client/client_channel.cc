@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -63,13 +64,18 @@ absl::StatusOr<ClientChannel> ClientChannel::Create(
     absl::StatusOr<std::string> contents =
         ReadFile("auth_token_file", options.auth_token_file);
     if (!contents.ok()) return contents.status();
-    absl::string_view first_line = *contents;
-    first_line = first_line.substr(0, first_line.find('\n'));
-    token = std::string(absl::StripAsciiWhitespace(first_line));
+    // The server's token-file format: one token per line, blank lines and
+    // '#' comments skipped; the client sends the first token.
+    for (absl::string_view line : absl::StrSplit(*contents, '\n')) {
+      line = absl::StripAsciiWhitespace(line);
+      if (line.empty() || line[0] == '#') continue;
+      token = std::string(line);
+      break;
+    }
     if (token.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--auth_token_file: ", options.auth_token_file,
-                       " has no token on its first line"));
+                       " holds no token (only blank or '#' lines)"));
     }
   }
   return ClientChannel(grpc::CreateChannel(options.target, credentials),

@@ -46,11 +46,17 @@ TEST(ClientChannelTest, TokenFileNeedsATokenAndTheTokenIsSent) {
   absl::StatusOr<ClientChannel> empty =
       ClientChannel::Create({.target = "127.0.0.1:1",
                              .auth_token_file = TempFile("empty_token", "\n")});
-  EXPECT_THAT(empty.status().message(), HasSubstr("has no token"));
+  EXPECT_THAT(empty.status().message(), HasSubstr("holds no token"));
+  absl::StatusOr<ClientChannel> comments = ClientChannel::Create(
+      {.target = "127.0.0.1:1",
+       .auth_token_file = TempFile("comment_token", "# only a comment\n\n")});
+  EXPECT_THAT(comments.status().message(), HasSubstr("holds no token"));
 
+  // The server's format: comments and blank lines before the token.
   absl::StatusOr<ClientChannel> ok = ClientChannel::Create(
       {.target = "127.0.0.1:1",
-       .auth_token_file = TempFile("token", "  s3cret  \nsecond\n")});
+       .auth_token_file =
+           TempFile("token", "# ops team\n\n  s3cret  \nsecond\n")});
   ASSERT_TRUE(ok.ok()) << ok.status();
   grpc::ClientContext context;
   ok->Prepare(&context);  // adds metadata; nothing observable without a call
