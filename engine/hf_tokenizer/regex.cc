@@ -17,12 +17,18 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(absl::string_view pattern,
                                                       bool literal) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  // PCRE2_UCP is not allowed with (nor needed for) a literal.
+  // Oniguruma's ^ and $ are line anchors (PCRE2_MULTILINE), its lines end
+  // at \n only. PCRE2_UCP and PCRE2_MULTILINE are not allowed with (nor
+  // needed for) a literal.
   const uint32_t options =
-      PCRE2_UTF | (literal ? PCRE2_LITERAL : uint32_t{PCRE2_UCP});
+      PCRE2_UTF |
+      (literal ? PCRE2_LITERAL : uint32_t{PCRE2_UCP | PCRE2_MULTILINE});
+  pcre2_compile_context* context = pcre2_compile_context_create(nullptr);
+  pcre2_set_newline(context, PCRE2_NEWLINE_LF);
   pcre2_code* code =
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
-                    pattern.size(), options, &error, &offset, nullptr);
+                    pattern.size(), options, &error, &offset, context);
+  pcre2_compile_context_free(context);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
@@ -47,25 +53,28 @@ void Regex::FindAll(absl::string_view text, MatchScratch* scratch,
   auto* code = static_cast<pcre2_code*>(code_);
   auto* data = static_cast<pcre2_match_data*>(scratch->data());
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  // The iteration of the onig crate's find_iter, which HF tokenizers splits
+  // with: an empty match is reported (it still cuts the text around it)
+  // unless it sits where the previous match ended; then the search moves
+  // one character on.
   size_t start = 0;
+  size_t last_match_end = std::string::npos;
   while (start <= text.size()) {
     const int rc = pcre2_match(code, subject, text.size(), start,
                                PCRE2_NO_UTF_CHECK, data, nullptr);
     if (rc < 0) break;  // PCRE2_ERROR_NOMATCH, or a resource limit.
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
     const size_t begin = ovector[0], end = ovector[1];
-    if (end > begin) {
-      matches->emplace_back(begin, end);
-      start = end;
-    } else {
-      // Empty match: skip one character.
-      if (begin >= text.size()) break;
-      start = begin + 1;
+    if (begin == end && end == last_match_end) {
+      ++start;
       while (start < text.size() &&
              (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) {
         ++start;
       }
+      continue;
     }
+    matches->emplace_back(begin, end);
+    start = last_match_end = end;
   }
 }
 

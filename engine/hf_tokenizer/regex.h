@@ -3,8 +3,9 @@
 
 // Regex: a PCRE2 pattern compiled for UTF-8 with Unicode properties
 // (PCRE2_UTF | PCRE2_UCP, JIT where available), for the Split and ByteLevel
-// pre-tokenizers of tokenizer.json (written for Oniguruma; the patterns the
-// Qwen2/Qwen3/OLMoE/DeepSeek families use mean the same in PCRE2).
+// pre-tokenizers of tokenizer.json (written for Oniguruma: ^ and $ are line
+// anchors, lines end at \n; the patterns the Qwen2/Qwen3/OLMoE/DeepSeek
+// families use mean the same in PCRE2).
 //
 // Owns the compiled code. Thread-safety: immutable after Compile; FindAll may
 // be called concurrently, each caller passing its own MatchScratch.
@@ -40,8 +41,9 @@ class Regex {
   ~Regex();
 
   // The non-overlapping matches of `text` (valid UTF-8), leftmost first, as
-  // [begin, end) byte offsets; an empty match is skipped (the search goes on
-  // one character later), as Oniguruma's find_iter in HF tokenizers.
+  // [begin, end) byte offsets, in the onig crate's find_iter order (which HF
+  // tokenizers uses): empty matches included, except one where the previous
+  // match ended (the search then goes on one character later).
   void FindAll(absl::string_view text, MatchScratch* scratch,
                std::vector<std::pair<size_t, size_t>>* matches) const;
 
