@@ -94,6 +94,16 @@ TEST(RegexTest, OnigurumaSemantics) {
   EXPECT_THAT(m, ElementsAre(std::pair<size_t, size_t>(0, 5),
                              std::pair<size_t, size_t>(8, 8),
                              std::pair<size_t, size_t>(9, 9)));
+  // \s is Unicode White_Space as in Oniguruma: U+0085 yes, U+180E no (PCRE2's
+  // own \s takes it); \h is an ASCII hex digit; "\\s" stays a backslash
+  // and an s.
+  auto space = Regex::Compile("\\s|[^\\S]|\\h+|\\\\s");
+  ASSERT_TRUE(space.ok());
+  (*space)->FindAll("\xC2\x85\xE1\xA0\x8E\taF9g\\s", &scratch, &m);
+  EXPECT_THAT(m, ElementsAre(std::pair<size_t, size_t>(0, 2),
+                             std::pair<size_t, size_t>(5, 6),
+                             std::pair<size_t, size_t>(6, 9),
+                             std::pair<size_t, size_t>(10, 12)));
   // A literal (Split's String pattern).
   auto literal = Regex::Compile("a.", /*literal=*/true);
   ASSERT_TRUE(literal.ok());

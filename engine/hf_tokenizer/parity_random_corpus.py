@@ -10,8 +10,9 @@ Hangul jamo, emoji sequences, near-miss and real special tokens.
 --rust-only-atoms-out leaves out the atoms on which the JavaScript reference's
 built-in pre-tokenizers differ from the Rust library (which ours follows):
 non-ASCII numeric characters (JavaScript's Digits splits only \\d, Rust's
-every char::is_numeric) and U+0085 (not \\s in the GPT-2 regex of
-JavaScript's ByteLevel; \\s in Oniguruma's). Patterns from the file (Split)
+every char::is_numeric), U+0085 and U+FEFF (the first not \\s, the second \\s
+in the GPT-2 regex of JavaScript's ByteLevel; the other way round in
+Oniguruma's). Patterns from the file (Split)
 are translated to Oniguruma semantics by the reference and need no such care.
 """
 import random
@@ -24,7 +25,8 @@ ATOMS = [
     "'x", "'", "\"", "don't", "I'M", "you'Re",
     " ", " ", " ", "  ", "   ", "    ", "        ", "\t", "\t\t", "\n", "\n",
     "\n\n", "\r\n", "\r", " \n", "\n ", "\u00a0", "\u2003", "\u3000",
-    "\u2028", "\u0085", "\u200b", "\u202f",
+    "\u2028", "\u0085", "\u200b", "\u202f", "\u180e", "\ufeff", "0x1F",
+    "0xdeadBEEF", "\\s",
     "0", "1", "7", "42", "123", "2026", "1234567", "3.14", "-1", "1e9",
     "\u0661\u0662\u0663", "\uff14\uff15", "\u00b2", "\u2155", "\u2167",
     ".", ",", "!", "?", "...", "!!!", "--", "->", "=>", "::", "()", "[]",
@@ -55,7 +57,7 @@ def main():
     if "--rust-only-atoms-out" in sys.argv[4:]:
         atoms = [a for a in ATOMS if not any(
             (unicodedata.category(c).startswith("N") and not c.isascii()) or
-            c == "\u0085" for c in a)]
+            c in "\u0085\ufeff" for c in a)]
     rng = random.Random(seed)
     cases = []
     for _ in range(n):

@@ -7,6 +7,54 @@
 
 namespace moeserve::engine::hf_tokenizer {
 
+namespace {
+
+// Oniguruma's meaning of the shorthands that PCRE2 reads otherwise: \s is
+// Unicode White_Space (PCRE2's \s also takes U+180E, through \h), and \h
+// is an ASCII hex digit (horizontal space in PCRE2). Properties work inside
+// and outside character classes alike. Escaped backslashes and \Q...\E are
+// copied as they are.
+std::string TranslateOniguruma(absl::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 16);
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '\\' || i + 1 == pattern.size()) {
+      out.push_back(pattern[i]);
+      continue;
+    }
+    const char next = pattern[i + 1];
+    ++i;
+    switch (next) {
+      case 's':
+        out.append("\\p{White_Space}");
+        break;
+      case 'S':
+        out.append("\\P{White_Space}");
+        break;
+      case 'h':
+        out.append("\\p{ASCII_Hex_Digit}");
+        break;
+      case 'H':
+        out.append("\\P{ASCII_Hex_Digit}");
+        break;
+      case 'Q': {
+        const size_t end = pattern.find("\\E", i + 1);
+        const size_t stop =
+            end == absl::string_view::npos ? pattern.size() : end + 2;
+        out.append(pattern.data() + i - 1, stop - (i - 1));
+        i = stop - 1;
+        break;
+      }
+      default:
+        out.push_back('\\');
+        out.push_back(next);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 MatchScratch::MatchScratch() : data_(pcre2_match_data_create(1, nullptr)) {}
 
 MatchScratch::~MatchScratch() {
@@ -25,9 +73,11 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(absl::string_view pattern,
       (literal ? PCRE2_LITERAL : uint32_t{PCRE2_UCP | PCRE2_MULTILINE});
   pcre2_compile_context* context = pcre2_compile_context_create(nullptr);
   pcre2_set_newline(context, PCRE2_NEWLINE_LF);
+  const std::string source =
+      literal ? std::string(pattern) : TranslateOniguruma(pattern);
   pcre2_code* code =
-      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
-                    pattern.size(), options, &error, &offset, context);
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(),
+                    options, &error, &offset, context);
   pcre2_compile_context_free(context);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];

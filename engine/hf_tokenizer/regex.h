@@ -3,9 +3,10 @@
 
 // Regex: a PCRE2 pattern compiled for UTF-8 with Unicode properties
 // (PCRE2_UTF | PCRE2_UCP, JIT where available), for the Split and ByteLevel
-// pre-tokenizers of tokenizer.json (written for Oniguruma: ^ and $ are line
-// anchors, lines end at \n; the patterns the Qwen2/Qwen3/OLMoE/DeepSeek
-// families use mean the same in PCRE2).
+// pre-tokenizers of tokenizer.json, which are written for Oniguruma: so ^ and
+// $ are line anchors (lines end at \n), \s/\S are Unicode White_Space and
+// \h/\H ASCII hex digits (rewritten to properties), and matches iterate as
+// in the onig crate.
 //
 // Owns the compiled code. Thread-safety: immutable after Compile; FindAll may
 // be called concurrently, each caller passing its own MatchScratch.
