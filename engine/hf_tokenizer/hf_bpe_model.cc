@@ -12,7 +12,6 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "engine/hf_tokenizer/regex.h"
 #include "engine/hf_tokenizer/unicode_util.h"
