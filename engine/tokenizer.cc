@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "engine/hf_tokenizer/hf_bpe_model.h"
 #include "engine/internal/spm_wrapper.h"
 
 namespace moeserve::engine {
@@ -81,7 +82,21 @@ std::unique_ptr<Tokenizer> Tokenizer::FromPieceModel(
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadFromModelDir(
     const std::string& model_dir) {
-  return Load(model_dir + "/tokenizer.model");
+  const std::string spm_path = model_dir + "/tokenizer.model";
+  const std::string hf_path = model_dir + "/tokenizer.json";
+  struct stat st;
+  if (stat(spm_path.c_str(), &st) != 0 && stat(hf_path.c_str(), &st) == 0) {
+    // No sentencepiece model: the Hugging Face tokenizer.json (byte-level
+    // BPE, engine/hf_tokenizer). Encoded whole: its memory is linear and
+    // small, and a cut could split the whitespace that an lstrip/rstrip
+    // added token swallows (the probes cannot know the model's tokens).
+    MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<internal::PieceModel> model,
+                              hf_tokenizer::LoadHfTokenizer(hf_path));
+    std::unique_ptr<Tokenizer> tokenizer = FromPieceModel(std::move(model));
+    tokenizer->piecewise_ = false;
+    return tokenizer;
+  }
+  return Load(spm_path);
 }
 
 void Tokenizer::FindAnchor() {

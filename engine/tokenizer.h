@@ -30,7 +30,9 @@ class Tokenizer {
   // InvalidArgument when sentencepiece refuses it.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(
       const std::string& path);
-  // Loads `<model_dir>/tokenizer.model`.
+  // Loads `<model_dir>/tokenizer.model`, or `<model_dir>/tokenizer.json`
+  // (Hugging Face byte-level BPE, engine/hf_tokenizer; encoded whole, not
+  // piecewise) when there is no tokenizer.model.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFromModelDir(
       const std::string& model_dir);
   // A tokenizer over another vocabulary implementation (tests: see

@@ -641,6 +641,43 @@ TEST(LoadHfTokenizerTest, ModelDirectoryWithOnlyTokenizerJson) {
   EXPECT_EQ(tokenizer->eos_id(), -1);
 }
 
+TEST(LoadHfTokenizerTest, TokenizerLoadFromModelDirUsesTokenizerJson) {
+  const std::string dir = MakeModelDir("model_dir_only_tokenizer_json");
+  auto tokenizer = Tokenizer::LoadFromModelDir(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  auto ids = (*tokenizer)->Encode("hello world<|end|>", /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_THAT(*ids, ElementsAre(kHello, kWorld, kEnd));
+  auto text = (*tokenizer)->Decode(*ids);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "hello world");
+
+  // Encoded whole: a piecewise cut right after "<sep>" (rstrip) would leave
+  // the space it swallows to the next piece.
+  EXPECT_FALSE((*tokenizer)->piecewise());
+  std::string long_text;
+  while (long_text.size() < Tokenizer::kPieceBytes - 5) long_text += "ab ";
+  long_text.resize(Tokenizer::kPieceBytes - 5);
+  long_text += "<sep> x and more text";
+  auto long_ids = (*tokenizer)->Encode(long_text, false);
+  ASSERT_TRUE(long_ids.ok());
+  auto direct = LoadHfBpeModel(dir + "/tokenizer.json");
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ(std::vector<int>(long_ids->begin(), long_ids->end()),
+            (*direct)->EncodeText(long_text));
+
+  // A tokenizer.model beside it wins (here a corrupt one: its error).
+  std::ofstream(dir + "/tokenizer.model") << "garbage";
+  auto spm = Tokenizer::LoadFromModelDir(dir);
+  ASSERT_FALSE(spm.ok());
+  EXPECT_THAT(spm.status().message(), HasSubstr("tokenizer.model"));
+
+  // Neither file: NotFound, naming tokenizer.model as before.
+  auto none = Tokenizer::LoadFromModelDir(dir + "/nonexistent");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(LoadHfTokenizerTest, EosFromConfigJsonWhenTheTokenizerConfigHasNone) {
   const std::string dir = MakeModelDir("with_config_json");
   std::ofstream(dir + "/config.json") << R"({"eos_token_id": [273, 1]})";
