@@ -38,8 +38,11 @@ MODEL_SRCS=("$E/model_config.cc" "$E/architecture.cc" "$E/json_util.cc"
 SAFETENSORS_SRCS=("$E/dtype.cc" "$E/safetensors.cc" "$E/json_util.cc")
 WEIGHTS_SRCS=("${MODEL_SRCS[@]}" "$E/dtype.cc" "$E/safetensors.cc"
               "$E/sharded_safetensors.cc" "$E/model_weights.cc")
+# tokenizer.cc also loads tokenizer.json models (engine/hf_tokenizer: PCRE2, ICU).
 TOKENIZER_SRCS=("$E/tokenizer.cc" "$E/internal/spm_wrapper.cc"
-                "$ROOT/base/plugin_loader.cc")
+                "$ROOT/base/plugin_loader.cc" "$E/hf_tokenizer/hf_bpe_model.cc"
+                "$E/hf_tokenizer/regex.cc" "$E/hf_tokenizer/unicode_util.cc")
+TOKENIZER_LIBS=(-lpcre2-8 -licuuc -licudata)
 ENGINES_CONFIG_SRCS=("$S/engines_config.cc" "$S/server_options.cc"
                      "$S/request_validator.cc" "$E/builder/engine_spec.cc"
                      "$ROOT/policies/registry.cc" "$ROOT/base/install_paths.cc"
@@ -105,7 +108,7 @@ if wanted tokenizer_fuzzer; then
   # sanitizers: sentencepiece itself is not instrumented.
   "$CXX" -std=c++20 -O1 -g -shared -fPIC "$E/internal/spm_plugin.cc" \
     -lsentencepiece -o "$WORK/libmoeserve_spm.so"
-  build tokenizer_fuzzer -- "${TOKENIZER_SRCS[@]}"
+  build tokenizer_fuzzer "${TOKENIZER_LIBS[@]}" -- "${TOKENIZER_SRCS[@]}"
   export MOESERVE_SPM_PLUGIN="$WORK/libmoeserve_spm.so"
   export MOESERVE_FUZZ_TOKENIZER="$ROOT/models/demo/tokenizer.model"
   # 4 KiB inputs: a tokenizer piece is 16 KiB, and inputs that long run at
