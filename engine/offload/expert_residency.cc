@@ -488,7 +488,7 @@ void ExpertResidency::SetPolicyGauge(std::string_view name,
 
 // ---------------------------------------------------------------- stats
 
-void ExpertResidency::WaitIdle() { pool_.WaitIdle(); }
+void ExpertResidency::WaitIdle() const { pool_.WaitIdle(); }
 
 ResidencyStats ExpertResidency::stats() const {
   ResidencyStats st;

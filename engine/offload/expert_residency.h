@@ -220,7 +220,7 @@ class ExpertResidency final : public ExpertProvider,
 
   ResidencyStats stats() const;
   // Blocks until no slot is loading (for tests and benchmarks).
-  void WaitIdle();
+  void WaitIdle() const;
   bool link_emulation_on() const { return link_->emulation_on(); }
 
  private:

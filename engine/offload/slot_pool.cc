@@ -405,7 +405,7 @@ bool SlotPool::IsReady(ExpertId id) const {
   return s >= 0 && slots_[s].state == State::kReady;
 }
 
-void SlotPool::WaitIdle() {
+void SlotPool::WaitIdle() const {
   MutexLock lock(&mu_);
   while (state_count_[static_cast<int>(State::kLoading)] > 0) {
     changed_.Wait(&mu_);

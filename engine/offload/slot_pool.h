@@ -229,7 +229,7 @@ class SlotPool {
   void Complete(int slot, absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Blocks until no slot is loading.
-  void WaitIdle() ABSL_LOCKS_EXCLUDED(mu_);
+  void WaitIdle() const ABSL_LOCKS_EXCLUDED(mu_);
   Counts counts() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<SlotView> slots() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -304,7 +304,7 @@ class SlotPool {
   const std::vector<Observer*> observers_;
 
   mutable base::Mutex mu_;
-  base::CondVar changed_;  // Any slot state, in_use or pin change.
+  mutable base::CondVar changed_;  // Any slot state, in_use or pin change.
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<int> slot_of_ ABSL_GUARDED_BY(mu_);     // [Flat(id)] or -1.
   std::vector<char> protected_ ABSL_GUARDED_BY(mu_);  // [Flat(id)].

@@ -44,14 +44,21 @@ int RtHostRegister(void* p, int64_t bytes) {
 }
 int RtHostUnregister(void* p) { return cudaHostUnregister(p); }
 
+// cudaMemcpy from pageable memory may return before the DMA lands, and
+// cudaMemset is asynchronous: both run on the legacy default stream, which our
+// streams (cudaStreamNonBlocking) do not wait for. So these wait for it: a
+// kernel launched on any stream afterwards sees the bytes (seen on an H100: a
+// NaN fill landing after the GEMV that overwrote it).
 int RtCopyToDevice(void* dst, const void* src, int64_t bytes) {
-  return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(cudaStreamLegacy);
 }
 int RtCopyToHost(void* dst, const void* src, int64_t bytes) {
   return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 int RtMemset(void* p, int value, int64_t bytes) {
-  return cudaMemset(p, value, bytes);
+  const cudaError_t e = cudaMemset(p, value, bytes);
+  return e != cudaSuccess ? e : cudaStreamSynchronize(cudaStreamLegacy);
 }
 int RtCopyAsync(void* dst, const void* src, int64_t bytes, Strm stream) {
   return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream);
