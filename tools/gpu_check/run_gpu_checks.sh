@@ -1,0 +1,92 @@
+#!/bin/bash
+# Runs the CUDA backend's checks and GPU figures from a bundle made by
+# bundle.sh, on a machine with a GPU and the CUDA 13 runtime, from the
+# workspace root (models/ and tests/golden/ are read from there):
+#
+#   tools/gpu_check/run_gpu_checks.sh BUNDLE LOG_DIR [tests|bench|all]
+#
+# Tests run side by side (one log each, a PASS/FAIL line each in summary.txt),
+# then the benchmarks one at a time with nothing else on the GPU. Each step has
+# its own time limit so one hang cannot eat the machine's lease.
+set -uo pipefail
+bundle="$(realpath "$1")"
+logs="$(realpath -m "$2")"
+what="${3:-all}"
+mkdir -p "$logs"
+summary="$logs/summary.txt"
+
+# CUDA's libraries: the toolkit's if present, else the pip wheels'.
+cuda_libs=/usr/local/cuda/lib64
+if [[ ! -e "$cuda_libs/libcublasLt.so.13" ]]; then
+  cuda_libs="$(dirname "$(find / -name 'libcublasLt.so.13*' 2>/dev/null |
+    head -1)")"
+fi
+libpath="$bundle/lib:$cuda_libs"
+# Only our binaries get the bundle's libraries (python3 keeps its own).
+run=(env "LD_LIBRARY_PATH=$libpath")
+export MOESERVE_CUDA_PLUGIN="$bundle/bin/libmoeserve_cuda.so"
+# The tests read runfiles as $TEST_SRCDIR/moeserve/<path>.
+mkdir -p /tmp/gpu_check_runfiles
+ln -sfn "$PWD" /tmp/gpu_check_runfiles/moeserve
+export TEST_SRCDIR=/tmp/gpu_check_runfiles
+# A server wrapper for the Python e2e test (it execs the binary it is given).
+wrapper=/tmp/gpu_check_moeserve
+printf '#!/bin/bash\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$libpath" \
+  "$bundle/bin/moeserve" >"$wrapper"
+chmod +x "$wrapper"
+
+step() {  # step NAME LIMIT_S COMMAND... -> $logs/NAME.log, a line in summary
+  local name="$1" limit="$2"
+  shift 2
+  local t0=$SECONDS
+  timeout -k 5 "$limit" "$@" >"$logs/$name.log" 2>&1
+  local rc=$?
+  local verdict=PASS
+  [[ $rc -ne 0 ]] && verdict="FAIL(rc=$rc)"
+  [[ $rc -eq 124 || $rc -eq 137 ]] && verdict="TIMEOUT(${limit}s)"
+  echo "$verdict $name $((SECONDS - t0))s" | tee -a "$summary"
+}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv
+  nproc
+  free -g | head -2
+  echo "cuda libs: $cuda_libs"
+} >"$logs/machine.txt" 2>&1
+cat "$logs/machine.txt"
+
+if [[ "$what" == tests || "$what" == all ]]; then
+  B="$bundle/bin"
+  step cuda_memory_test 60 "${run[@]}" "$B/cuda_memory_test" &
+  step cuda_ops_differential_test 130 "${run[@]}" "$B/cuda_ops_differential_test" &
+  step cuda_parity_test 130 "${run[@]}" "$B/cuda_parity_test" \
+    --gtest_filter="${PARITY_FILTER:-*}" &
+  step policy_invariance_cuda 130 "${run[@]}" "$B/policy_invariance_test" \
+    --gtest_filter="${INVARIANCE_FILTER:-*_cuda}" &
+  step serving_e2e_cuda 130 env \
+    MOESERVE_E2E_SERVER_FLAGS="--backend=cuda --expert_cache_ratio=0.25" \
+    python3 tests/serving_e2e_test.py "$wrapper" "$bundle" &
+  wait
+fi
+
+if [[ "$what" == bench || "$what" == all ]]; then
+  B="$bundle/bin"
+  step cuda_ops_benchmark 60 "${run[@]}" "$B/cuda_ops_benchmark" \
+    --benchmark_min_time=0.05 --benchmark_counters_tabular=true
+  common=(--backend=cuda --concurrency=1,4 --num_requests="${BENCH_REQUESTS:-8}"
+    --max_new_tokens=32 --warmup_tokens=16 --policy_repeats=1
+    --expert_cache_ratio=0.25,0.5)
+  step bench_demo 80 "${run[@]}" "$B/moeserve_bench" "${common[@]}" \
+    --model_dir=models/demo --policies="${BENCH_POLICIES:-on_demand,lru,lfu_static,overlap,self_spec,quant_draft,cutoff,utility,throughput}" \
+    --json_out="$logs/bench_demo.json"
+  step bench_qwen 120 "${run[@]}" "$B/moeserve_bench" "${common[@]}" \
+    --gen_model=qwen --gen_layers="${QWEN_LAYERS:-24}" --gen_dir=/tmp/moe_qwen \
+    --policies=on_demand,lru,lfu_static,overlap \
+    --json_out="$logs/bench_qwen.json"
+  step bench_mixtral 100 "${run[@]}" "$B/moeserve_bench" "${common[@]}" \
+    --gen_model=mixtral --gen_layers=2 --gen_dir=/tmp/moe_mixtral \
+    --policies=on_demand,lru,lfu_static,overlap \
+    --json_out="$logs/bench_mixtral.json"
+fi
+cat "$summary"
