@@ -15,6 +15,8 @@ PACKAGES=(
   # tests
   python3 python3-grpcio python3-protobuf prometheus curl openssl sentencepiece
   python3-sentencepiece nodejs
+  # moeserve_bench --plot (and its test)
+  gnuplot-nox
 )
 # npm: Debian's package, unless the installed nodejs brings its own (the
 # nodesource build does, and conflicts with Debian's npm). The deploy/ and

@@ -30,6 +30,7 @@
 #include "tools/bench/model_bench.h"
 #include "tools/bench/optimizer.h"
 #include "tools/bench/policy_bench.h"
+#include "tools/bench/policy_plot.h"
 #include "tools/bench/random_model_writer.h"
 #include "tools/bench/report.h"
 
@@ -67,6 +68,11 @@ ABSL_FLAG(int, max_repeats, 20, "Upper bound on repeats per phase.");
 ABSL_FLAG(int, bandwidth_mib, 1024, "Buffer for the read-bandwidth probe.");
 ABSL_FLAG(int, bandwidth_repeats, 5, "Best of this many bandwidth runs.");
 ABSL_FLAG(std::string, json_out, "", "Also write the results as JSON here.");
+ABSL_FLAG(std::string, plot, "",
+          "Policy mode: also render the comparison (tokens/s and link KiB "
+          "per token by policy, concurrency and fast-tier ratio) as a PNG "
+          "here, with gnuplot (Debian: gnuplot-nox); its data and script "
+          "are kept beside it (.dat, .gp).");
 
 // Offload-policy mode (README "Offload policies"): replaces the roofline
 // benchmark when --policies is given.
@@ -272,6 +278,14 @@ int PolicyMain(int threads) {
   }
   PrintPolicyReport(*report, stdout);
   if (int rc = WriteJson(PolicyReportJson(*report)); rc != 0) return rc;
+  if (const std::string plot = Resolve(absl::GetFlag(FLAGS_plot));
+      !plot.empty()) {
+    if (absl::Status st = WritePolicyPlot(*report, plot); !st.ok()) {
+      std::fprintf(stderr, "%s\n", st.ToString().c_str());
+      return 1;
+    }
+    std::printf("plot: %s\n", plot.c_str());
+  }
   return report->outputs_identical ? 0 : 3;
 }
 
@@ -427,7 +441,7 @@ const moeserve::base::ProgramHelp& Help() {
                   {"optimize", "optimize_policy", "optimize_batches",
                    "optimize_max_k", "optimize_profile_tokens"}},
                  {"Backend", {"backend", "cuda_device"}},
-                 {"Output", {"json_out"}}},
+                 {"Output", {"json_out", "plot"}}},
       .version_details = moeserve::kernels::DescribeCompute};
   return *help;
 }
