@@ -1,12 +1,14 @@
-// moeserve: the gRPC inference server binary.
+// moeserve: the gRPC inference server binary (and, with --http_port, the
+// OpenAI-compatible HTTP API: server/openai/).
 //
 // Start-up: flags -> options; SIGINT/SIGTERM blocked in every thread (a
-// sigwait below owns them); gRPC server up with health NOT_SERVING; model
-// loaded and warmed up -> SERVING. Shutdown on SIGINT/SIGTERM: NOT_SERVING,
-// refuse new work, let in-flight generations finish, cancel the rest, and
-// exit 0 within --drain_seconds of the signal (server/README.md, "Bounds and
-// shutdown"): a load still running (a read may block for good) or an engine
-// still inside a step (seconds on a slow link) is not waited for.
+// sigwait below owns them); gRPC server (and the HTTP API) up with health
+// NOT_SERVING; model loaded and warmed up -> SERVING. Shutdown on
+// SIGINT/SIGTERM: NOT_SERVING, refuse new work, let in-flight generations
+// finish, cancel the rest, and exit 0 within --drain_seconds of the signal
+// (server/README.md, "Bounds and shutdown"): a load still running (a read may
+// block for good) or an engine still inside a step (seconds on a slow link) is
+// not waited for.
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,9 +29,14 @@
 #include "kernels/backend_factory.h"
 #include "metrics/http_exporter.h"
 #include "metrics/registry.h"
+#include "server/client_message.h"
 #include "server/grpc_server.h"
 #include "server/inference_service.h"
 #include "server/model_host_factory.h"
+#include "server/openai/chat_template.h"
+#include "server/openai/http_api_options.h"
+#include "server/openai/http_api_server.h"
+#include "server/openai/openai_frontend.h"
 #include "server/security/grpc_credentials.h"
 #include "server/security/security_options.h"
 #include "server/server_metrics.h"
@@ -50,8 +57,10 @@ const moeserve::base::ProgramHelp& Help() {
       .program = "moeserve",
       .summary =
           "gRPC inference server for Mixture-of-Experts models whose experts "
-          "are offloaded to host memory or disk (README.md).\n  moeserve "
-          "--model_dir=models/demo --port=50051 --metrics_port=9400",
+          "are offloaded to host memory or disk (README.md), with an "
+          "optional OpenAI-compatible HTTP API (--http_port).\n  moeserve "
+          "--model_dir=models/demo --port=50051 --metrics_port=9400 "
+          "--http_port=8000",
       .groups =
           {{"Model and compute",
             {"model_dir", "backend", "cuda_device", "threads"}},
@@ -68,8 +77,8 @@ const moeserve::base::ProgramHelp& Help() {
             {"drafter", "num_speculative_tokens", "draft_model_dir",
              "draft_budget"}},
            {"Network and security",
-            {"host", "port", "max_receive_message_mb", "keepalive_time_ms",
-             "keepalive_timeout_ms", "max_open_streams",
+            {"host", "port", "http_port", "http_host", "max_receive_message_mb",
+             "keepalive_time_ms", "keepalive_timeout_ms", "max_open_streams",
              "max_streams_per_connection", "grpc_max_threads", "tls_cert_file",
              "tls_key_file", "tls_client_ca_file", "auth_token_file",
              "metrics_auth"}},
@@ -142,11 +151,33 @@ moeserve::metrics::HttpExporterOptions HttpOptions(
   return http;
 }
 
+// The OpenAI-compatible HTTP API (--http_port), or null when it is off.
+// The frontend must outlive the server.
+absl::StatusOr<std::unique_ptr<moeserve::server::openai::OpenAiHttpServer>>
+StartOpenAiApi(const moeserve::server::ServerOptions& options,
+               const moeserve::server::security::SecurityOptions& security,
+               moeserve::server::openai::OpenAiFrontend* frontend) {
+  namespace openai = moeserve::server::openai;
+  if (options.http_port == 0) {
+    return std::unique_ptr<openai::OpenAiHttpServer>();
+  }
+  absl::StatusOr<std::unique_ptr<openai::OpenAiHttpServer>> http =
+      openai::OpenAiHttpServer::Start(
+          openai::HttpApiOptionsFor(options, security), frontend);
+  if (!http.ok()) return http.status();
+  spdlog::info("OpenAI-compatible API on {}://{}:{}/v1",
+               security.tls() ? "https" : "http",
+               openai::HttpApiOptionsFor(options, security).host,
+               (*http)->port());
+  return http;
+}
+
 int Run(const moeserve::server::ServerOptions& options,
         const moeserve::server::ServingBounds& bounds,
         const moeserve::server::security::SecurityOptions& security) {
   using namespace moeserve::server;
   namespace metrics = moeserve::metrics;
+  namespace openai = moeserve::server::openai;
   metrics::Registry registry;
   std::unique_ptr<AsyncModelHost> host = CreateModelHost(options, &registry);
   absl::StatusOr<std::unique_ptr<ServerMetrics>> server_metrics =
@@ -177,6 +208,26 @@ int Run(const moeserve::server::ServerOptions& options,
   spdlog::info("metrics on {}://{}:{}/metrics",
                security.tls() ? "https" : "http", options.host,
                (*http)->port());
+  absl::StatusOr<openai::ChatTemplate> chat_template =
+      openai::ChatTemplate::LoadFromModelDir(options.model_dir);
+  if (options.http_port != 0) {
+    if (chat_template.ok()) {
+      spdlog::info("chat template: {}",
+                   std::string(chat_template->family_name()));
+    } else {
+      spdlog::warn("no chat template, /v1/chat/completions answers 400: {}",
+                   std::string(chat_template.status().message()));
+    }
+  }
+  openai::OpenAiFrontend openai_frontend(
+      host.get(), server_metrics->get(), options.limits,
+      PublicModelName(options.model_dir), std::move(chat_template));
+  absl::StatusOr<std::unique_ptr<openai::OpenAiHttpServer>> openai_http =
+      StartOpenAiApi(options, security, &openai_frontend);
+  if (!openai_http.ok()) {
+    spdlog::critical("OpenAI API: {}", openai_http.status().ToString());
+    return EXIT_FAILURE;
+  }
   // Health turns SERVING once the model is loaded and warmed up; the
   // waiter thread must not outlive the server it flips. A failed load ends
   // the process (the signal wakes the sigwait below) unless
@@ -204,6 +255,7 @@ int Run(const moeserve::server::ServerOptions& options,
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   (*http)->StartDraining();  // /healthz 503 now, as gRPC health goes
+  if (*openai_http != nullptr) (*openai_http)->StartDraining();  // /health
   const absl::Time deadline = absl::Now() + options.drain;
   spdlog::info("signal {}: draining for up to {}", strsignal(signal_number),
                absl::FormatDuration(options.drain));
@@ -211,6 +263,11 @@ int Run(const moeserve::server::ServerOptions& options,
   health_flipper.join();
   const absl::Duration grace = std::min(options.drain / 4, kMaxStopGrace);
   (*grpc_server)->Shutdown(deadline - grace);
+  if (*openai_http != nullptr) {
+    // Both drained at once: the HTTP generations ran on meanwhile.
+    (*openai_http)->WaitForOpenCalls(deadline - grace);
+    (*openai_http)->Stop();  // cancels what is left
+  }
   (*http)->Stop();
   if (!StopHost(std::move(host),
                 std::max(deadline, absl::Now() + kMinStopWait))) {
@@ -264,6 +321,13 @@ int main(int argc, char** argv) {
           moeserve::server::security::ExposureWarning(options->host, *security);
       !warning.empty()) {
     spdlog::warn("{}", warning);
+  }
+  if (options->http_port != 0 && options->http_host != options->host) {
+    if (const std::string warning = moeserve::server::security::ExposureWarning(
+            options->http_host, *security);
+        !warning.empty()) {
+      spdlog::warn("--http_host: {}", warning);
+    }
   }
   return Run(*options, *bounds, *security);
 }

@@ -20,6 +20,14 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
 ABSL_FLAG(int, port, 50051, "gRPC port (0 picks a free one).");
 ABSL_FLAG(int, metrics_port, 9400,
           "HTTP port for /metrics and /healthz (0 picks a free one).");
+ABSL_FLAG(int, http_port, 0,
+          "Port of the OpenAI-compatible HTTP API (/v1/completions, "
+          "/v1/chat/completions, /v1/models, /health; server/openai/"
+          "README.md), with the same TLS and --auth_token_file as gRPC. "
+          "0: off.");
+ABSL_FLAG(std::string, http_host, "",
+          "Address the OpenAI-compatible HTTP API listens on (empty: "
+          "--host).");
 ABSL_FLAG(std::string, model_dir, "models/demo",
           "Hugging Face model directory (config.json, *.safetensors, "
           "tokenizer.model). Relative paths resolve against the working "
@@ -434,6 +442,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (auto st = CheckPort("port", o.port); !st.ok()) return st;
   if (auto st = CheckPort("metrics_port", o.metrics_port); !st.ok()) return st;
+  o.http_port = absl::GetFlag(FLAGS_http_port);
+  if (auto st = CheckPort("http_port", o.http_port); !st.ok()) return st;
+  o.http_host = absl::GetFlag(FLAGS_http_host);
+  if (o.http_host.empty()) o.http_host = o.host;
   // Relative defaults also work for an installed binary run from anywhere.
   o.model_dir = base::ResolveDataPath(absl::GetFlag(FLAGS_model_dir));
   const int drain = absl::GetFlag(FLAGS_drain_seconds);

@@ -47,6 +47,10 @@ struct ServerOptions {
   std::string host = "127.0.0.1";  // --host
   int port = 50051;                // --port (0: pick a free one)
   int metrics_port = 9400;         // --metrics_port (0: pick a free one)
+  // The OpenAI-compatible HTTP API (server/openai/): --http_port (0: off)
+  // on --http_host (empty: --host).
+  int http_port = 0;
+  std::string http_host;
   std::string model_dir;           // --model_dir
   absl::Duration drain = absl::Seconds(30);  // --drain_seconds
   int max_receive_message_bytes = 4 << 20;   // --max_receive_message_mb

@@ -1,0 +1,133 @@
+// OpenAiHttpServer: the OpenAI-compatible HTTP API on its own port
+// (--http_port), on GNU libmicrohttpd like the metrics port
+// (metrics/http_exporter.h: why libmicrohttpd, and the bounds).
+//
+//   POST /v1/completions        JSON, or server-sent events with stream
+//   POST /v1/chat/completions   the same, messages through the chat template
+//   GET  /v1/models             one entry per engine instance
+//   GET  /v1/models/{id}
+//   GET  /health                200 "ok" when a model is served; 503 while
+//                               loading, and for good once draining
+//   other paths 404, other methods 405 (OpenAI error bodies)
+//
+// Access: TLS and mTLS as the other ports (PEM text in HttpApiOptions; 403
+// without a client certificate the client CA signed, on every path); with
+// `identify` set every path but /health needs "Authorization: Bearer
+// <token>" (401 otherwise). The caller (request-id scope,
+// server/caller_identity.h) is "id:" + the token's identity, or "peer:http:"
+// + the client's address when there are no tokens.
+//
+// Bounds: a few epoll threads serve every connection; a generation in
+// progress parks its connection (libmicrohttpd's suspend/resume) and holds
+// no thread; request bodies over max_body_bytes are 413; connections as
+// HttpExporterOptions bounds them (idle cut, total and per address). A
+// streamed response's client that goes away cancels its engine request
+// (sse_stream.h).
+//
+// Shutdown: StartDraining() (503 for new generations and /health),
+// WaitForOpenCalls() for the generations in flight, then Stop() ends the
+// rest (cancelled) and closes every connection.
+//
+// Thread-safe. Does not own the frontend, which must outlive the server.
+#ifndef MOESERVE_SERVER_OPENAI_HTTP_API_SERVER_H_
+#define MOESERVE_SERVER_OPENAI_HTTP_API_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "base/mutex.h"
+#include "server/openai/openai_frontend.h"
+
+struct MHD_Connection;
+struct MHD_Daemon;
+
+namespace moeserve::server::openai {
+
+class HttpExchange;     // http_api_server.cc: one request
+class HttpApiHandler;   // http_api_server.cc: libmicrohttpd's callbacks
+class HttpApiStartLog;  // http_api_server.cc
+
+struct HttpApiOptions {
+  // An IPv4 or IPv6 literal ("localhost" means 127.0.0.1); port 0 picks a
+  // free port (OpenAiHttpServer::port()).
+  std::string host = "127.0.0.1";
+  int port = 0;
+
+  // PEM text; both set: HTTPS only. With a client CA: mTLS.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_client_ca_pem;
+
+  // When set, tokens are required: returns the caller's identity for an
+  // Authorization header value ("" when absent), or nullopt (401). Must be
+  // thread-safe and constant-time in the secret.
+  std::function<std::optional<std::string>(absl::string_view authorization)>
+      identify;
+
+  // Largest request body; more is 413.
+  size_t max_body_bytes = 1 << 20;
+
+  // As HttpExporterOptions.
+  int threads = 4;
+  int idle_timeout_s = 5;
+  int max_connections = 256;
+  int max_connections_per_ip = 32;
+};
+
+class OpenAiHttpServer {
+ public:
+  // Listens on options.host:options.port. UNAVAILABLE when the address
+  // cannot be bound, INVALID_ARGUMENT on a bad option.
+  static absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> Start(
+      const HttpApiOptions& options, OpenAiFrontend* frontend);
+
+  OpenAiHttpServer(const OpenAiHttpServer&) = delete;
+  OpenAiHttpServer& operator=(const OpenAiHttpServer&) = delete;
+  ~OpenAiHttpServer();  // Stop()s
+
+  int port() const { return port_; }
+
+  // New generations and /health get 503 from now on; never undone.
+  void StartDraining() { frontend_->StartDraining(); }
+
+  // Waits until no generation is in flight, or `deadline`; true when none.
+  bool WaitForOpenCalls(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  int open_calls() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Cancels every generation in flight, closes every connection and joins
+  // the threads. Idempotent; must not race with the destructor.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  friend class HttpApiHandler;
+
+  OpenAiHttpServer(const HttpApiOptions& options, OpenAiFrontend* frontend);
+
+  // A generation's exchange is open from Register to Unregister. Register
+  // refuses (false) once Stop() began.
+  bool Register(const std::shared_ptr<HttpExchange>& exchange)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Unregister(const std::shared_ptr<HttpExchange>& exchange)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const HttpApiOptions options_;  // the daemon reads its PEM strings
+  OpenAiFrontend* const frontend_;
+  mutable base::Mutex mu_;
+  base::CondVar no_calls_;  // signalled when open_ becomes empty
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::shared_ptr<HttpExchange>> open_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<HttpApiStartLog> start_log_;  // outlives the daemon
+  MHD_Daemon* daemon_ = nullptr;                // owned; null once stopped
+  int port_ = 0;
+};
+
+}  // namespace moeserve::server::openai
+
+#endif  // MOESERVE_SERVER_OPENAI_HTTP_API_SERVER_H_

@@ -1,0 +1,263 @@
+// The OpenAI-compatible API of a real moeserve, through the official
+// `openai` npm client (openai_client_e2e_test.sh starts the server and
+// installs the client).
+//
+//   node openai_client_e2e_test.mjs NPM_DIR BASE_URL METRICS_URL
+//
+// BASE_URL is http://127.0.0.1:PORT/v1. The server runs models/demo with
+// --max_num_seqs=1 --max_waiting=1 (so a third concurrent request finds
+// the queue full) and an emulated slow link (so long generations last).
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import assert from "node:assert/strict";
+
+const [npmDir, baseURL, metricsURL] = process.argv.slice(2);
+const require = createRequire(join(npmDir, "package.json"));
+const openaiModule = require("openai");
+const OpenAI = openaiModule.OpenAI ?? openaiModule.default ?? openaiModule;
+
+// No retries: a 429 or 503 must reach the test as it is.
+const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0 });
+const MODEL = "lru";
+const PROMPT = "The LORD";
+
+let passed = 0;
+async function check(name, body) {
+  try {
+    await body();
+    passed++;
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    console.log(`FAIL ${name}`);
+    throw e;
+  }
+}
+
+// The status and error of a refused call.
+async function refusal(promise) {
+  try {
+    await promise;
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIError, `not an APIError: ${e}`);
+    return e;
+  }
+  assert.fail("the call was not refused");
+}
+
+async function complete(params, options) {
+  return client.completions.create({ model: MODEL, prompt: PROMPT, ...params },
+                                   options);
+}
+
+async function streamText(stream) {
+  let text = "";
+  let finish = null;
+  const objects = new Set();
+  for await (const chunk of stream) {
+    objects.add(chunk.object);
+    for (const choice of chunk.choices) {
+      text += choice.text ?? choice.delta?.content ?? "";
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  return { text, finish, objects };
+}
+
+async function metric(name) {
+  const text = await (await fetch(metricsURL)).text();
+  const line = text.split("\n").find((l) => l.startsWith(name));
+  assert.ok(line, `no ${name} on /metrics`);
+  return Number(line.split(" ").pop());
+}
+
+let greedy; // the greedy completion of PROMPT, 8 tokens
+
+await check("GET /v1/models lists the engine", async () => {
+  const models = [];
+  for await (const m of client.models.list()) models.push(m.id);
+  assert.deepEqual(models, [MODEL]);
+});
+
+await check("GET /health", async () => {
+  const reply = await fetch(baseURL.replace(/\/v1$/, "/health"));
+  assert.equal(reply.status, 200);
+});
+
+await check("completions, not streamed", async () => {
+  const r = await complete({ max_tokens: 8, temperature: 0 });
+  assert.equal(r.object, "text_completion");
+  assert.match(r.id, /^cmpl-[0-9a-f]+$/);
+  assert.equal(r.model, MODEL);
+  assert.equal(r.choices.length, 1);
+  assert.equal(typeof r.choices[0].text, "string");
+  assert.ok(r.choices[0].text.length > 0);
+  assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.ok(r.usage.completion_tokens > 0 && r.usage.completion_tokens <= 8);
+  assert.equal(r.usage.total_tokens,
+               r.usage.prompt_tokens + r.usage.completion_tokens);
+  greedy = r.choices[0].text;
+});
+
+await check("completions, streamed: the same greedy text", async () => {
+  const s = await complete({ max_tokens: 8, temperature: 0, stream: true });
+  const { text, finish, objects } = await streamText(s);
+  assert.deepEqual([...objects], ["text_completion"]);
+  assert.equal(text, greedy);
+  assert.ok(["stop", "length"].includes(finish));
+});
+
+await check("max_tokens ends with finish_reason length", async () => {
+  const r = await complete({ max_tokens: 5, temperature: 0, ignore_eos: true });
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.usage.completion_tokens, 5);
+});
+
+await check("stop strings end before the stop, finish_reason stop", async () => {
+  const long = await complete({ max_tokens: 24, temperature: 0,
+                                ignore_eos: true });
+  const t = long.choices[0].text;
+  const k = Math.floor(t.length / 2);
+  const stop = t.slice(k, k + 3);
+  assert.ok(stop.length === 3, `text too short: ${JSON.stringify(t)}`);
+  const r = await complete({ max_tokens: 24, temperature: 0,
+                             ignore_eos: true, stop: [stop, "@@never@@"] });
+  assert.equal(r.choices[0].text, t.slice(0, t.indexOf(stop)));
+  assert.equal(r.choices[0].finish_reason, "stop");
+  const one = await complete({ max_tokens: 24, temperature: 0,
+                               ignore_eos: true, stop });
+  assert.equal(one.choices[0].text, r.choices[0].text);
+});
+
+await check("seed: the same sample at temperature 1", async () => {
+  const params = { max_tokens: 16, temperature: 1.0, seed: 1234,
+                   ignore_eos: true };
+  const a = await complete(params);
+  const b = await complete(params);
+  assert.equal(a.choices[0].text, b.choices[0].text);
+  const others = new Set();
+  for (const seed of [1, 2, 3]) {
+    others.add((await complete({ ...params, seed })).choices[0].text);
+  }
+  assert.ok(others.size > 1, "three seeds gave one text");
+});
+
+await check("n=1 is served; n=2 is 400 naming n", async () => {
+  const r = await complete({ max_tokens: 2, temperature: 0, n: 1 });
+  assert.equal(r.choices.length, 1);
+  const e = await refusal(complete({ max_tokens: 2, n: 2 }));
+  assert.equal(e.status, 400);
+  assert.equal(e.param, "n");
+  assert.match(e.message, /n: only 1 is supported/);
+});
+
+await check("an invalid field is 400 naming it", async () => {
+  let e = await refusal(complete({ max_tokens: 2, temperature: -1 }));
+  assert.equal(e.status, 400);
+  assert.equal(e.param, "temperature");
+  assert.equal(e.type, "invalid_request_error");
+  e = await refusal(complete({ max_tokens: 2, top_p: 2 }));
+  assert.equal(e.param, "top_p");
+  e = await refusal(complete({ max_tokens: 100000 }));
+  assert.equal(e.param, "max_tokens");
+  e = await refusal(complete({ max_tokens: 2, logprobs: 3 }));
+  assert.equal(e.param, "logprobs");
+  e = await refusal(client.completions.create({ model: MODEL,
+                                                prompt: ["a", "b"] }));
+  assert.equal(e.param, "prompt");
+});
+
+await check("an unknown model is 404 model_not_found", async () => {
+  const e = await refusal(client.completions.create({
+    model: "gpt-4", prompt: PROMPT, max_tokens: 2 }));
+  assert.equal(e.status, 404);
+  assert.equal(e.code, "model_not_found");
+  assert.equal(e.param, "model");
+  // The served model's own name picks the default engine.
+  const r = await client.completions.create({ model: "demo", prompt: PROMPT,
+                                             max_tokens: 2 });
+  assert.equal(r.choices.length, 1);
+});
+
+let chatText;
+const MESSAGES = [{ role: "system", content: "Speak as the King James Bible." },
+                  { role: "user", content: "Who made the heaven?" }];
+
+await check("chat completions, not streamed", async () => {
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: MESSAGES, max_tokens: 8, temperature: 0 });
+  assert.equal(r.object, "chat.completion");
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.equal(typeof r.choices[0].message.content, "string");
+  assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.completion_tokens > 0);
+  chatText = r.choices[0].message.content;
+});
+
+await check("chat completions, streamed: role first, same text", async () => {
+  const s = await client.chat.completions.create({
+    model: MODEL, messages: MESSAGES, max_tokens: 8, temperature: 0,
+    stream: true, stream_options: { include_usage: true } });
+  let first = true;
+  let text = "";
+  let finish = null;
+  let usage = null;
+  for await (const chunk of s) {
+    assert.equal(chunk.object, "chat.completion.chunk");
+    if (first) {
+      assert.equal(chunk.choices[0].delta.role, "assistant");
+      first = false;
+    }
+    for (const c of chunk.choices) {
+      text += c.delta.content ?? "";
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.equal(text, chatText);
+  assert.ok(["stop", "length"].includes(finish));
+  assert.ok(usage && usage.completion_tokens > 0, "no usage chunk");
+});
+
+await check("chat: roles out of order are 400", async () => {
+  const e = await refusal(client.chat.completions.create({
+    model: MODEL, max_tokens: 2,
+    messages: [{ role: "assistant", content: "a" }] }));
+  assert.equal(e.status, 400);
+  assert.equal(e.param, "messages[0].role");
+});
+
+await check("a full queue is 429", async () => {
+  const long = { max_tokens: 512, temperature: 0, ignore_eos: true,
+                 stream: true };
+  // A runs (--max_num_seqs=1), B waits (--max_waiting=1), C is refused.
+  const a = await complete(long);
+  await a[Symbol.asyncIterator]().next();  // A is running
+  const b = new AbortController();
+  const bDone = complete(long, { signal: b.signal })
+    .then(async (s) => { for await (const _ of s) {} })
+    .catch(() => {});
+  for (let i = 0; i < 100; i++) {
+    if (await metric("moeserve_num_requests_waiting") === 1) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(await metric("moeserve_num_requests_waiting"), 1);
+  const e = await refusal(complete({ max_tokens: 2 }));
+  assert.equal(e.status, 429);
+  assert.equal(e.code, "rate_limit_exceeded");
+  assert.match(e.message, /--max_waiting/);
+  a.controller.abort();
+  b.abort();
+  await bDone;
+  // Both leave the engine: nothing runs or waits after a moment.
+  for (let i = 0; i < 100; i++) {
+    if (await metric("moeserve_num_requests_running") === 0 &&
+        await metric("moeserve_num_requests_waiting") === 0) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(await metric("moeserve_num_requests_running"), 0);
+  assert.equal(await metric("moeserve_num_requests_waiting"), 0);
+});
+
+console.log(`${passed} checks passed`);

@@ -1,0 +1,158 @@
+#!/bin/bash
+# The OpenAI-compatible HTTP API end to end: a real moeserve on models/demo
+# with --http_port, driven by the official `openai` npm client
+# (openai_client_e2e_test.mjs: completions and chat, streamed and not, stop
+# strings, max_tokens, seeds, n, invalid fields, unknown model, full queue,
+# /v1/models, /health), then by curl: a server-sent event stream that ends
+# with "data: [DONE]", and a client that goes away mid-stream, after which
+# moeserve_num_requests_running is back to 0.
+#
+# Installs openai@$OPENAI_VERSION (Apache-2.0) into $MOESERVE_NPM_OPENAI
+# (default: ~/.cache/moeserve-npm-openai of the real user's home, kept
+# between runs), as engine/hf_tokenizer/parity_test.sh installs its
+# packages.
+#
+# Args: <moeserve binary>
+set -euo pipefail
+server="$1"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+here="${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-__main__}/server/openai"
+[ -d "$here" ] || here="$(cd "$(dirname "$0")" && pwd)"
+py=/usr/bin/python3
+OPENAI_VERSION=4.95.0
+
+for cmd in node npm curl "$py"; do
+  command -v "$cmd" >/dev/null ||
+    { echo "FAIL: $cmd not found (the test needs Node.js, npm, curl, python3)" >&2; exit 1; }
+done
+
+# Bazel sets HOME to the test's temporary directory: cache under the real one
+# so the package is fetched once, not on every run.
+real_home="$(getent passwd "$(id -u)" | cut -d: -f6)"
+npm_dir="${MOESERVE_NPM_OPENAI:-${real_home:-${TEST_TMPDIR:-/tmp}}/.cache/moeserve-npm-openai}"
+mkdir -p "$npm_dir"
+installed() {
+  [ "$(node -e 'try { console.log(require(process.argv[1]).version) } catch (e) {}' \
+       "$npm_dir/node_modules/openai/package.json")" = "$OPENAI_VERSION" ]
+}
+(
+  flock 9
+  if ! installed; then
+    echo "openai_client_e2e_test: installing openai@$OPENAI_VERSION into $npm_dir"
+    # npm as the user runs it: Bazel's HOME hides the user's npm config and
+    # its clean environment drops NODE_EXTRA_CA_CERTS, so trust the system's
+    # CA store as curl and apt do.
+    ca="${NODE_EXTRA_CA_CERTS:-}"
+    if [ -z "$ca" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+      ca=/etc/ssl/certs/ca-certificates.crt
+    fi
+    if ! HOME="${real_home:-$HOME}" NODE_EXTRA_CA_CERTS="$ca" timeout 240 \
+        npm install --prefix "$npm_dir" --cache "$npm_dir/.npm" --no-audit \
+        --no-fund --no-save --no-package-lock --fetch-retries=1 \
+        --fetch-timeout=60000 "openai@$OPENAI_VERSION" >"$npm_dir/install.log" 2>&1; then
+      tail -n 20 "$npm_dir/install.log" >&2
+      echo "FAIL: npm install openai@$OPENAI_VERSION failed (is the npm registry reachable?)" >&2
+      exit 1
+    fi
+    installed || { echo "FAIL: npm installed another openai than $OPENAI_VERSION" >&2; exit 1; }
+  fi
+) 9>"$npm_dir/.lock"
+
+free_port() {
+  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+grpc_port=$(free_port)
+metrics_port=$(free_port)
+http_port=$(free_port)
+base="http://127.0.0.1:$http_port"
+metrics="http://127.0.0.1:$metrics_port/metrics"
+
+server_pid=""
+curl_pid=""
+cleanup() {
+  for pid in $curl_pid $server_pid; do kill "$pid" 2>/dev/null || true; done
+  for pid in $curl_pid $server_pid; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  echo "---- moeserve log" >&2; tail -n 40 "$tmp/moeserve.log" >&2 || true
+  exit 1
+}
+
+# One running sequence and one waiting (the mjs fills the queue); a quarter
+# of the experts in the fast tier over an emulated slow link, so that a long
+# generation lasts seconds (the policy never changes the tokens).
+"$server" --port="$grpc_port" --metrics_port="$metrics_port" \
+  --http_port="$http_port" --model_dir=models/demo --threads=2 \
+  --max_num_seqs=1 --max_waiting=1 --expert_cache_ratio=0.25 \
+  --link_gbps=0.2 --drain_seconds=2 >"$tmp/moeserve.log" 2>&1 &
+server_pid=$!
+
+# /health answers 503 while the model loads, then 200 (60 s at most).
+for i in $(seq 600); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$base/health" || true)
+  [ "$code" = 200 ] && break
+  kill -0 "$server_pid" 2>/dev/null || fail "moeserve exited"
+  [ "$i" -lt 600 ] || fail "/health never answered 200 (last: $code)"
+  sleep 0.1
+done
+grep -q "chat template: mistral" "$tmp/moeserve.log" ||
+  fail "the demo model's chat template was not recognised"
+
+echo "== openai npm client"
+node "$here/openai_client_e2e_test.mjs" "$npm_dir" "$base/v1" "$metrics" ||
+  fail "openai client checks"
+
+echo "== curl: a stream ends with data: [DONE]"
+curl -sfN "$base/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "lru", "prompt": "The LORD", "max_tokens": 6, "stream": true}' \
+  >"$tmp/stream.txt" || fail "curl stream"
+grep -q '^data: {.*"object":"text_completion"' "$tmp/stream.txt" ||
+  fail "no text_completion chunk: $(head -c 300 "$tmp/stream.txt")"
+[ "$(grep -v '^$' "$tmp/stream.txt" | tail -n 1)" = "data: [DONE]" ] ||
+  fail "the stream does not end with data: [DONE]: $(tail -c 300 "$tmp/stream.txt")"
+
+running() {
+  curl -sf "$metrics" | awk '/^moeserve_num_requests_running/ {print $2 + 0}'
+}
+cancelled() {
+  curl -sf "$metrics" |
+    awk '/^moeserve_request_success_total.*finished_reason="cancelled"/ {print $2}'
+}
+
+echo "== curl: a client that leaves mid-stream frees its sequence"
+before=$(cancelled)
+curl -sN "$base/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "The LORD", "max_tokens": 512, "ignore_eos": true, "stream": true}' \
+  >"$tmp/cut.txt" 2>/dev/null &
+curl_pid=$!
+for i in $(seq 200); do
+  [ "$(grep -c '^data: ' "$tmp/cut.txt" || true)" -ge 3 ] && [ "$(running)" = 1 ] && break
+  [ "$i" -lt 200 ] || fail "the long stream never ran ($(running) running)"
+  sleep 0.05
+done
+kill "$curl_pid"
+wait "$curl_pid" 2>/dev/null || true
+curl_pid=""
+grep -q 'data: \[DONE\]' "$tmp/cut.txt" && fail "the stream ended before the client left"
+for i in $(seq 100); do
+  [ "$(running)" = 0 ] && break
+  [ "$i" -lt 100 ] || fail "moeserve_num_requests_running stayed $(running) after the client left"
+  sleep 0.1
+done
+after=$(cancelled)
+"$py" -c "import sys; sys.exit(0 if float('$after') > float('$before') else 1)" ||
+  fail "no request counted cancelled ($before -> $after)"
+
+echo "== requests counted with the gRPC ones"
+curl -sf "$metrics" | grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="OK"}' ||
+  fail "no moeserve_grpc_requests_total for /v1/completions"
+curl -sf "$metrics" | grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="RESOURCE_EXHAUSTED"}' ||
+  fail "the 429 was not counted"
+
+echo "== SIGTERM: a clean exit"
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "moeserve exited $? on SIGTERM"
+server_pid=""
+echo PASS

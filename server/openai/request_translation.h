@@ -1,0 +1,58 @@
+// OpenAI request bodies -> moeserve.v1.GenerateRequest.
+//
+// POST /v1/completions and POST /v1/chat/completions bodies are parsed and
+// every field is translated or refused here; the result is then checked by
+// the same ValidateGenerateRequest as a gRPC request (openai_frontend.h).
+//
+// Translated: model (kept as given; the frontend maps it to an engine),
+// prompt (a string, a one-string list, a list of token ids, or a list of
+// one list of token ids), messages (chat: system / developer / user /
+// assistant, content a string or a list of text parts), max_tokens
+// (max_completion_tokens on chat), temperature (default 1), top_p, seed,
+// stop (a string or a list), stream, stream_options.include_usage, n and
+// best_of (1 only), presence_penalty, frequency_penalty; extensions as vLLM
+// names them: top_k (-1 or 0: off), min_p, repetition_penalty, min_tokens,
+// ignore_eos, add_generation_prompt (chat).
+// Ignored: user, and any field this API does not know (as vLLM does).
+// Refused with 400 naming the field when set to anything but its neutral
+// value: logprobs / top_logprobs, echo, suffix, logit_bias, tools,
+// tool_choice (but "none"), functions, function_call, response_format (but
+// {"type": "text"}), several prompts.
+//
+// Errors are INVALID_ARGUMENT statuses whose message starts with the
+// OpenAI field name ("n: only 1 is supported, got 2"): api_error.h turns
+// them into the 400 body with `param` set. Pure functions; thread-safe.
+#ifndef MOESERVE_SERVER_OPENAI_REQUEST_TRANSLATION_H_
+#define MOESERVE_SERVER_OPENAI_REQUEST_TRANSLATION_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/moeserve.pb.h"
+#include "server/openai/api_error.h"
+#include "server/openai/chat_template.h"
+
+namespace moeserve::server::openai {
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // as the client named it; "" when absent
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  // Everything but the engine (policy) and, on chat, the prompt.
+  v1::GenerateRequest generate;
+  // Chat only: the conversation, and whether to open the assistant's turn.
+  std::vector<ChatMessage> messages;
+  bool add_generation_prompt = true;
+};
+
+// Parses and translates a request body of `endpoint` (kCompletions or
+// kChatCompletions).
+absl::StatusOr<OpenAiRequest> TranslateRequest(absl::string_view body,
+                                               Endpoint endpoint);
+
+}  // namespace moeserve::server::openai
+
+#endif  // MOESERVE_SERVER_OPENAI_REQUEST_TRANSLATION_H_

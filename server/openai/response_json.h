@@ -1,0 +1,81 @@
+// moeserve.v1 generation messages -> OpenAI response bodies.
+//
+// Non-streamed: one JSON object, "text_completion" (choices[0].text) or
+// "chat.completion" (choices[0].message {role: assistant, content}), with
+// id ("cmpl-..." / "chatcmpl-..."), created, model, finish_reason,
+// usage {prompt_tokens, completion_tokens, total_tokens} and
+// system_fingerprint (the engine instance that served it).
+//
+// Streamed: server-sent events, "data: {json}\n\n" each, object
+// "text_completion" or "chat.completion.chunk": on chat a first chunk with
+// delta {role: assistant, content: ""}; a chunk per engine message that
+// carries text; a final chunk with an empty delta / text and the
+// finish_reason; with include_usage a last chunk with no choices and the
+// usage (the other chunks then carry "usage": null); then "data: [DONE]".
+//
+// finish_reason: "stop" (EOS, a stop string or stop token), "length"
+// (max_tokens, or the server's time limit), "abort" (cancelled, as vLLM
+// says), "error".
+//
+// Not thread-safe (a StreamEncoder belongs to one stream); the free
+// functions are pure.
+#ifndef MOESERVE_SERVER_OPENAI_RESPONSE_JSON_H_
+#define MOESERVE_SERVER_OPENAI_RESPONSE_JSON_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/strings/string_view.h"
+#include "proto/moeserve.pb.h"
+#include "server/openai/api_error.h"
+
+namespace moeserve::server::openai {
+
+// What every response of one request repeats.
+struct ResponseHeader {
+  Endpoint endpoint = Endpoint::kCompletions;
+  int64_t created = 0;  // Unix seconds, when the request came
+  std::string model;    // what the response calls the model
+  // "cmpl-..." / "chatcmpl-..."; empty: ResponseId() of the engine
+  // message's request_id.
+  std::string id;
+};
+
+// "cmpl-<hex>" / "chatcmpl-<hex>" from the server's "req-<hex>".
+std::string ResponseId(Endpoint endpoint, absl::string_view request_id);
+
+// See above; "" for FINISH_REASON_UNSPECIFIED.
+const char* FinishReasonName(v1::FinishReason reason);
+
+// The whole non-streamed body.
+std::string CompletionBody(const ResponseHeader& header,
+                           const v1::GenerateUnaryResponse& response);
+
+class StreamEncoder {
+ public:
+  StreamEncoder(ResponseHeader header, bool include_usage)
+      : header_(std::move(header)), include_usage_(include_usage) {}
+
+  // Appends what a stream starts with before any engine message: on chat,
+  // the chunk with delta {role: assistant}. Requires header.id.
+  void Start(std::string* out);
+
+  // Appends the events of the stream's next engine message to *out; after
+  // the last one (finish_reason set), the finish chunk and the usage chunk.
+  void Append(const v1::GenerateResponse& response, std::string* out);
+
+  // "data: [DONE]\n\n".
+  static void AppendDone(std::string* out);
+  // A stream that fails after it started: "data: {"error": {...}}\n\n".
+  static void AppendError(const ApiError& error, std::string* out);
+
+ private:
+  const ResponseHeader header_;
+  const bool include_usage_;
+  bool role_sent_ = false;
+};
+
+}  // namespace moeserve::server::openai
+
+#endif  // MOESERVE_SERVER_OPENAI_RESPONSE_JSON_H_

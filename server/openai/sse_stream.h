@@ -1,0 +1,95 @@
+// SseStream: one streamed generation as server-sent events, pulled by the
+// HTTP layer as the connection can take them.
+//
+// The GenerateStreamPump (server/generate_pump.h) drives it as its
+// transport: each engine message becomes events (response_json.h) in a
+// buffer, and the pump's write completes once the HTTP layer has taken the
+// whole buffer, so the engine's messages wait in the call, not here. When
+// nothing is buffered, Read parks the connection (ConnectionParking) and
+// the next message wakes it. The end: the final chunk(s), then
+// "data: [DONE]"; a stream that fails after it started sends an error
+// event before [DONE].
+//
+// A client that goes away (Close(false): libmicrohttpd's request-completed
+// notification with any code but COMPLETED_OK) cancels the engine request,
+// so its sequence and KV blocks are freed at the engine's next step.
+//
+// Lock order: the call's listener lock, then the pump's, then mu_ (the
+// pump's transport calls take mu_); Read and Close call into the pump
+// without mu_. Thread-safe.
+#ifndef MOESERVE_SERVER_OPENAI_SSE_STREAM_H_
+#define MOESERVE_SERVER_OPENAI_SSE_STREAM_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "base/mutex.h"
+#include "server/generate_pump.h"
+#include "server/model_host.h"
+#include "server/openai/connection_parking.h"
+#include "server/openai/response_json.h"
+
+namespace moeserve::server::openai {
+
+class SseStream final : private StreamTransport {
+ public:
+  // Read's answers besides a byte count.
+  static constexpr ssize_t kEnd = -1;    // the stream is complete
+  static constexpr ssize_t kAbort = -2;  // cut short (server shutdown)
+
+  // `parking` must outlive the stream. `on_finish` runs once, with the
+  // status the generation ended with (OK, CANCELLED when the client left).
+  SseStream(StreamEncoder encoder, ConnectionParking* parking,
+            std::function<void(const absl::Status&)> on_finish);
+  SseStream(const SseStream&) = delete;
+  SseStream& operator=(const SseStream&) = delete;
+  ~SseStream() override;  // Close(false)s
+
+  // Takes the started call and listens to it. A stream closed before it
+  // started never calls `on_finish`.
+  void Start(std::unique_ptr<GenerateCall> call) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // From the connection's reader: copies up to `max` bytes of events into
+  // `buf` and returns how many; 0 after parking the connection (nothing
+  // to send yet); kEnd once everything was sent; kAbort after Shutdown().
+  ssize_t Read(char* buf, size_t max) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The server is stopping: wakes a parked connection; Read ends it.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The connection is done with the stream: `completed` when the whole
+  // stream was sent. Otherwise the engine request is cancelled. Then no
+  // engine callback runs any more. Idempotent.
+  void Close(bool completed) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // StreamTransport, called by the pump.
+  void StartWrite(const v1::GenerateResponse* response) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Finish(const absl::Status& status) override ABSL_LOCKS_EXCLUDED(mu_);
+  void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ConnectionParking* const parking_;
+  const std::function<void(const absl::Status&)> on_finish_;
+  base::Mutex mu_;
+  StreamEncoder encoder_ ABSL_GUARDED_BY(mu_);
+  std::string pending_ ABSL_GUARDED_BY(mu_);      // events not yet read
+  size_t sent_ ABSL_GUARDED_BY(mu_) = 0;          // of pending_
+  bool write_open_ ABSL_GUARDED_BY(mu_) = false;  // pump's write not done
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool parked_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // Last: destroyed first, after Close detached it.
+  GenerateStreamPump pump_;
+};
+
+}  // namespace moeserve::server::openai
+
+#endif  // MOESERVE_SERVER_OPENAI_SSE_STREAM_H_

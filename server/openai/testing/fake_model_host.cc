@@ -1,0 +1,128 @@
+#include "server/openai/testing/fake_model_host.h"
+
+#include <chrono>
+#include <utility>
+
+namespace moeserve::server::openai::testing {
+
+class FakeCall final : public GenerateCall {
+ public:
+  explicit FakeCall(std::shared_ptr<FakeCallState> state)
+      : state_(std::move(state)) {}
+  ~FakeCall() override {
+    SetListener(nullptr);
+    base::MutexLock lock(&state_->mu_);
+    state_->released_ = true;
+  }
+
+  void SetListener(std::function<void()> on_ready) override {
+    base::MutexLock listener_lock(&state_->listener_mu_);
+    state_->listener_ = std::move(on_ready);
+    bool waiting;
+    {
+      base::MutexLock lock(&state_->mu_);
+      waiting = !state_->queue_.empty();
+    }
+    if (waiting && state_->listener_) state_->listener_();
+  }
+
+  bool Next(v1::GenerateResponse* response,
+            absl::Status* final_status) override {
+    base::MutexLock lock(&state_->mu_);
+    if (state_->queue_.empty()) return false;
+    *response = std::move(state_->queue_.front());
+    state_->queue_.pop_front();
+    *final_status = absl::OkStatus();
+    return true;
+  }
+
+  absl::Status Cancel() override {
+    base::MutexLock lock(&state_->mu_);
+    state_->cancelled_ = true;
+    return absl::CancelledError("client went away");
+  }
+
+ private:
+  const std::shared_ptr<FakeCallState> state_;
+};
+
+void FakeCallState::Push(const v1::GenerateResponse& response) {
+  base::MutexLock listener_lock(&listener_mu_);
+  {
+    base::MutexLock lock(&mu_);
+    queue_.push_back(response);
+  }
+  if (listener_) listener_();
+}
+
+void FakeCallState::PushText(const std::string& text, v1::FinishReason finish) {
+  v1::GenerateResponse r;
+  r.set_request_id("req-0123456789abcdef");
+  r.set_index(index_++);
+  r.set_text(text);
+  if (!text.empty()) {
+    r.add_token_ids(7);
+    ++completion_tokens_;
+  }
+  if (finish != v1::FINISH_REASON_UNSPECIFIED) {
+    r.set_finish_reason(finish);
+    r.mutable_usage()->set_prompt_tokens(3);
+    r.mutable_usage()->set_completion_tokens(completion_tokens_);
+    r.set_policy("lru");
+    r.set_seed(42);
+  }
+  Push(r);
+}
+
+bool FakeCallState::cancelled() const {
+  base::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+bool FakeCallState::released() const {
+  base::MutexLock lock(&mu_);
+  return released_;
+}
+
+void FakeModelHost::SetReady(absl::Status status) {
+  base::MutexLock lock(&mu_);
+  ready_ = std::move(status);
+}
+
+void FakeModelHost::SetStartStatus(absl::Status status) {
+  base::MutexLock lock(&mu_);
+  start_status_ = std::move(status);
+}
+
+std::vector<std::shared_ptr<FakeCallState>> FakeModelHost::calls() const {
+  base::MutexLock lock(&mu_);
+  return calls_;
+}
+
+std::shared_ptr<FakeCallState> FakeModelHost::WaitForCall(size_t n) {
+  base::MutexLock lock(&mu_);
+  call_started_.WaitFor(
+      &mu_, std::chrono::seconds(10),
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.size() >= n; });
+  return calls_.size() >= n ? calls_[n - 1] : nullptr;
+}
+
+absl::Status FakeModelHost::CheckReady() const {
+  base::MutexLock lock(&mu_);
+  return ready_;
+}
+
+absl::StatusOr<std::unique_ptr<GenerateCall>> FakeModelHost::StartGenerate(
+    const v1::GenerateRequest& request, absl::Time /*deadline*/,
+    std::string_view caller) {
+  base::MutexLock lock(&mu_);
+  if (!start_status_.ok()) return start_status_;
+  auto state = std::make_shared<FakeCallState>();
+  state->request_ = request;
+  state->caller_ = std::string(caller);
+  calls_.push_back(state);
+  call_started_.SignalAll();
+  return std::unique_ptr<GenerateCall>(new FakeCall(std::move(state)));
+}
+
+}  // namespace moeserve::server::openai::testing
