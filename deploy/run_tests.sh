@@ -1,6 +1,7 @@
 #!/bin/bash
 # README command 2 (and what .ci/run calls): set everything up and run every
-# test: all Bazel test targets, the unit tests again under AddressSanitizer,
+# test: all Bazel test targets, the unit tests again under AddressSanitizer
+# (and the gRPC serving path under ASan and UBSan),
 # the concurrency stress tests under ThreadSanitizer, and the parser fuzzers
 # for a few seconds each. The last line is
 # "N passed, N failed", counting test targets (one per target and config)
@@ -40,6 +41,10 @@ if [ -f policies/BUILD ]; then SANITIZED+=(//policies/...); fi
 # (the sentencepiece plugin's RTLD_DEEPBIND is refused by the sanitizers).
 SANITIZED+=(//tests:tokenizer_json_serving_e2e_test)
 run_bazel_tests --config=asan -- "${SANITIZED[@]}"
+
+# The same serving path under UndefinedBehaviorSanitizer (no recovery: any
+# report aborts the server, which fails the test's exit-status check).
+run_bazel_tests --config=ubsan -- //tests:tokenizer_json_serving_e2e_test
 
 # Concurrency tests under ThreadSanitizer: the offload tier, the thread
 # pool, the metrics registry, and the engine <-> server hand-off (concurrent
