@@ -37,6 +37,9 @@ SANITIZED=(//server:all //metrics:all)
 if [ -f kernels/cpu/BUILD ]; then SANITIZED+=(//kernels/...); fi
 if [ -f engine/BUILD ]; then SANITIZED+=(//engine/...); fi
 if [ -f policies/BUILD ]; then SANITIZED+=(//policies/...); fi
+# The OpenAI-compatible HTTP API's unit tests (its e2e test runs the real
+# binary with the sentencepiece plugin, which the sanitizers refuse).
+SANITIZED+=(//server/openai:all -//server/openai:openai_client_e2e_test)
 # The whole gRPC serving path of the real binary, on a tokenizer.json model
 # (the sentencepiece plugin's RTLD_DEEPBIND is refused by the sanitizers).
 SANITIZED+=(//tests:tokenizer_json_serving_e2e_test)
@@ -47,14 +50,16 @@ run_bazel_tests --config=asan -- "${SANITIZED[@]}"
 run_bazel_tests --config=ubsan -- //tests:tokenizer_json_serving_e2e_test
 
 # Concurrency tests under ThreadSanitizer: the offload tier, the thread
-# pool, the metrics registry, and the engine <-> server hand-off (concurrent
+# pool, the metrics registry, the engine <-> server hand-off (concurrent
 # streams with cancellation, deadlines and aborts; gRPC itself is replaced by
-# a transport TSan can see, since Debian's gRPC is not instrumented).
+# a transport TSan can see, since Debian's gRPC is not instrumented), and the
+# OpenAI API's streams parking and waking their HTTP connections.
 run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
   //engine/offload:link_test \
   //engine/offload:link_transport_test //engine/offload:slot_pool_test \
   //kernels/cpu:thread_pool_test //base:mutex_test //metrics:registry_test \
-  //server:serving_handoff_test
+  //server:serving_handoff_test //server/openai:sse_stream_test \
+  //server/openai:http_api_server_test
 
 # clang's thread-safety analysis over the libraries with shared state: a
 # build (--config=clang_tsa, see .bazelrc), counted as one test. It runs in
