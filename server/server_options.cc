@@ -1,5 +1,8 @@
 #include "server/server_options.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -151,6 +154,19 @@ absl::Status CheckIntRange(absl::string_view flag, int64_t value, int64_t lo,
   if (value >= lo && value <= hi) return absl::OkStatus();
   return FlagError(
       flag, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
+}
+
+// What libmicrohttpd can bind: an IPv4 or IPv6 literal, or "localhost".
+absl::Status CheckListenHost(absl::string_view flag, const std::string& host) {
+  in_addr v4;
+  in6_addr v6;
+  if (host == "localhost" || inet_pton(AF_INET, host.c_str(), &v4) == 1 ||
+      inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    return absl::OkStatus();
+  }
+  return FlagError(flag, absl::StrCat("must be an IPv4 or IPv6 address or "
+                                      "localhost, got '",
+                                      host, "'"));
 }
 
 absl::Status CheckPort(absl::string_view flag, int port) {
@@ -446,6 +462,11 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (auto st = CheckPort("http_port", o.http_port); !st.ok()) return st;
   o.http_host = absl::GetFlag(FLAGS_http_host);
   if (o.http_host.empty()) o.http_host = o.host;
+  if (o.http_port != 0) {
+    if (auto st = CheckListenHost("http_host", o.http_host); !st.ok()) {
+      return st;
+    }
+  }
   // Relative defaults also work for an installed binary run from anywhere.
   o.model_dir = base::ResolveDataPath(absl::GetFlag(FLAGS_model_dir));
   const int drain = absl::GetFlag(FLAGS_drain_seconds);

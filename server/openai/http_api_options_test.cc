@@ -44,6 +44,23 @@ TEST(HttpApiFlags, PortOutOfRangeIsRefusedByName) {
   }
 }
 
+TEST(HttpApiFlags, HostMustBeAnAddress) {
+  absl::FlagSaver saver;
+  absl::SetFlag(&FLAGS_http_port, 8000);
+  absl::SetFlag(&FLAGS_http_host, "api.example.com");
+  absl::StatusOr<ServerOptions> o = ServerOptionsFromFlags();
+  EXPECT_THAT(std::string(o.status().message()),
+              ::testing::StartsWith("--http_host:"));
+  for (const char* good : {"localhost", "::1", "0.0.0.0"}) {
+    absl::SetFlag(&FLAGS_http_host, good);
+    EXPECT_TRUE(ServerOptionsFromFlags().ok()) << good;
+  }
+  // Not checked while the API is off.
+  absl::SetFlag(&FLAGS_http_port, 0);
+  absl::SetFlag(&FLAGS_http_host, "api.example.com");
+  EXPECT_TRUE(ServerOptionsFromFlags().ok());
+}
+
 TEST(HttpApiOptionsFor, SameTlsTokensAndABodyBound) {
   ServerOptions options;
   options.host = "127.0.0.1";
