@@ -146,10 +146,13 @@ after=$(cancelled)
   fail "no request counted cancelled ($before -> $after)"
 
 echo "== requests counted with the gRPC ones"
-curl -sf "$metrics" | grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="OK"}' ||
-  fail "no moeserve_grpc_requests_total for /v1/completions"
-curl -sf "$metrics" | grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="RESOURCE_EXHAUSTED"}' ||
-  fail "the 429 was not counted"
+# (A file, not a pipe: grep -q would close it early and, with pipefail,
+# curl's broken pipe fail the check.)
+curl -sf "$metrics" >"$tmp/metrics.txt" || fail "GET /metrics"
+grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="OK"}' \
+  "$tmp/metrics.txt" || fail "no moeserve_grpc_requests_total for /v1/completions"
+grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="RESOURCE_EXHAUSTED"}' \
+  "$tmp/metrics.txt" || fail "the 429 was not counted"
 
 echo "== SIGTERM: a clean exit"
 kill -TERM "$server_pid"
