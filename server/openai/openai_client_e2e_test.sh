@@ -154,8 +154,24 @@ grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="OK"}' \
 grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="RESOURCE_EXHAUSTED"}' \
   "$tmp/metrics.txt" || fail "the 429 was not counted"
 
-echo "== SIGTERM: a clean exit"
+echo "== SIGTERM mid-stream: /health 503, the stream cut at the drain, exit 0"
+curl -sN "$base/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "The LORD", "max_tokens": 512, "ignore_eos": true, "stream": true}' \
+  >"$tmp/drain.txt" 2>/dev/null &
+curl_pid=$!
+for i in $(seq 200); do
+  [ "$(grep -c '^data: ' "$tmp/drain.txt" || true)" -ge 2 ] && break
+  [ "$i" -lt 200 ] || fail "the stream to drain never started"
+  sleep 0.05
+done
 kill -TERM "$server_pid"
+sleep 0.3
+code=$(curl -s -o /dev/null -w '%{http_code}' "$base/health" || true)
+[ "$code" = 503 ] || fail "/health answered $code while draining, not 503"
 wait "$server_pid" || fail "moeserve exited $? on SIGTERM"
 server_pid=""
+wait "$curl_pid" 2>/dev/null || true  # its connection was closed
+curl_pid=""
+grep -q 'data: \[DONE\]' "$tmp/drain.txt" &&
+  fail "a 512-token stream finished within --drain_seconds=2"
 echo PASS
