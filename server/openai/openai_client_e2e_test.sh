@@ -5,7 +5,8 @@
 # strings, max_tokens, seeds, n, invalid fields, unknown model, full queue,
 # /v1/models, /health), then by curl: a server-sent event stream that ends
 # with "data: [DONE]", and a client that goes away mid-stream, after which
-# moeserve_num_requests_running is back to 0.
+# moeserve_num_requests_running is back to 0; last SIGTERM with a stream in
+# flight (/health 503 while draining, the stream cut, exit 0).
 #
 # Installs openai@$OPENAI_VERSION (Apache-2.0) into $MOESERVE_NPM_OPENAI
 # (default: ~/.cache/moeserve-npm-openai of the real user's home, kept
