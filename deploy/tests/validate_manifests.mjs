@@ -295,6 +295,8 @@ function checkWorkloads(where, objs) {
     const metricsPort = Number(flag(c.args, "metrics_port"));
     check(ports.grpc === grpcPort, `${at}: containerPort 'grpc' ${ports.grpc} != --port ${grpcPort}`);
     check(ports.metrics === metricsPort, `${at}: containerPort 'metrics' ${ports.metrics} != --metrics_port ${metricsPort}`);
+    const httpPort = Number(flag(c.args, "http_port") ?? 0);
+    check((ports.http ?? 0) === httpPort, `${at}: containerPort 'http' ${ports.http} != --http_port ${httpPort}`);
     check(flag(c.args, "host") === "0.0.0.0", `${at}: --host must be 0.0.0.0 to be reachable in a pod`);
     for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
       check(c[probe]?.grpc?.port === grpcPort,
