@@ -1,53 +1,16 @@
 #include "metrics/http_exporter.h"
 
-#include <arpa/inet.h>
-#include <gnutls/gnutls.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
-#include <cstdarg>
-#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
+#include "metrics/mhd_daemon.h"
 
 namespace moeserve::metrics {
-
-// libmicrohttpd reports why a start failed only through its logger: keep
-// what it says while Start() runs (bounded), to return it in the Status.
-// Later messages (a client's broken TLS handshake, say) are dropped: they
-// are the clients' problem and would let a client flood our log.
-class HttpStartLog {
- public:
-  static void Log(void* self, const char* format, va_list args) {
-    static_cast<HttpStartLog*>(self)->Append(format, args);
-  }
-  void Append(const char* format, va_list args) {
-    char line[256];
-    std::vsnprintf(line, sizeof(line), format, args);
-    base::MutexLock lock(&mu_);
-    if (closed_ || text_.size() > 512) return;
-    absl::StrAppend(&text_, text_.empty() ? "" : "; ", line);
-  }
-  // Returns what was logged so far; drops everything from now on.
-  std::string Close() {
-    base::MutexLock lock(&mu_);
-    closed_ = true;
-    while (!text_.empty() && (text_.back() == '\n' || text_.back() == ' ')) {
-      text_.pop_back();
-    }
-    return text_;
-  }
-
- private:
-  base::Mutex mu_;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  std::string text_ ABSL_GUARDED_BY(mu_);
-};
 
 namespace {
 
@@ -57,32 +20,6 @@ constexpr char kTextContentType[] = "text/plain; charset=utf-8";
 // Headers and request line must fit here (MHD answers 431 otherwise); it is
 // also each connection's whole buffer, so it bounds memory per connection.
 constexpr size_t kConnectionMemoryBytes = 16 * 1024;
-
-// The address to bind: an IPv4 or IPv6 literal, or "localhost".
-struct ListenAddress {
-  sockaddr_storage storage = {};
-  bool ipv6 = false;
-};
-
-absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view host,
-                                                 int port) {
-  ListenAddress address;
-  const std::string literal(host == "localhost" ? "127.0.0.1" : host);
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&address.storage);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&address.storage);
-  if (inet_pton(AF_INET, literal.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-  } else if (inet_pton(AF_INET6, literal.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    address.ipv6 = true;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metrics host '", host, "' is not an IPv4 or IPv6 address"));
-  }
-  return address;
-}
 
 absl::Status CheckOptions(const HttpExporterOptions& o) {
   if (o.port < 0 || o.port > 65535) {
@@ -106,22 +43,6 @@ absl::Status CheckOptions(const HttpExporterOptions& o) {
         "metrics server: a client CA needs a server certificate (mTLS is TLS)");
   }
   return absl::OkStatus();
-}
-
-// True when the TLS peer presented a certificate that the configured client
-// CA verifies (libmicrohttpd requests one but leaves the check to us).
-bool ClientCertificateVerified(MHD_Connection* conn) {
-  const MHD_ConnectionInfo* info =
-      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
-  if (info == nullptr || info->tls_session == nullptr) return false;
-  unsigned int problems = 0;
-  // Fails (GNUTLS_E_NO_CERTIFICATE_FOUND) when the client sent none.
-  if (gnutls_certificate_verify_peers2(
-          static_cast<gnutls_session_t>(info->tls_session), &problems) !=
-      GNUTLS_E_SUCCESS) {
-    return false;
-  }
-  return problems == 0;
 }
 
 bool Respond(
@@ -176,7 +97,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     std::function<bool()> healthy) {
   if (absl::Status st = CheckOptions(options); !st.ok()) return st;
   absl::StatusOr<ListenAddress> address =
-      ParseListenAddress(options.host, options.port);
+      ParseListenAddress(options.host, options.port, "metrics host ");
   if (!address.ok()) return address.status();
   const bool tls = !options.tls_cert_pem.empty();
   if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
@@ -187,29 +108,17 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
       new MetricsHttpServer(options, registry, std::move(healthy)));
   const HttpExporterOptions& o = server->options_;  // stable strings
 
-  // Every option below bounds what a client can hold: see README.
-  std::vector<MHD_OptionItem> items = {
-      {MHD_OPTION_THREAD_POOL_SIZE, options.threads, nullptr},
-      {MHD_OPTION_CONNECTION_TIMEOUT, options.idle_timeout_s, nullptr},
-      {MHD_OPTION_CONNECTION_LIMIT, options.max_connections, nullptr},
-      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, options.max_connections_per_ip,
-       nullptr},
-      {MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-       static_cast<intptr_t>(kConnectionMemoryBytes), nullptr},
-      {MHD_OPTION_SOCK_ADDR, 0, &address->storage},
-  };
-  if (tls) {
-    // libmicrohttpd keeps these pointers: they point into options_.
-    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0,
-                     const_cast<char*>(o.tls_cert_pem.c_str())});
-    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0,
-                     const_cast<char*>(o.tls_key_pem.c_str())});
-    if (!o.tls_client_ca_pem.empty()) {
-      items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0,
-                       const_cast<char*>(o.tls_client_ca_pem.c_str())});
-    }
-  }
-  items.push_back({MHD_OPTION_END, 0, nullptr});
+  // libmicrohttpd keeps the TLS pointers: they point into options_.
+  std::vector<MHD_OptionItem> items =
+      DaemonOptionItems({.threads = o.threads,
+                         .idle_timeout_s = o.idle_timeout_s,
+                         .max_connections = o.max_connections,
+                         .max_connections_per_ip = o.max_connections_per_ip,
+                         .connection_memory_bytes = kConnectionMemoryBytes,
+                         .tls_cert_pem = &o.tls_cert_pem,
+                         .tls_key_pem = &o.tls_key_pem,
+                         .tls_client_ca_pem = &o.tls_client_ca_pem},
+                        &*address);
 
   // ITC: Stop() wakes the threads at once instead of waiting for a timeout.
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |

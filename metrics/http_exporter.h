@@ -38,7 +38,7 @@ struct MHD_Daemon;
 
 namespace moeserve::metrics {
 
-class HttpStartLog;  // http_exporter.cc
+class HttpStartLog;  // mhd_daemon.h
 
 struct HttpExporterOptions {
   // An IPv4 or IPv6 literal ("localhost" means 127.0.0.1); port 0 picks a

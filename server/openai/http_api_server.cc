@@ -1,20 +1,18 @@
 #include "server/openai/http_api_server.h"
 
 #include <arpa/inet.h>
-#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "metrics/mhd_daemon.h"
 #include "server/client_message.h"
 #include "server/openai/api_error.h"
 #include "server/openai/connection_parking.h"
@@ -22,35 +20,6 @@
 #include "server/openai/unary_completion.h"
 
 namespace moeserve::server::openai {
-
-// What libmicrohttpd logs while Start() runs (why a start failed), bounded;
-// later messages (clients' broken handshakes) are dropped.
-class HttpApiStartLog {
- public:
-  static void Log(void* self, const char* format, va_list args) {
-    static_cast<HttpApiStartLog*>(self)->Append(format, args);
-  }
-  void Append(const char* format, va_list args) {
-    char line[256];
-    std::vsnprintf(line, sizeof(line), format, args);
-    base::MutexLock lock(&mu_);
-    if (closed_ || text_.size() > 512) return;
-    absl::StrAppend(&text_, text_.empty() ? "" : "; ", line);
-  }
-  std::string Close() {
-    base::MutexLock lock(&mu_);
-    closed_ = true;
-    while (!text_.empty() && (text_.back() == '\n' || text_.back() == ' ')) {
-      text_.pop_back();
-    }
-    return text_;
-  }
-
- private:
-  base::Mutex mu_;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  std::string text_ ABSL_GUARDED_BY(mu_);
-};
 
 namespace {
 
@@ -90,31 +59,6 @@ const char* RouteName(Route route) {
                                           : kCompletionsRoute;
 }
 
-struct ListenAddress {
-  sockaddr_storage storage = {};
-  bool ipv6 = false;
-};
-
-absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view host,
-                                                 int port) {
-  ListenAddress address;
-  const std::string literal(host == "localhost" ? "127.0.0.1" : host);
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&address.storage);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&address.storage);
-  if (inet_pton(AF_INET, literal.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-  } else if (inet_pton(AF_INET6, literal.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    address.ipv6 = true;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--http_host: '", host, "' is not an IPv4 or IPv6 address"));
-  }
-  return address;
-}
-
 absl::Status CheckOptions(const HttpApiOptions& o) {
   if (o.port < 0 || o.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("bad HTTP port ", o.port));
@@ -136,19 +80,6 @@ absl::Status CheckOptions(const HttpApiOptions& o) {
         "HTTP API server: a client CA needs a server certificate");
   }
   return absl::OkStatus();
-}
-
-bool ClientCertificateVerified(MHD_Connection* conn) {
-  const MHD_ConnectionInfo* info =
-      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
-  if (info == nullptr || info->tls_session == nullptr) return false;
-  unsigned int problems = 0;
-  if (gnutls_certificate_verify_peers2(
-          static_cast<gnutls_session_t>(info->tls_session), &problems) !=
-      GNUTLS_E_SUCCESS) {
-    return false;
-  }
-  return problems == 0;
 }
 
 // "127.0.0.1:53412", "[::1]:53412"; "unknown" when MHD has none.
@@ -331,7 +262,8 @@ class HttpApiHandler {
           {{MHD_HTTP_HEADER_ALLOW, post ? "POST" : "GET, HEAD"}}));
     }
     const HttpApiOptions& o = server->options_;
-    if (!o.tls_client_ca_pem.empty() && !ClientCertificateVerified(conn)) {
+    if (!o.tls_client_ca_pem.empty() &&
+        !metrics::ClientCertificateVerified(conn)) {
       return answer(RespondError(
           conn, PlainError(403, "permission_error",
                            "a client certificate signed by the client CA "
@@ -508,8 +440,8 @@ class HttpApiHandler {
 absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Start(
     const HttpApiOptions& options, OpenAiFrontend* frontend) {
   if (absl::Status st = CheckOptions(options); !st.ok()) return st;
-  absl::StatusOr<ListenAddress> address =
-      ParseListenAddress(options.host, options.port);
+  absl::StatusOr<metrics::ListenAddress> address =
+      metrics::ParseListenAddress(options.host, options.port, "--http_host: ");
   if (!address.ok()) return address.status();
   const bool tls = !options.tls_cert_pem.empty();
   if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
@@ -520,26 +452,16 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Start(
       new OpenAiHttpServer(options, frontend));
   const HttpApiOptions& o = server->options_;  // stable strings
 
-  std::vector<MHD_OptionItem> items = {
-      {MHD_OPTION_THREAD_POOL_SIZE, o.threads, nullptr},
-      {MHD_OPTION_CONNECTION_TIMEOUT, o.idle_timeout_s, nullptr},
-      {MHD_OPTION_CONNECTION_LIMIT, o.max_connections, nullptr},
-      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, o.max_connections_per_ip, nullptr},
-      {MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-       static_cast<intptr_t>(kConnectionMemoryBytes), nullptr},
-      {MHD_OPTION_SOCK_ADDR, 0, &address->storage},
-  };
-  if (tls) {
-    items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0,
-                     const_cast<char*>(o.tls_cert_pem.c_str())});
-    items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0,
-                     const_cast<char*>(o.tls_key_pem.c_str())});
-    if (!o.tls_client_ca_pem.empty()) {
-      items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0,
-                       const_cast<char*>(o.tls_client_ca_pem.c_str())});
-    }
-  }
-  items.push_back({MHD_OPTION_END, 0, nullptr});
+  std::vector<MHD_OptionItem> items = metrics::DaemonOptionItems(
+      {.threads = o.threads,
+       .idle_timeout_s = o.idle_timeout_s,
+       .max_connections = o.max_connections,
+       .max_connections_per_ip = o.max_connections_per_ip,
+       .connection_memory_bytes = kConnectionMemoryBytes,
+       .tls_cert_pem = &o.tls_cert_pem,
+       .tls_key_pem = &o.tls_key_pem,
+       .tls_client_ca_pem = &o.tls_client_ca_pem},
+      &*address);
 
   // Suspend/resume parks generations (and brings the wake-up pipe that
   // also lets Stop() end the threads at once).
@@ -550,7 +472,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Start(
   server->daemon_ = MHD_start_daemon(
       flags, static_cast<uint16_t>(o.port), nullptr, nullptr,
       &HttpApiHandler::OnRequest, server.get(), MHD_OPTION_EXTERNAL_LOGGER,
-      &HttpApiStartLog::Log, server->start_log_.get(),
+      &metrics::HttpStartLog::Log, server->start_log_.get(),
       MHD_OPTION_NOTIFY_COMPLETED, &HttpApiHandler::OnCompleted, server.get(),
       MHD_OPTION_ARRAY, items.data(), MHD_OPTION_END);
   const std::string why = server->start_log_->Close();
@@ -572,7 +494,7 @@ OpenAiHttpServer::OpenAiHttpServer(const HttpApiOptions& options,
                                    OpenAiFrontend* frontend)
     : options_(options),
       frontend_(frontend),
-      start_log_(std::make_unique<HttpApiStartLog>()) {}
+      start_log_(std::make_unique<metrics::HttpStartLog>()) {}
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
 

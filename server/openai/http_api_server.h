@@ -48,11 +48,14 @@
 struct MHD_Connection;
 struct MHD_Daemon;
 
+namespace moeserve::metrics {
+class HttpStartLog;  // metrics/mhd_daemon.h
+}  // namespace moeserve::metrics
+
 namespace moeserve::server::openai {
 
-class HttpExchange;     // http_api_server.cc: one request
-class HttpApiHandler;   // http_api_server.cc: libmicrohttpd's callbacks
-class HttpApiStartLog;  // http_api_server.cc
+class HttpExchange;    // http_api_server.cc: one request
+class HttpApiHandler;  // http_api_server.cc: libmicrohttpd's callbacks
 
 struct HttpApiOptions {
   // An IPv4 or IPv6 literal ("localhost" means 127.0.0.1); port 0 picks a
@@ -123,8 +126,8 @@ class OpenAiHttpServer {
   base::CondVar no_calls_;  // signalled when open_ becomes empty
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::shared_ptr<HttpExchange>> open_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<HttpApiStartLog> start_log_;  // outlives the daemon
-  MHD_Daemon* daemon_ = nullptr;                // owned; null once stopped
+  std::unique_ptr<metrics::HttpStartLog> start_log_;  // outlives the daemon
+  MHD_Daemon* daemon_ = nullptr;  // owned; null once stopped
   int port_ = 0;
 };
 
