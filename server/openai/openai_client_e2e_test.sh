@@ -31,33 +31,8 @@ done
 # so the package is fetched once, not on every run.
 real_home="$(getent passwd "$(id -u)" | cut -d: -f6)"
 npm_dir="${MOESERVE_NPM_OPENAI:-${real_home:-${TEST_TMPDIR:-/tmp}}/.cache/moeserve-npm-openai}"
-mkdir -p "$npm_dir"
-installed() {
-  [ "$(node -e 'try { console.log(require(process.argv[1]).version) } catch (e) {}' \
-       "$npm_dir/node_modules/openai/package.json")" = "$OPENAI_VERSION" ]
-}
-(
-  flock 9
-  if ! installed; then
-    echo "openai_client_e2e_test: installing openai@$OPENAI_VERSION into $npm_dir"
-    # npm as the user runs it: Bazel's HOME hides the user's npm config and
-    # its clean environment drops NODE_EXTRA_CA_CERTS, so trust the system's
-    # CA store as curl and apt do.
-    ca="${NODE_EXTRA_CA_CERTS:-}"
-    if [ -z "$ca" ] && [ -r /etc/ssl/certs/ca-certificates.crt ]; then
-      ca=/etc/ssl/certs/ca-certificates.crt
-    fi
-    if ! HOME="${real_home:-$HOME}" NODE_EXTRA_CA_CERTS="$ca" timeout 240 \
-        npm install --prefix "$npm_dir" --cache "$npm_dir/.npm" --no-audit \
-        --no-fund --no-save --no-package-lock --fetch-retries=1 \
-        --fetch-timeout=60000 "openai@$OPENAI_VERSION" >"$npm_dir/install.log" 2>&1; then
-      tail -n 20 "$npm_dir/install.log" >&2
-      echo "FAIL: npm install openai@$OPENAI_VERSION failed (is the npm registry reachable?)" >&2
-      exit 1
-    fi
-    installed || { echo "FAIL: npm installed another openai than $OPENAI_VERSION" >&2; exit 1; }
-  fi
-) 9>"$npm_dir/.lock"
+"${TEST_SRCDIR:-$PWD}/${TEST_WORKSPACE:-__main__}/tools/testing/npm_install_pinned.sh" \
+  openai_client_e2e_test "$npm_dir" "openai@$OPENAI_VERSION"
 
 free_port() {
   "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
