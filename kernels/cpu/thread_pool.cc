@@ -13,6 +13,11 @@ thread_local const ThreadPool* current_pool = nullptr;
 // forward step, short enough not to burn a core when the server is idle.
 constexpr int kSpinIterations = 20000;
 
+// The dispenser's fields (see claim_).
+constexpr int kCountBits = 16;
+constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
+constexpr int64_t kMaxChunks = static_cast<int64_t>(kCountMask);
+
 // One polling step. Yielding now and then keeps spinning cheap when there are
 // more runnable threads than cores (another process, or an oversized pool).
 inline void CpuRelax(int iteration) {
@@ -31,7 +36,7 @@ ThreadPool::ThreadPool(int num_threads) {
   const int workers = std::max(num_threads, 1) - 1;
   workers_.reserve(workers);
   for (int i = 0; i < workers; ++i) {
-    workers_.emplace_back([this, i] { WorkerLoop(i); });
+    workers_.emplace_back([this] { WorkerLoop(); });
   }
 }
 
@@ -45,11 +50,39 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::Range(int64_t n, int parts, int part, int64_t* begin,
+void ThreadPool::Range(int64_t n, int64_t chunks, int64_t chunk, int64_t* begin,
                        int64_t* end) {
-  const int64_t base = n / parts, extra = n % parts;
-  *begin = part * base + std::min<int64_t>(part, extra);
-  *end = *begin + base + (part < extra ? 1 : 0);
+  const int64_t base = n / chunks, extra = n % chunks;
+  *begin = chunk * base + std::min<int64_t>(chunk, extra);
+  *end = *begin + base + (chunk < extra ? 1 : 0);
+}
+
+bool ThreadPool::RunChunks(uint32_t gen) {
+  uint64_t state = claim_.load(std::memory_order_acquire);
+  while (true) {
+    if (static_cast<uint32_t>(state >> 32) != gen) return false;
+    const uint64_t chunks = (state >> kCountBits) & kCountMask;
+    const uint64_t next = state & kCountMask;
+    if (next >= chunks) return false;
+    if (!claim_.compare_exchange_weak(state, state + 1,
+                                      std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      continue;  // `state` now holds the current value.
+    }
+    // Chunk `next` of job `gen` is ours and unfinished, so the caller is
+    // still inside that job and job_ is stable (see job_).
+    const Job& job = ABSL_TS_UNCHECKED_READ(job_);
+    int64_t begin, end;
+    Range(job.n, static_cast<int64_t>(chunks), static_cast<int64_t>(next),
+          &begin, &end);
+    (*job.fn)(begin, end);
+    // After the last increment the caller may return: touch no job state.
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+        static_cast<int64_t>(chunks)) {
+      return true;
+    }
+    state = claim_.load(std::memory_order_acquire);
+  }
 }
 
 void ThreadPool::ParallelFor(int64_t n,
@@ -58,37 +91,45 @@ void ThreadPool::ParallelFor(int64_t n,
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(min_chunk, 1);
   const int64_t by_size = (n + min_chunk - 1) / min_chunk;
-  const int parts = static_cast<int>(std::min<int64_t>(num_threads(), by_size));
-  if (parts <= 1 || current_pool != nullptr) {
+  if (num_threads() <= 1 || by_size <= 1 || current_pool != nullptr) {
     // Nothing to share, or nested inside a job: run inline.
     fn(0, n);
     return;
   }
+  const int64_t chunks = std::min(
+      {by_size, int64_t{kChunksPerThread} * num_threads(), kMaxChunks});
   base::MutexLock run_lock(&run_mu_);
-  job_ = Job{&fn, n, parts};
-  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  job_ = Job{&fn, n, chunks};
+  done_.store(0, std::memory_order_relaxed);
+  uint32_t gen;
   {
     base::MutexLock lock(&mu_);  // No wake-up lost to a sleeper.
-    generation_.fetch_add(1, std::memory_order_release);
+    const uint64_t next_gen = generation_.load(std::memory_order_relaxed) + 1;
+    gen = static_cast<uint32_t>(next_gen);
+    // The dispenser first, so a worker that sees the new generation finds
+    // its chunks.
+    claim_.store(uint64_t{gen} << 32 | static_cast<uint64_t>(chunks)
+                                           << kCountBits,
+                 std::memory_order_release);
+    generation_.store(next_gen, std::memory_order_release);
   }
   wake_cv_.SignalAll();
   current_pool = this;
-  int64_t begin, end;
-  Range(n, parts, 0, &begin, &end);
-  fn(begin, end);
+  RunChunks(gen);
   current_pool = nullptr;
-  // Wait for the workers: spin first (ranges are balanced, so they finish at
-  // about the same time as we do), then sleep.
+  // Wait for chunks still in other participants' hands: spin first (a chunk
+  // is short), then sleep.
   for (int i = 0; i < kSpinIterations; ++i) {
-    if (pending_.load(std::memory_order_acquire) == 0) return;
+    if (done_.load(std::memory_order_acquire) == chunks) return;
     CpuRelax(i);
   }
   base::MutexLock lock(&mu_);
-  done_cv_.Wait(
-      &mu_, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  done_cv_.Wait(&mu_, [this, chunks] {
+    return done_.load(std::memory_order_acquire) == chunks;
+  });
 }
 
-void ThreadPool::WorkerLoop(int index) {
+void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   current_pool = this;
   while (true) {
@@ -107,17 +148,10 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_relaxed)) return;
-    const int part = index + 1;  // Part 0 is the caller's.
-    // The caller holds run_mu_ until we decrement pending_ (see job_).
-    const Job& job = ABSL_TS_UNCHECKED_READ(job_);
-    if (part < job.parts) {
-      int64_t begin, end;
-      Range(job.n, job.parts, part, &begin, &end);
-      (*job.fn)(begin, end);
-    }
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Last one: wake the caller if it went to sleep. Locking first means
-      // the caller is either before its predicate check or already waiting.
+    if (RunChunks(static_cast<uint32_t>(gen))) {
+      // This worker finished the last chunk: wake the caller if it went to
+      // sleep. Locking first means the caller is either before its predicate
+      // check or already waiting.
       { base::MutexLock lock(&mu_); }
       done_cv_.Signal();
     }

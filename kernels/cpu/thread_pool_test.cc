@@ -1,9 +1,13 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "gtest/gtest.h"
 
 namespace moeserve::kernels::cpu {
@@ -24,7 +28,7 @@ void ExpectCoversOnce(ThreadPool& pool, int64_t n, int64_t min_chunk = 1) {
       },
       min_chunk);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
-  EXPECT_LE(calls.load(), pool.num_threads());
+  EXPECT_LE(calls.load(), ThreadPool::kChunksPerThread * pool.num_threads());
 }
 
 TEST(ThreadPool, CoversEveryIndexOnce) {
@@ -42,6 +46,51 @@ TEST(ThreadPool, MinChunkLimitsSplitting) {
       10, [&](int64_t b, int64_t e) { calls.fetch_add(1); }, 100);
   EXPECT_EQ(calls.load(), 1);
   ExpectCoversOnce(pool, 1000, 300);
+}
+
+// The same n, min_chunk and pool size always give the same ranges, whoever
+// runs them: the kernels' results depend on it.
+TEST(ThreadPool, RangesAreDeterministic) {
+  ThreadPool pool(3);
+  auto ranges = [&](int64_t n, int64_t min_chunk) {
+    base::Mutex mu;
+    std::vector<std::pair<int64_t, int64_t>> seen;
+    pool.ParallelFor(
+        n,
+        [&](int64_t b, int64_t e) {
+          base::MutexLock lock(&mu);
+          seen.emplace_back(b, e);
+        },
+        min_chunk);
+    std::sort(seen.begin(), seen.end());
+    return seen;
+  };
+  for (int64_t n : {5, 12, 100, 4097}) {
+    const auto first = ranges(n, 2);
+    for (int iter = 0; iter < 50; ++iter) ASSERT_EQ(ranges(n, 2), first) << n;
+  }
+}
+
+// A participant that stalls inside its chunk (as one preempted by another
+// thread does) holds up only that chunk: the caller claims the rest. With one
+// fixed range per thread the caller would do exactly half.
+TEST(ThreadPool, OthersTakeOverAStalledParticipantsChunks) {
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  constexpr int64_t kItems = 800;
+  std::atomic<int64_t> by_caller{0};
+  std::atomic<bool> stalled{false};
+  pool.ParallelFor(kItems, [&](int64_t b, int64_t e) {
+    if (std::this_thread::get_id() == caller) {
+      by_caller.fetch_add(e - b);
+    } else if (!stalled.exchange(true)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  // The worker ran at most the chunk it stalled in (or none, if the caller
+  // had claimed everything before it woke).
+  const int64_t chunk = kItems / (ThreadPool::kChunksPerThread * 2);
+  EXPECT_GE(by_caller.load(), kItems - chunk);
 }
 
 TEST(ThreadPool, ManyBackToBackJobs) {
