@@ -6,6 +6,9 @@
 #include <limits>
 
 #include "kernels/cpu/elementwise.h"
+#if defined(__x86_64__)
+#include "kernels/cpu/simd_x86.h"
+#endif
 
 namespace moeserve::kernels::cpu {
 namespace {
@@ -68,6 +71,105 @@ void AttendOne(const Geometry& g, const float* q, int64_t pos,
   for (int64_t d = 0; d < g.head_dim; ++d) out[d] = acc[d] * inv;
 }
 
+#if defined(__x86_64__)
+// acc[0 .. 8N) = acc * correction + sum over the block's rows t of
+// p[t] * v_t[0 .. 8N): N independent FMA chains, so the loop runs at the
+// FMA units' throughput rather than one FMA's latency per row.
+template <int N>
+MOESERVE_AVX2 inline void AccumulateRows(float* acc, float correction,
+                                         const float* p, int64_t rows,
+                                         const float* v, int64_t stride) {
+  __m256 a[N];
+  const __m256 c = _mm256_set1_ps(correction);
+  for (int i = 0; i < N; ++i)
+    a[i] = _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), c);
+  for (int64_t t = 0; t < rows; ++t) {
+    const __m256 w = _mm256_set1_ps(p[t]);
+    const float* vt = v + t * stride;
+    for (int i = 0; i < N; ++i) {
+      a[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 8 * i), a[i]);
+    }
+  }
+  for (int i = 0; i < N; ++i) _mm256_store_ps(acc + 8 * i, a[i]);
+}
+
+// AttendOne with AVX2+FMA, for head_dim a multiple of 8 (every model we
+// serve). The same online softmax block by block; what changes is that the
+// scores' exponentials are taken eight at a time (ExpAvx2, within 2 ulp of
+// std::exp) instead of one libm call per cached position, which was about a
+// third of a decode step's time at a 512-token context, and the q.k dots,
+// the block's sum of weights and the p.v updates run on whole vectors.
+MOESERVE_AVX2 void AttendOneAvx2(const Geometry& g, const float* q, int64_t pos,
+                                 const int32_t* table, const float* k_pool,
+                                 const float* v_pool, int64_t kv_head,
+                                 float scale, float* out) {
+  alignas(32) float scores[kMaxBlockSize + 8];
+  alignas(32) float acc[kMaxHeadDim];
+  const int64_t hd = g.head_dim;
+  for (int64_t d = 0; d < hd; d += 8) {
+    _mm256_store_ps(acc + d, _mm256_setzero_ps());
+  }
+  float running_max = -std::numeric_limits<float>::infinity();
+  float denom = 0.0f;
+  const int64_t ctx = pos + 1;
+  const int64_t stride = g.token_stride();
+  for (int64_t start = 0; start < ctx; start += g.block_size) {
+    const int64_t rows = std::min(g.block_size, ctx - start);
+    const int64_t base =
+        static_cast<int64_t>(table[start / g.block_size]) * g.block_stride() +
+        kv_head * g.head_dim;
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* k = k_pool + base + t * stride;
+      __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+      int64_t d = 0;
+      for (; d + 16 <= hd; d += 16) {
+        s0 =
+            _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8),
+                             _mm256_loadu_ps(k + d + 8), s1);
+      }
+      if (d < hd) {
+        s0 =
+            _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
+      }
+      scores[t] = HorizontalSum(_mm256_add_ps(s0, s1)) * scale;
+      block_max = std::max(block_max, scores[t]);
+    }
+    const float new_max = std::max(running_max, block_max);
+    const float correction = std::exp(running_max - new_max);
+    // p = exp(score - max) in place, then the spare lanes of the last vector
+    // zeroed so that they add nothing to the sum.
+    const int64_t padded = (rows + 7) / 8 * 8;
+    for (int64_t t = rows; t < padded; ++t) scores[t] = new_max;
+    const __m256 vmax = _mm256_set1_ps(new_max);
+    for (int64_t t = 0; t < padded; t += 8) {
+      _mm256_store_ps(scores + t,
+                      ExpAvx2(_mm256_sub_ps(_mm256_load_ps(scores + t), vmax)));
+    }
+    for (int64_t t = rows; t < padded; ++t) scores[t] = 0.0f;
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t t = 0; t < padded; t += 8) {
+      sum = _mm256_add_ps(sum, _mm256_load_ps(scores + t));
+    }
+    denom = denom * correction + HorizontalSum(sum);
+    const float* v = v_pool + base;
+    int64_t d = 0;
+    for (; d + 32 <= hd; d += 32) {
+      AccumulateRows<4>(acc + d, correction, scores, rows, v + d, stride);
+    }
+    for (; d < hd; d += 8) {
+      AccumulateRows<1>(acc + d, correction, scores, rows, v + d, stride);
+    }
+    running_max = new_max;
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / denom);
+  for (int64_t d = 0; d < hd; d += 8) {
+    _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_load_ps(acc + d), inv));
+  }
+}
+#endif  // __x86_64__
+
 }  // namespace
 
 void KvWriteRows(ThreadPool& pool, const Tensor& k, const Tensor& v,
@@ -87,7 +189,7 @@ void KvWriteRows(ThreadPool& pool, const Tensor& k, const Tensor& v,
   (void)pool;  // A few KB per token: not worth a wake-up.
 }
 
-void PagedAttention(ThreadPool& pool, const Tensor& q,
+void PagedAttention(ThreadPool& pool, Isa isa, const Tensor& q,
                     const PagedKvCache& cache, const AttentionBatch& batch,
                     const Tensor& out) {
   const Tensor& kp = cache.k_pool;
@@ -108,15 +210,28 @@ void PagedAttention(ThreadPool& pool, const Tensor& q,
   float* od = out.data<float>();
   const float* kd = kp.data<float>();
   const float* vd = cache.v_pool.data<float>();
+  bool simd = false;
+#if defined(__x86_64__)
+  simd = isa != Isa::kScalar && g.head_dim % 8 == 0;
+#endif
+  (void)isa;
   pool.ParallelFor(n_q * g.heads, [&](int64_t b, int64_t e) {
     for (int64_t item = b; item < e; ++item) {
       const int64_t row = item / g.heads, h = item % g.heads;
       // The sequence owning this row: last s with qstart[s] <= row.
       const int64_t s =
           std::upper_bound(qstart, qstart + num_seqs + 1, row) - qstart - 1;
-      AttendOne(g, qd + item * g.head_dim, positions[row],
-                tables + s * g.max_blocks, kd, vd, h / g.group, scale,
-                od + item * g.head_dim);
+      const float* qi = qd + item * g.head_dim;
+      const int32_t* table = tables + s * g.max_blocks;
+      float* oi = od + item * g.head_dim;
+#if defined(__x86_64__)
+      if (simd) {
+        AttendOneAvx2(g, qi, positions[row], table, kd, vd, h / g.group, scale,
+                      oi);
+        continue;
+      }
+#endif
+      AttendOne(g, qi, positions[row], table, kd, vd, h / g.group, scale, oi);
     }
   });
 }

@@ -2,6 +2,11 @@
 // kernels/backend.h). Attention is computed one (query, head) pair per work
 // item with an online softmax over one cache block at a time, so the only
 // scratch is a block of scores and one head_dim accumulator on the stack.
+// `isa` other than kScalar (every x86-64 CPU with AVX2+FMA the backend picks)
+// runs the AVX2 variant when head_dim is a multiple of 8: vector dots and a
+// vectorised exp (ExpAvx2, within 2 ulp of std::exp) instead of a libm call
+// per cached position; checked against the scalar reference by
+// ops_differential_test.
 //
 // REQUIRES: arguments passed CheckKvWrite / CheckAttention and the CPU value
 // checks (slots, positions and the block-table entries they reach are in
@@ -13,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace moeserve::kernels::cpu {
@@ -22,7 +28,7 @@ inline constexpr int64_t kMaxBlockSize = 1024;
 void KvWriteRows(ThreadPool& pool, const Tensor& k, const Tensor& v,
                  const int32_t* slot_mapping, const PagedKvCache& cache);
 
-void PagedAttention(ThreadPool& pool, const Tensor& q,
+void PagedAttention(ThreadPool& pool, Isa isa, const Tensor& q,
                     const PagedKvCache& cache, const AttentionBatch& batch,
                     const Tensor& out);
 

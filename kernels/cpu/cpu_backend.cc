@@ -288,7 +288,7 @@ absl::Status CpuBackend::Attention(Stream& s, const Tensor& q,
                     kMaxBlockSize);
   }
   MOESERVE_RETURN_IF_ERROR(CheckAttentionValues(q, cache, batch));
-  PagedAttention(pool_, q, cache, batch, out);
+  PagedAttention(pool_, isa_, q, cache, batch, out);
   return absl::OkStatus();
 }
 

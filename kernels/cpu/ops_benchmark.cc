@@ -10,6 +10,8 @@
 //   BM_ExpertFfnInt4   the same expert quantized to int4 (int4_expert.h),
 //                      bytes = int4 expert bytes (q + scales); the label
 //                      names the int4 kernel's ISA
+//   BM_PagedAttention  one decode step's attention over a paged KV cache,
+//                      scalar vs the default variant (AVX2 vector exp)
 // Weights rotate through enough copies (>= 1 GiB) to defeat the L3 cache,
 // as an MoE layer's experts do. Args: m, k, n (hidden, ffn), threads.
 //
@@ -147,6 +149,52 @@ void BM_ExpertFfn(benchmark::State& state) {
   state.SetLabel(backend.name());
 }
 
+// One decode step's attention: `seqs` sequences of `ctx` cached positions
+// each (one query row each), `heads` query heads over `kv_heads` KV heads of
+// head_dim `hd`, 16-token blocks laid out in order. Arg isa: 0 (scalar) or
+// -1 (the default variant). Counter "positions": cached positions attended
+// per second, per head.
+void BM_PagedAttention(benchmark::State& state) {
+  const int64_t ctx = state.range(0), seqs = state.range(1),
+                heads = state.range(2), kv_heads = state.range(3),
+                hd = state.range(4), isa = state.range(6);
+  constexpr int64_t kBlock = 16;
+  CpuBackendOptions options = Options(state.range(5), isa);
+  options.use_simd = isa != static_cast<int64_t>(Isa::kScalar);
+  CpuBackend backend(options);
+  auto stream = *backend.CreateStream();
+  const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
+  const int64_t num_blocks = seqs * blocks_per_seq;
+  std::vector<float> k_pool(num_blocks * kBlock * kv_heads * hd),
+      v_pool(k_pool.size());
+  for (size_t i = 0; i < k_pool.size(); ++i) {
+    k_pool[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
+    v_pool[i] = static_cast<float>((i * 104729) % 1000) / 1000.0f - 0.5f;
+  }
+  std::vector<int32_t> qstart(seqs + 1), pos(seqs), tables(num_blocks);
+  for (int64_t s = 0; s <= seqs; ++s) qstart[s] = static_cast<int32_t>(s);
+  for (int64_t s = 0; s < seqs; ++s) pos[s] = static_cast<int32_t>(ctx - 1);
+  for (int64_t b = 0; b < num_blocks; ++b) tables[b] = static_cast<int32_t>(b);
+  std::vector<float> q(seqs * heads * hd, 0.25f), out(q.size());
+  PagedKvCache cache{
+      Tensor(k_pool.data(), DType::kF32, {num_blocks, kBlock, kv_heads, hd}),
+      Tensor(v_pool.data(), DType::kF32, {num_blocks, kBlock, kv_heads, hd})};
+  AttentionBatch batch{
+      Tensor(qstart.data(), DType::kI32, {seqs + 1}),
+      Tensor(pos.data(), DType::kI32, {seqs}),
+      Tensor(tables.data(), DType::kI32, {seqs, blocks_per_seq})};
+  for (auto _ : state) {
+    absl::Status st = backend.Attention(
+        *stream, Tensor(q.data(), DType::kF32, {seqs, heads, hd}), cache, batch,
+        Tensor(out.data(), DType::kF32, {seqs, heads * hd}));
+    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+  }
+  state.counters["positions"] =
+      benchmark::Counter(static_cast<double>(ctx * seqs * heads),
+                         benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(backend.name());
+}
+
 void BM_ExpertFfnInt4(benchmark::State& state) {
   const int64_t m = state.range(0), hidden = state.range(1),
                 ffn = state.range(2);
@@ -228,6 +276,17 @@ BENCHMARK(BM_ExpertFfnInt4)
     ->Args({1, 4096, 14336, 0})
     ->Args({8, 4096, 14336, 0})
     ->UseRealTime();
+// {ctx, seqs, heads, kv_heads, head_dim, threads, isa}: the demo model's
+// attention (8 heads over 4, head_dim 32) at a 512-token context, one and 16
+// sequences; Mixtral's (32 over 8, head_dim 128) at 4096; scalar vs default.
+void AttentionArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t isa : {int64_t{0}, int64_t{-1}}) {
+    b->Args({512, 1, 8, 4, 32, 0, isa});
+    b->Args({512, 16, 8, 4, 32, 0, isa});
+    b->Args({4096, 1, 32, 8, 128, 0, isa});
+  }
+}
+BENCHMARK(BM_PagedAttention)->Apply(AttentionArgs)->UseRealTime();
 
 }  // namespace
 }  // namespace moeserve::kernels::cpu

@@ -371,15 +371,17 @@ TEST(RopeSemantics, MatchesHandComputedRotation) {
 }
 
 // A paged cache with shuffled blocks and several sequences of different
-// lengths: one decoding (1 query), one prefilling a chunk, one fresh prompt.
+// lengths: one decoding (1 query) at a context of `long_ctx`, one prefilling a
+// chunk, one fresh prompt.
 void RunAttention(Ops& t, int64_t heads, int64_t kv_heads, int64_t hd,
-                  int64_t block_size, Rng& rng) {
+                  int64_t block_size, Rng& rng, int64_t long_ctx = 37) {
   SCOPED_TRACE(absl::StrCat("heads=", heads, " kv=", kv_heads, " hd=", hd,
-                            " block=", block_size));
-  const std::vector<int64_t> ctx = {37, 20, 5, 1};  // Length after writes.
+                            " block=", block_size, " long_ctx=", long_ctx));
+  // Length after writes.
+  const std::vector<int64_t> ctx = {long_ctx, 20, 5, 1};
   const std::vector<int64_t> n_new = {1, 7, 5, 1};  // Queries this step.
   const int64_t num_seqs = ctx.size();
-  const int64_t max_blocks = (37 + block_size - 1) / block_size + 1;
+  const int64_t max_blocks = (long_ctx + block_size - 1) / block_size + 1;
   const int64_t num_blocks = num_seqs * max_blocks + 3;
   std::vector<int32_t> perm(num_blocks);
   std::iota(perm.begin(), perm.end(), 0);
@@ -442,6 +444,11 @@ TEST_P(Ops, PagedAttention) {
   RunAttention(*this, 8, 4, 128, 16, rng);
   RunAttention(*this, 8, 8, 32, 5, rng);  // MHA, odd block size.
   RunAttention(*this, 8, 1, 40, 3, rng);  // MQA, odd head_dim.
+  RunAttention(*this, 4, 2, 20, 4, rng);  // head_dim not a multiple of 8.
+  // Long contexts: many blocks of the online softmax, and the vectorised
+  // exp over a wide range of score differences (scores up to about +-40).
+  RunAttention(*this, 8, 4, 32, 16, rng, 700);
+  RunAttention(*this, 4, 4, 64, 7, rng, 300);
 }
 
 TEST_P(Ops, AttentionSingleTokenIsItsValue) {
