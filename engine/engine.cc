@@ -26,11 +26,32 @@ void SpecStats::Add(const SpecStats& other) {
   verify_seconds += other.verify_seconds;
 }
 
+namespace {
+
+// The tokenizer's EOS id (if any) and the config's, without repeats; only
+// ids inside the vocabulary (the config's are checked at load).
+std::vector<int32_t> EosIds(const ModelWeights& weights,
+                            const Tokenizer& tokenizer) {
+  const int64_t vocab = weights.config().vocab_size;
+  std::vector<int32_t> ids;
+  auto add = [&](int64_t id) {
+    if (id < 0 || id >= vocab) return;
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) {
+      ids.push_back(static_cast<int32_t>(id));
+    }
+  };
+  add(tokenizer.eos_id());
+  for (int64_t id : weights.config().eos_token_ids) add(id);
+  return ids;
+}
+
+}  // namespace
+
 Engine::Engine(const ModelWeights* weights, const Tokenizer* tokenizer,
                const EngineOptions& options)
     : weights_(weights),
       tokenizer_(tokenizer),
-      eos_id_(tokenizer->eos_id()),
+      eos_ids_(EosIds(*weights, *tokenizer)),
       options_(options) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
@@ -506,11 +527,12 @@ std::span<float> Engine::MaskedRow(const Sequence& seq, const float* row) {
   std::vector<float>& logits = masked_;
   logits.assign(row, row + weights_->config().vocab_size);
   constexpr float kNeverSample = -std::numeric_limits<float>::infinity();
-  const int32_t eos = eos_id_;
   const bool before_min = seq.generated < r.min_new_tokens;
   // ignore_eos masks EOS for the whole request (llama.cpp's and vLLM's
   // meaning): it is never sampled, so no EOS text or id reaches the client.
-  if (eos >= 0 && (r.ignore_eos || before_min)) logits[eos] = kNeverSample;
+  if (r.ignore_eos || before_min) {
+    for (int32_t eos : eos_ids_) logits[eos] = kNeverSample;
+  }
   if (before_min) {
     for (int32_t t : r.stop_token_ids) logits[t] = kNeverSample;
   }
@@ -537,8 +559,9 @@ FinishReason Engine::Deliver(Sequence* seq, int32_t token, const float* row,
   seq->tokens.push_back(token);
   ++seq->generated;
   event->tokens.push_back(token);
-  const int32_t eos = eos_id_;
-  const bool is_eos = token == eos && !r.ignore_eos;
+  const bool is_eos =
+      !r.ignore_eos &&
+      std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
   if (is_eos) return FinishReason::kEos;
   const bool is_stop_id =
       std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=

@@ -203,7 +203,10 @@ class Engine {
 
   const ModelWeights* const weights_;
   const Tokenizer* const tokenizer_;
-  const int32_t eos_id_;  // tokenizer_->eos_id(), asked once
+  // Every end-of-sequence id: the tokenizer's and the model config's
+  // (config.json and generation_config.json), asked once; a request ends on
+  // any of them, and ignore_eos / min_new_tokens mask all of them.
+  const std::vector<int32_t> eos_ids_;
   const EngineOptions options_;
   std::unique_ptr<ExpertProvider> experts_;
   std::unique_ptr<MoeModel> model_;

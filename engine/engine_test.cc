@@ -4,11 +4,14 @@
 // queue bounds and preemption under a tiny KV cache.
 #include "engine/engine.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 
 #include "absl/synchronization/notification.h"
 #include "base/mutex.h"
+#include "engine/testing/model_writer.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
@@ -326,6 +329,50 @@ TEST_F(EngineTest, MinNewTokensSuppressesEos) {
   Outcome out = Drain(engine->Submit(r)->get());
   EXPECT_EQ(out.tokens.size(), 40u);
   for (int32_t t : out.tokens) EXPECT_NE(t, tokenizer_->eos_id());
+}
+
+// generation_config.json's EOS ids end a request like the tokenizer's own
+// (a chat model's end-of-turn token is often listed only there);
+// ignore_eos and min_new_tokens mask them too.
+TEST_F(EngineTest, StopsOnGenerationConfigEosIds) {
+  const nlohmann::json& c = golden_->at("cases")[0];
+  const auto greedy = c.at("greedy_ids").get<std::vector<int32_t>>();
+  ASSERT_GE(greedy.size(), 4u);
+  const int32_t extra_eos = greedy[2];
+  ASSERT_NE(extra_eos, tokenizer_->eos_id());
+  const std::string src = Runfile("tests/golden/mixtral_tiny");
+  const std::string dir = testing::MakeTempDir();
+  for (const char* name :
+       {"config.json", "model.safetensors", "tokenizer.model"}) {
+    ASSERT_EQ(symlink((src + "/" + name).c_str(), (dir + "/" + name).c_str()),
+              0)
+        << name;
+  }
+  std::ofstream(dir + "/generation_config.json")
+      << nlohmann::json{{"eos_token_id", {2, extra_eos}}}.dump();
+  auto weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  auto engine = Engine::Create(weights->get(), tokenizer_, backend_, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+
+  GenerationRequest r = Greedy(c, 16);
+  r.ignore_eos = false;
+  Outcome out = Drain((*engine)->Submit(r)->get());
+  EXPECT_EQ(out.finish, FinishReason::kEos);
+  EXPECT_EQ(out.tokens,
+            std::vector<int32_t>(greedy.begin(), greedy.begin() + 3));
+
+  r.ignore_eos = true;
+  out = Drain((*engine)->Submit(r)->get());
+  EXPECT_EQ(out.finish, FinishReason::kLength);
+  ASSERT_EQ(out.tokens.size(), 16u);
+  EXPECT_NE(out.tokens[2], extra_eos);  // masked, not sampled
+
+  r.ignore_eos = false;
+  r.min_new_tokens = 4;
+  out = Drain((*engine)->Submit(r)->get());
+  ASSERT_GE(out.tokens.size(), 4u);
+  EXPECT_NE(out.tokens[2], extra_eos);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "engine/model_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -29,27 +30,39 @@ absl::StatusOr<const Architecture*> ResolveArchitecture(const json& j) {
   return arch;
 }
 
+// "eos_token_id": an id or a list of ids, appended to `ids` (skipping ids
+// already there).
+absl::Status ParseEosIds(const json& j, std::vector<int64_t>* ids) {
+  if (!json_util::HasNonNull(j, "eos_token_id")) return absl::OkStatus();
+  const json& eos = j["eos_token_id"];
+  std::vector<int64_t> found;
+  if (!eos.is_array()) {
+    MOESERVE_ASSIGN_OR_RETURN(int64_t id, GetInt(j, "eos_token_id"));
+    found.push_back(id);
+  } else {
+    for (const json& e : eos) {
+      std::optional<int64_t> id = json_util::AsInt64(e);
+      if (!id) {
+        return absl::InvalidArgumentError(
+            "field \"eos_token_id\" must be an integer or a list of integers");
+      }
+      found.push_back(*id);
+    }
+  }
+  for (int64_t id : found) {
+    if (std::find(ids->begin(), ids->end(), id) == ids->end()) {
+      ids->push_back(id);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseTokenIds(const json& j, ModelConfig* c) {
   if (json_util::HasNonNull(j, "bos_token_id")) {
     MOESERVE_ASSIGN_OR_RETURN(c->bos_token_id, GetInt(j, "bos_token_id"));
   }
   c->eos_token_ids.clear();
-  if (!json_util::HasNonNull(j, "eos_token_id")) return absl::OkStatus();
-  const json& eos = j["eos_token_id"];
-  if (!eos.is_array()) {
-    MOESERVE_ASSIGN_OR_RETURN(int64_t id, GetInt(j, "eos_token_id"));
-    c->eos_token_ids.push_back(id);
-    return absl::OkStatus();
-  }
-  for (const json& e : eos) {
-    std::optional<int64_t> id = json_util::AsInt64(e);
-    if (!id) {
-      return absl::InvalidArgumentError(
-          "field \"eos_token_id\" must be an integer or a list of integers");
-    }
-    c->eos_token_ids.push_back(*id);
-  }
-  return absl::OkStatus();
+  return ParseEosIds(j, &c->eos_token_ids);
 }
 
 absl::Status ParseDims(const json& j, ModelConfig* c) {
@@ -208,16 +221,45 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   return c;
 }
 
-absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
+absl::Status MergeGenerationConfig(absl::string_view json_text,
+                                   ModelConfig* c) {
+  MOESERVE_ASSIGN_OR_RETURN(
+      json j, json_util::Parse(json_text, "generation_config.json"));
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(
+        "generation_config.json is not a JSON object");
+  }
+  MOESERVE_RETURN_IF_ERROR(ParseEosIds(j, &c->eos_token_ids));
+  return CheckTokenIds(*c);
+}
+
+namespace {
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::ostringstream ss;
   ss << in.rdbuf();
-  absl::StatusOr<ModelConfig> c = ParseModelConfig(ss.str());
-  if (!c.ok()) {
-    return absl::Status(c.status().code(),
-                        absl::StrCat(path, ": ", c.status().message()));
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return ss.str();
+}
+
+absl::Status Prefixed(const std::string& path, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  MOESERVE_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(text);
+  if (!c.ok()) return Prefixed(path, c.status());
+  const std::string gen_path = model_dir + "/generation_config.json";
+  if (std::ifstream(gen_path).good()) {
+    MOESERVE_ASSIGN_OR_RETURN(std::string gen_text, ReadWholeFile(gen_path));
+    absl::Status merged = MergeGenerationConfig(gen_text, &*c);
+    if (!merged.ok()) return Prefixed(gen_path, merged);
   }
   return c;
 }

@@ -54,7 +54,12 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   std::string torch_dtype;  // Empty when absent.
   std::optional<int64_t> bos_token_id;
-  std::vector<int64_t> eos_token_ids;  // config "eos_token_id": int or list.
+  // End-of-sequence ids: config.json's "eos_token_id" (an id or a list),
+  // then, when the model directory has a generation_config.json, the ids its
+  // "eos_token_id" adds (Hugging Face's generate() stops on those: e.g.
+  // Qwen1.5-MoE-A2.7B-Chat's config.json names only <|endoftext|>, its
+  // generation_config.json also <|im_end|>, which ends every chat turn).
+  std::vector<int64_t> eos_token_ids;
 
   // Mixture of experts.
   int64_t num_experts = 0;
@@ -72,7 +77,15 @@ struct ModelConfig {
 // or the unknown model_type together with the supported ones.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 
-// Reads and parses `<model_dir>/config.json`; errors are prefixed by the path.
+// Adds generation_config.json's "eos_token_id" (an id or a list; absent or
+// null: nothing) to c->eos_token_ids, skipping ids already there. Refused
+// (InvalidArgument naming the field) when the text is not a JSON object, the
+// field is malformed, or an id is outside the vocabulary.
+absl::Status MergeGenerationConfig(absl::string_view json_text, ModelConfig* c);
+
+// Reads and parses `<model_dir>/config.json`, then merges
+// `<model_dir>/generation_config.json` when it exists; errors are prefixed by
+// the file's path.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace moeserve::engine

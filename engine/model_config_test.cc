@@ -1,5 +1,8 @@
 #include "engine/model_config.h"
 
+#include <fstream>
+#include <string>
+
 #include "engine/architecture.h"
 #include "engine/testing/model_writer.h"
 #include "gmock/gmock.h"
@@ -235,6 +238,58 @@ TEST(ModelConfigTest, RefusesTokenIdsOutsideVocabAndTooFewPositions) {
   j["eos_token_id"] = {95};
   j["max_position_embeddings"] = 2;
   EXPECT_TRUE(ParseModelConfig(j.dump()).ok());
+}
+
+TEST(ModelConfigTest, GenerationConfigAddsEosIds) {
+  absl::StatusOr<ModelConfig> c =
+      ParseModelConfig(testing::TinyMixtralConfig().dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  // A list: new ids appended, ids already there not repeated.
+  ASSERT_TRUE(
+      MergeGenerationConfig(R"({"eos_token_id": [5, 2, 7, 5]})", &*c).ok());
+  EXPECT_THAT(c->eos_token_ids, ElementsAre(2, 5, 7));
+  // One id; absent or null: nothing.
+  ASSERT_TRUE(MergeGenerationConfig(R"({"eos_token_id": 9})", &*c).ok());
+  ASSERT_TRUE(MergeGenerationConfig(R"({"eos_token_id": null})", &*c).ok());
+  ASSERT_TRUE(MergeGenerationConfig(R"({"do_sample": true})", &*c).ok());
+  EXPECT_THAT(c->eos_token_ids, ElementsAre(2, 5, 7, 9));
+}
+
+TEST(ModelConfigTest, GenerationConfigRefusesBadEosIds) {
+  const ModelConfig base =
+      *ParseModelConfig(testing::TinyMixtralConfig().dump());
+  auto refused = [&](absl::string_view text, const std::string& substr) {
+    ModelConfig c = base;
+    absl::Status s = MergeGenerationConfig(text, &c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(s.message(), HasSubstr(substr)) << text;
+  };
+  refused(R"({"eos_token_id": [2, "x"]})", "eos_token_id");
+  refused(R"({"eos_token_id": "2"})", "eos_token_id");
+  refused(R"({"eos_token_id": 96})", "field \"eos_token_id\" = 96 is outside");
+  refused(R"({"eos_token_id": -1})", "is outside");
+  refused("[2]", "not a JSON object");
+  refused("{\"eos_token_id\": ", "generation_config.json");
+}
+
+TEST(ModelConfigTest, LoadMergesGenerationConfigAndNamesItsPath) {
+  const std::string dir = testing::MakeTempDir();
+  std::ofstream(dir + "/config.json") << testing::TinyMixtralConfig().dump();
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->eos_token_ids, ElementsAre(2));
+
+  std::ofstream(dir + "/generation_config.json")
+      << R"({"bos_token_id": 1, "eos_token_id": [2, 4]})";
+  c = LoadModelConfig(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->eos_token_ids, ElementsAre(2, 4));
+
+  std::ofstream(dir + "/generation_config.json") << R"({"eos_token_id": [2,)";
+  c = LoadModelConfig(dir);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr(dir + "/generation_config.json: "));
 }
 
 }  // namespace
