@@ -14,14 +14,18 @@
 # then prints server/engine ratios: decode speed engine_ms / server_ms
 # (goal >= 0.9) and TTFT / engine prefill time (goal <= 1.05). Decode
 # contexts match (PROMPT_LEN .. PROMPT_LEN + DECODE_TOKENS on both sides).
-# With --rounds=K the bench and the server+loadgen pair alternate K times and
-# the ratios are taken per round (the engine figure of the same round), then
-# the median round is reported: the machine is shared, so only figures taken
-# close together are compared.
+#
+# The machine is shared (a VM: its speed drifts by 10-30% over tens of
+# seconds), so only figures taken close together are compared. The server
+# starts once and stays up; each of the K rounds (--rounds=K) runs the engine
+# bench, then REQUESTS requests through the server, then the engine bench
+# again, and pairs the server's figures with the mean of the two engine runs
+# around them. The median round's ratios are reported, and also the ratio of
+# the medians of each column.
 #
 # Usage (from the workspace root):
 #   tools/loadgen/serving_overhead.sh [--threads=2] [--model_dir=models/demo]
-#       [--prompt_len=512] [--decode_tokens=128] [--requests=32]
+#       [--prompt_len=512] [--decode_tokens=128] [--requests=16]
 #       [--rounds=1] [--no_build] [--json_out=FILE]
 # Builds //server:moeserve, //tools/loadgen:moeserve_loadgen and
 # //tools/bench:moeserve_bench with --config=opt first (unless --no_build);
@@ -32,7 +36,7 @@ threads=2
 model_dir=models/demo
 prompt_len=512
 decode_tokens=128
-requests=32
+requests=16
 rounds=1
 build=1
 json_out=""
@@ -83,28 +87,31 @@ run_engine() {
     | "\(1000 * $len / $p) \(1000 / $d)"' "$json"
 }
 
-# Server + loadgen c=1: prints "ttft_p50_ms tpot_p50_ms".
-run_server() {
+# Starts the server in the background and sets server_pid / server_port.
+start_server() {
   "$B/server/moeserve" --model_dir="$model_dir" --threads="$threads" \
     --port=0 --metrics_port=0 >"$tmp/server.log" 2>&1 &
   server_pid=$!
-  local port=""
+  server_port=""
   for _ in $(seq 1 600); do
-    port="$(sed -n 's/.*gRPC listening on [^ ]*:\([0-9][0-9]*\).*/\1/p' \
+    server_port="$(sed -n 's/.*gRPC listening on [^ ]*:\([0-9][0-9]*\).*/\1/p' \
       "$tmp/server.log" | head -n1)"
-    [[ -n "$port" ]] && break
+    [[ -n "$server_port" ]] && break
     kill -0 "$server_pid" 2>/dev/null || { cat "$tmp/server.log" >&2; return 1; }
     sleep 0.1
   done
-  [[ -n "$port" ]] || { cat "$tmp/server.log" >&2; return 1; }
-  "$B/tools/loadgen/moeserve_loadgen" --target="127.0.0.1:$port" \
+  [[ -n "$server_port" ]] || { cat "$tmp/server.log" >&2; return 1; }
+}
+
+# loadgen c=1 against the running server: prints "ttft_p50_ms tpot_p50_ms".
+# WARMUP requests first (untimed).
+run_load() {
+  local warmup="$1"
+  "$B/tools/loadgen/moeserve_loadgen" --target="127.0.0.1:$server_port" \
     --wait_ready_seconds=120 --concurrency=1 --requests_per_level="$requests" \
     --prompt_tokens="$prompt_len" --max_new_tokens="$decode_tokens" \
-    --warmup_requests=2 --json_out="$tmp/loadgen.json" \
+    --warmup_requests="$warmup" --json_out="$tmp/loadgen.json" \
     >"$tmp/loadgen.log" 2>&1 || { cat "$tmp/loadgen.log" >&2; return 1; }
-  kill -TERM "$server_pid"
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=""
   jq -r '.levels[0] | "\(.ttft_p50_ms) \(.tpot_p50_ms)"' "$tmp/loadgen.json"
 }
 
@@ -119,23 +126,25 @@ echo
 printf '%-6s %12s %12s %12s %12s %12s %12s\n' round engine_pf_ms \
   server_ttft engine_ms/tok server_ms/tok decode_ratio ttft_ratio
 rows=()
+start_server
 for round in $(seq 1 "$rounds"); do
-  engine="$(run_engine)"
-  server="$(run_server)"
-  read -r engine_prefill engine_decode <<<"$engine"
+  engine_before="$(run_engine)"
+  # The first round also warms the server up (2 requests, untimed).
+  server="$(run_load "$([[ "$round" == 1 ]] && echo 2 || echo 0)")"
+  engine_after="$(run_engine)"
+  read -r pf_before dec_before <<<"$engine_before"
+  read -r pf_after dec_after <<<"$engine_after"
   read -r ttft tpot <<<"$server"
-  row="$(jq -n --argjson round "$round" --argjson pf "$engine_prefill" \
-    --argjson ttft "$ttft" --argjson dec "$engine_decode" --argjson tpot "$tpot" \
-    '{round: $round, engine_prefill_ms: $pf, server_ttft_ms: $ttft,
-      engine_decode_ms_per_token: $dec, server_tpot_ms: $tpot,
-      decode_ratio: ($dec / $tpot), ttft_ratio: ($ttft / $pf)}')"
-  jq -r '[.round, .engine_prefill_ms, .server_ttft_ms,
-          .engine_decode_ms_per_token, .server_tpot_ms, .decode_ratio,
-          .ttft_ratio] | @tsv' <<<"$row" |
-    while IFS=$'\t' read -r r a b c d e f; do
-      printf '%-6s %12.2f %12.2f %12.4f %12.4f %12.3f %12.3f\n' \
-        "$r" "$a" "$b" "$c" "$d" "$e" "$f"
-    done
+  row="$(jq -n --argjson round "$round" \
+    --argjson pf0 "$pf_before" --argjson pf1 "$pf_after" \
+    --argjson dec0 "$dec_before" --argjson dec1 "$dec_after" \
+    --argjson ttft "$ttft" --argjson tpot "$tpot" '
+    (($pf0 + $pf1) / 2) as $pf | (($dec0 + $dec1) / 2) as $dec
+    | {round: $round, engine_prefill_ms: $pf, server_ttft_ms: $ttft,
+       engine_decode_ms_per_token: $dec, server_tpot_ms: $tpot,
+       engine_prefill_ms_before_after: [$pf0, $pf1],
+       engine_decode_ms_per_token_before_after: [$dec0, $dec1],
+       decode_ratio: ($dec / $tpot), ttft_ratio: ($ttft / $pf)}')"
   rows+=("$row")
 done
 summary="$(printf '%s\n' "${rows[@]}" | jq -s \
@@ -145,12 +154,19 @@ summary="$(printf '%s\n' "${rows[@]}" | jq -s \
   {model: $model, threads: $threads, prompt_len: $prompt_len,
    decode_tokens: $decode, rounds: .,
    decode_ratio: (map(.decode_ratio) | median),
-   ttft_ratio: (map(.ttft_ratio) | median)}')"
+   ttft_ratio: (map(.ttft_ratio) | median),
+   decode_ratio_of_medians: ((map(.engine_decode_ms_per_token) | median) /
+                             (map(.server_tpot_ms) | median)),
+   ttft_ratio_of_medians: ((map(.server_ttft_ms) | median) /
+                           (map(.engine_prefill_ms) | median))}')"
 echo
 jq -r '"server/engine decode speed (engine ms/token / server TPOT): " +
   "\(.decode_ratio * 1000 | round / 1000) (goal >= 0.9)\n" +
   "server TTFT / engine prefill (\(.prompt_len) tokens): " +
   "\(.ttft_ratio * 1000 | round / 1000) (goal <= 1.05)" +
-  (if (.rounds | length) > 1 then "\n(median of \(.rounds | length) rounds)"
+  (if (.rounds | length) > 1 then
+     "\n(median of \(.rounds | length) rounds; ratio of the column " +
+     "medians: decode \(.decode_ratio_of_medians * 1000 | round / 1000), " +
+     "TTFT \(.ttft_ratio_of_medians * 1000 | round / 1000))"
    else "" end)' <<<"$summary"
 if [[ -n "$json_out" ]]; then echo "$summary" >"$json_out"; fi
