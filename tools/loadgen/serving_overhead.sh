@@ -145,6 +145,13 @@ for round in $(seq 1 "$rounds"); do
        engine_prefill_ms_before_after: [$pf0, $pf1],
        engine_decode_ms_per_token_before_after: [$dec0, $dec1],
        decode_ratio: ($dec / $tpot), ttft_ratio: ($ttft / $pf)}')"
+  jq -r '[.round, .engine_prefill_ms, .server_ttft_ms,
+          .engine_decode_ms_per_token, .server_tpot_ms, .decode_ratio,
+          .ttft_ratio] | @tsv' <<<"$row" |
+    while IFS=$'\t' read -r r a b c d e f; do
+      printf '%-6s %12.2f %12.2f %12.4f %12.4f %12.3f %12.3f\n' \
+        "$r" "$a" "$b" "$c" "$d" "$e" "$f"
+    done
   rows+=("$row")
 done
 summary="$(printf '%s\n' "${rows[@]}" | jq -s \
