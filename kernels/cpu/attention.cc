@@ -168,6 +168,159 @@ MOESERVE_AVX2 void AttendOneAvx2(const Geometry& g, const float* q, int64_t pos,
     _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_load_ps(acc + d), inv));
   }
 }
+
+// Query heads of one KV head that AttendGroupAvx2 takes together: 4 keeps
+// its 2 x 4 accumulators plus the loaded rows inside the 16 AVX2 registers.
+constexpr int64_t kGroupTile = 4;
+
+// AttendOneAvx2 for S (2..kGroupTile) query heads that share one KV head,
+// their q and out rows contiguous (head_dim apart): each K and V row of the
+// cache is read once for all S instead of once per head, which is what
+// bounds grouped-query attention at long contexts (Mixtral: 4 heads per KV
+// head). Each head's arithmetic is AttendOneAvx2's, in the same order, so
+// its result is bit-identical to that head computed alone.
+template <int S>
+MOESERVE_AVX2 void AttendGroupAvx2(const Geometry& g, const float* q,
+                                   int64_t pos, const int32_t* table,
+                                   const float* k_pool, const float* v_pool,
+                                   int64_t kv_head, float scale, float* out) {
+  alignas(32) float scores[S][kMaxBlockSize + 8];
+  alignas(32) float acc[S][kMaxHeadDim];
+  const int64_t hd = g.head_dim;
+  for (int j = 0; j < S; ++j) {
+    for (int64_t d = 0; d < hd; d += 8) {
+      _mm256_store_ps(acc[j] + d, _mm256_setzero_ps());
+    }
+  }
+  float running_max[S], denom[S];
+  for (int j = 0; j < S; ++j) {
+    running_max[j] = -std::numeric_limits<float>::infinity();
+    denom[j] = 0.0f;
+  }
+  const int64_t ctx = pos + 1;
+  const int64_t stride = g.token_stride();
+  for (int64_t start = 0; start < ctx; start += g.block_size) {
+    const int64_t rows = std::min(g.block_size, ctx - start);
+    const int64_t base =
+        static_cast<int64_t>(table[start / g.block_size]) * g.block_stride() +
+        kv_head * g.head_dim;
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* k = k_pool + base + t * stride;
+      __m256 s0[S], s1[S];
+      for (int j = 0; j < S; ++j) s0[j] = s1[j] = _mm256_setzero_ps();
+      int64_t d = 0;
+      for (; d + 16 <= hd; d += 16) {
+        const __m256 k0 = _mm256_loadu_ps(k + d),
+                     k1 = _mm256_loadu_ps(k + d + 8);
+        for (int j = 0; j < S; ++j) {
+          s0[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + j * hd + d), k0, s0[j]);
+          s1[j] =
+              _mm256_fmadd_ps(_mm256_loadu_ps(q + j * hd + d + 8), k1, s1[j]);
+        }
+      }
+      if (d < hd) {
+        const __m256 k0 = _mm256_loadu_ps(k + d);
+        for (int j = 0; j < S; ++j) {
+          s0[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + j * hd + d), k0, s0[j]);
+        }
+      }
+      for (int j = 0; j < S; ++j) {
+        scores[j][t] = HorizontalSum(_mm256_add_ps(s0[j], s1[j])) * scale;
+      }
+    }
+    const int64_t padded = (rows + 7) / 8 * 8;
+    float correction[S];
+    for (int j = 0; j < S; ++j) {
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < rows; ++t) {
+        block_max = std::max(block_max, scores[j][t]);
+      }
+      const float new_max = std::max(running_max[j], block_max);
+      correction[j] = std::exp(running_max[j] - new_max);
+      running_max[j] = new_max;
+      for (int64_t t = rows; t < padded; ++t) scores[j][t] = new_max;
+      const __m256 vmax = _mm256_set1_ps(new_max);
+      for (int64_t t = 0; t < padded; t += 8) {
+        _mm256_store_ps(
+            scores[j] + t,
+            ExpAvx2(_mm256_sub_ps(_mm256_load_ps(scores[j] + t), vmax)));
+      }
+      for (int64_t t = rows; t < padded; ++t) scores[j][t] = 0.0f;
+      __m256 sum = _mm256_setzero_ps();
+      for (int64_t t = 0; t < padded; t += 8) {
+        sum = _mm256_add_ps(sum, _mm256_load_ps(scores[j] + t));
+      }
+      denom[j] = denom[j] * correction[j] + HorizontalSum(sum);
+    }
+    // p.v: two vectors of dims at a time for all S heads (2S chains).
+    const float* v = v_pool + base;
+    int64_t d = 0;
+    for (; d + 16 <= hd; d += 16) {
+      __m256 a0[S], a1[S];
+      for (int j = 0; j < S; ++j) {
+        const __m256 c = _mm256_set1_ps(correction[j]);
+        a0[j] = _mm256_mul_ps(_mm256_load_ps(acc[j] + d), c);
+        a1[j] = _mm256_mul_ps(_mm256_load_ps(acc[j] + d + 8), c);
+      }
+      for (int64_t t = 0; t < rows; ++t) {
+        const float* vt = v + t * stride + d;
+        const __m256 v0 = _mm256_loadu_ps(vt), v1 = _mm256_loadu_ps(vt + 8);
+        for (int j = 0; j < S; ++j) {
+          const __m256 w = _mm256_set1_ps(scores[j][t]);
+          a0[j] = _mm256_fmadd_ps(w, v0, a0[j]);
+          a1[j] = _mm256_fmadd_ps(w, v1, a1[j]);
+        }
+      }
+      for (int j = 0; j < S; ++j) {
+        _mm256_store_ps(acc[j] + d, a0[j]);
+        _mm256_store_ps(acc[j] + d + 8, a1[j]);
+      }
+    }
+    if (d < hd) {
+      __m256 a0[S];
+      for (int j = 0; j < S; ++j) {
+        a0[j] = _mm256_mul_ps(_mm256_load_ps(acc[j] + d),
+                              _mm256_set1_ps(correction[j]));
+      }
+      for (int64_t t = 0; t < rows; ++t) {
+        const __m256 v0 = _mm256_loadu_ps(v + t * stride + d);
+        for (int j = 0; j < S; ++j) {
+          a0[j] = _mm256_fmadd_ps(_mm256_set1_ps(scores[j][t]), v0, a0[j]);
+        }
+      }
+      for (int j = 0; j < S; ++j) _mm256_store_ps(acc[j] + d, a0[j]);
+    }
+  }
+  for (int j = 0; j < S; ++j) {
+    const __m256 inv = _mm256_set1_ps(1.0f / denom[j]);
+    for (int64_t d = 0; d < hd; d += 8) {
+      _mm256_storeu_ps(out + j * hd + d,
+                       _mm256_mul_ps(_mm256_load_ps(acc[j] + d), inv));
+    }
+  }
+}
+
+// `heads` (1..kGroupTile) query heads of one KV head, contiguous.
+MOESERVE_AVX2 void AttendHeadsAvx2(const Geometry& g, int64_t heads,
+                                   const float* q, int64_t pos,
+                                   const int32_t* table, const float* k_pool,
+                                   const float* v_pool, int64_t kv_head,
+                                   float scale, float* out) {
+  switch (heads) {
+    case 1:
+      AttendOneAvx2(g, q, pos, table, k_pool, v_pool, kv_head, scale, out);
+      return;
+    case 2:
+      AttendGroupAvx2<2>(g, q, pos, table, k_pool, v_pool, kv_head, scale, out);
+      return;
+    case 3:
+      AttendGroupAvx2<3>(g, q, pos, table, k_pool, v_pool, kv_head, scale, out);
+      return;
+    default:
+      AttendGroupAvx2<4>(g, q, pos, table, k_pool, v_pool, kv_head, scale, out);
+      return;
+  }
+}
 #endif  // __x86_64__
 
 }  // namespace
@@ -210,9 +363,26 @@ void PagedAttention(ThreadPool& pool, Isa isa, const Tensor& q,
   float* od = out.data<float>();
   const float* kd = kp.data<float>();
   const float* vd = cache.v_pool.data<float>();
-  bool simd = false;
 #if defined(__x86_64__)
-  simd = isa != Isa::kScalar && g.head_dim % 8 == 0;
+  if (isa != Isa::kScalar && g.head_dim % 8 == 0) {
+    // One item per (query row, KV head, tile of up to kGroupTile of its
+    // query heads): the K/V rows are walked once per tile.
+    const int64_t tiles = (g.group + kGroupTile - 1) / kGroupTile;
+    pool.ParallelFor(n_q * g.kv_heads * tiles, [&](int64_t b, int64_t e) {
+      for (int64_t item = b; item < e; ++item) {
+        const int64_t row = item / (g.kv_heads * tiles);
+        const int64_t kv = item / tiles % g.kv_heads, tile = item % tiles;
+        const int64_t s =
+            std::upper_bound(qstart, qstart + num_seqs + 1, row) - qstart - 1;
+        const int64_t h0 = kv * g.group + tile * kGroupTile;
+        const int64_t heads = std::min(kGroupTile, (kv + 1) * g.group - h0);
+        const int64_t at = (row * g.heads + h0) * g.head_dim;
+        AttendHeadsAvx2(g, heads, qd + at, positions[row],
+                        tables + s * g.max_blocks, kd, vd, kv, scale, od + at);
+      }
+    });
+    return;
+  }
 #endif
   (void)isa;
   pool.ParallelFor(n_q * g.heads, [&](int64_t b, int64_t e) {
@@ -221,17 +391,9 @@ void PagedAttention(ThreadPool& pool, Isa isa, const Tensor& q,
       // The sequence owning this row: last s with qstart[s] <= row.
       const int64_t s =
           std::upper_bound(qstart, qstart + num_seqs + 1, row) - qstart - 1;
-      const float* qi = qd + item * g.head_dim;
-      const int32_t* table = tables + s * g.max_blocks;
-      float* oi = od + item * g.head_dim;
-#if defined(__x86_64__)
-      if (simd) {
-        AttendOneAvx2(g, qi, positions[row], table, kd, vd, h / g.group, scale,
-                      oi);
-        continue;
-      }
-#endif
-      AttendOne(g, qi, positions[row], table, kd, vd, h / g.group, scale, oi);
+      AttendOne(g, qd + item * g.head_dim, positions[row],
+                tables + s * g.max_blocks, kd, vd, h / g.group, scale,
+                od + item * g.head_dim);
     }
   });
 }

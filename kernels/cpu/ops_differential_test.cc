@@ -451,6 +451,51 @@ TEST_P(Ops, PagedAttention) {
   RunAttention(*this, 4, 4, 64, 7, rng, 300);
 }
 
+// Grouped query heads (several per KV head, walked together by the SIMD
+// kernel) give bit for bit what each head gives alone: the same attention
+// with every KV head duplicated so that each query head has its own copy.
+TEST_P(Ops, GroupedHeadsMatchEachHeadAlone) {
+  Rng rng(21);
+  for (auto [heads, kv_heads, hd] :
+       {std::tuple<int64_t, int64_t, int64_t>{8, 2, 32},
+        {12, 2, 24},
+        {6, 3, 16},
+        {10, 1, 40}}) {
+    SCOPED_TRACE(absl::StrCat("heads=", heads, " kv=", kv_heads, " hd=", hd));
+    const int64_t group = heads / kv_heads, block = 8, ctx = 77;
+    const int64_t blocks = (ctx + block - 1) / block;
+    auto k = rng.F32(blocks * block * kv_heads * hd, -2, 2);
+    auto v = rng.F32(k.size());
+    // The same cache with kv head h / group copied to head h.
+    std::vector<float> k_mha(blocks * block * heads * hd), v_mha(k_mha.size());
+    for (int64_t slot = 0; slot < blocks * block; ++slot) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t from = (slot * kv_heads + h / group) * hd;
+        const int64_t to = (slot * heads + h) * hd;
+        std::copy(k.begin() + from, k.begin() + from + hd, k_mha.begin() + to);
+        std::copy(v.begin() + from, v.begin() + from + hd, v_mha.begin() + to);
+      }
+    }
+    std::vector<int32_t> table(blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::vector<int32_t> qs = {0, 2}, pos = {ctx - 2, ctx - 1};
+    auto q = rng.F32(2 * heads * hd, -2, 2);
+    std::vector<float> grouped(q.size(), NAN), alone(q.size(), NAN);
+    const AttentionBatch batch{T(qs, {2}), T(pos, {2}), T(table, {1, blocks})};
+    ASSERT_TRUE(B().Attention(S(), T(q, {2, heads, hd}),
+                              {T(k, {blocks, block, kv_heads, hd}),
+                               T(v, {blocks, block, kv_heads, hd})},
+                              batch, T(grouped, {2, heads * hd}))
+                    .ok());
+    ASSERT_TRUE(B().Attention(S(), T(q, {2, heads, hd}),
+                              {T(k_mha, {blocks, block, heads, hd}),
+                               T(v_mha, {blocks, block, heads, hd})},
+                              batch, T(alone, {2, heads * hd}))
+                    .ok());
+    EXPECT_EQ(grouped, alone);
+  }
+}
+
 TEST_P(Ops, AttentionSingleTokenIsItsValue) {
   // With one cached position the softmax is 1: out = v.
   const int64_t hd = 8;
