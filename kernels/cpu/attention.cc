@@ -72,113 +72,55 @@ void AttendOne(const Geometry& g, const float* q, int64_t pos,
 }
 
 #if defined(__x86_64__)
-// acc[0 .. 8N) = acc * correction + sum over the block's rows t of
-// p[t] * v_t[0 .. 8N): N independent FMA chains, so the loop runs at the
-// FMA units' throughput rather than one FMA's latency per row.
-template <int N>
-MOESERVE_AVX2 inline void AccumulateRows(float* acc, float correction,
-                                         const float* p, int64_t rows,
-                                         const float* v, int64_t stride) {
-  __m256 a[N];
-  const __m256 c = _mm256_set1_ps(correction);
-  for (int i = 0; i < N; ++i)
-    a[i] = _mm256_mul_ps(_mm256_load_ps(acc + 8 * i), c);
-  for (int64_t t = 0; t < rows; ++t) {
-    const __m256 w = _mm256_set1_ps(p[t]);
-    const float* vt = v + t * stride;
-    for (int i = 0; i < N; ++i) {
-      a[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 8 * i), a[i]);
-    }
-  }
-  for (int i = 0; i < N; ++i) _mm256_store_ps(acc + 8 * i, a[i]);
-}
-
-// AttendOne with AVX2+FMA, for head_dim a multiple of 8 (every model we
-// serve). The same online softmax block by block; what changes is that the
-// scores' exponentials are taken eight at a time (ExpAvx2, within 2 ulp of
-// std::exp) instead of one libm call per cached position, which was about a
-// third of a decode step's time at a 512-token context, and the q.k dots,
-// the block's sum of weights and the p.v updates run on whole vectors.
-MOESERVE_AVX2 void AttendOneAvx2(const Geometry& g, const float* q, int64_t pos,
-                                 const int32_t* table, const float* k_pool,
-                                 const float* v_pool, int64_t kv_head,
-                                 float scale, float* out) {
-  alignas(32) float scores[kMaxBlockSize + 8];
-  alignas(32) float acc[kMaxHeadDim];
-  const int64_t hd = g.head_dim;
-  for (int64_t d = 0; d < hd; d += 8) {
-    _mm256_store_ps(acc + d, _mm256_setzero_ps());
-  }
-  float running_max = -std::numeric_limits<float>::infinity();
-  float denom = 0.0f;
-  const int64_t ctx = pos + 1;
-  const int64_t stride = g.token_stride();
-  for (int64_t start = 0; start < ctx; start += g.block_size) {
-    const int64_t rows = std::min(g.block_size, ctx - start);
-    const int64_t base =
-        static_cast<int64_t>(table[start / g.block_size]) * g.block_stride() +
-        kv_head * g.head_dim;
-    float block_max = -std::numeric_limits<float>::infinity();
-    for (int64_t t = 0; t < rows; ++t) {
-      const float* k = k_pool + base + t * stride;
-      __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-      int64_t d = 0;
-      for (; d + 16 <= hd; d += 16) {
-        s0 =
-            _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8),
-                             _mm256_loadu_ps(k + d + 8), s1);
-      }
-      if (d < hd) {
-        s0 =
-            _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
-      }
-      scores[t] = HorizontalSum(_mm256_add_ps(s0, s1)) * scale;
-      block_max = std::max(block_max, scores[t]);
-    }
-    const float new_max = std::max(running_max, block_max);
-    const float correction = std::exp(running_max - new_max);
-    // p = exp(score - max) in place, then the spare lanes of the last vector
-    // zeroed so that they add nothing to the sum.
-    const int64_t padded = (rows + 7) / 8 * 8;
-    for (int64_t t = rows; t < padded; ++t) scores[t] = new_max;
-    const __m256 vmax = _mm256_set1_ps(new_max);
-    for (int64_t t = 0; t < padded; t += 8) {
-      _mm256_store_ps(scores + t,
-                      ExpAvx2(_mm256_sub_ps(_mm256_load_ps(scores + t), vmax)));
-    }
-    for (int64_t t = rows; t < padded; ++t) scores[t] = 0.0f;
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t t = 0; t < padded; t += 8) {
-      sum = _mm256_add_ps(sum, _mm256_load_ps(scores + t));
-    }
-    denom = denom * correction + HorizontalSum(sum);
-    const float* v = v_pool + base;
-    int64_t d = 0;
-    for (; d + 32 <= hd; d += 32) {
-      AccumulateRows<4>(acc + d, correction, scores, rows, v + d, stride);
-    }
-    for (; d < hd; d += 8) {
-      AccumulateRows<1>(acc + d, correction, scores, rows, v + d, stride);
-    }
-    running_max = new_max;
-  }
-  const __m256 inv = _mm256_set1_ps(1.0f / denom);
-  for (int64_t d = 0; d < hd; d += 8) {
-    _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_load_ps(acc + d), inv));
-  }
-}
-
 // Query heads of one KV head that AttendGroupAvx2 takes together: 4 keeps
 // its 2 x 4 accumulators plus the loaded rows inside the 16 AVX2 registers.
 constexpr int64_t kGroupTile = 4;
 
-// AttendOneAvx2 for S (2..kGroupTile) query heads that share one KV head,
-// their q and out rows contiguous (head_dim apart): each K and V row of the
-// cache is read once for all S instead of once per head, which is what
-// bounds grouped-query attention at long contexts (Mixtral: 4 heads per KV
-// head). Each head's arithmetic is AttendOneAvx2's, in the same order, so
-// its result is bit-identical to that head computed alone.
+// For each of S heads: acc[j][d .. d + 8V) = acc * correction[j] + sum over
+// the block's rows t of p[j][t] * v_t[d .. d + 8V). Each V row is loaded
+// once for all S heads; the S x V accumulators are independent FMA chains.
+template <int S, int V>
+MOESERVE_AVX2 inline void AccumulateRows(float (*acc)[kMaxHeadDim], int64_t d,
+                                         const float* correction,
+                                         const float (*p)[kMaxBlockSize + 8],
+                                         int64_t rows, const float* v,
+                                         int64_t stride) {
+  __m256 a[S][V];
+  for (int j = 0; j < S; ++j) {
+    const __m256 c = _mm256_set1_ps(correction[j]);
+    for (int i = 0; i < V; ++i) {
+      a[j][i] = _mm256_mul_ps(_mm256_load_ps(acc[j] + d + 8 * i), c);
+    }
+  }
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* vt = v + t * stride + d;
+    __m256 vv[V];
+    for (int i = 0; i < V; ++i) vv[i] = _mm256_loadu_ps(vt + 8 * i);
+    for (int j = 0; j < S; ++j) {
+      const __m256 w = _mm256_set1_ps(p[j][t]);
+      for (int i = 0; i < V; ++i) a[j][i] = _mm256_fmadd_ps(w, vv[i], a[j][i]);
+    }
+  }
+  for (int j = 0; j < S; ++j) {
+    for (int i = 0; i < V; ++i) _mm256_store_ps(acc[j] + d + 8 * i, a[j][i]);
+  }
+}
+
+// AttendOne with AVX2+FMA for S (1..kGroupTile) query heads that share one
+// KV head, their q and out rows contiguous (head_dim apart), head_dim a
+// multiple of 8 (every model we serve). The same online softmax block by
+// block; what changes:
+//   - the scores' exponentials are taken eight at a time (ExpAvx2, within
+//     2 ulp of std::exp) instead of one libm call per cached position (that
+//     call was about a third of a decode step at a 512-token context);
+//   - the q.k dots, the block's sum of weights and the p.v updates run on
+//     vectors, p.v in independent FMA chains (4 for one head, 2 per head for
+//     several) so the loop runs at the FMA units' throughput;
+//   - each K and V row of the cache is read once for all S heads instead of
+//     once per head, which is what bounds grouped-query attention at long
+//     contexts (Mixtral: 4 heads per KV head).
+// Each head's arithmetic is the same, in the same order, whatever S is, so a
+// head's result is bit-identical to that head computed alone.
 template <int S>
 MOESERVE_AVX2 void AttendGroupAvx2(const Geometry& g, const float* q,
                                    int64_t pos, const int32_t* table,
@@ -252,43 +194,16 @@ MOESERVE_AVX2 void AttendGroupAvx2(const Geometry& g, const float* q,
       }
       denom[j] = denom[j] * correction[j] + HorizontalSum(sum);
     }
-    // p.v: two vectors of dims at a time for all S heads (2S chains).
+    // p.v: kVecs vectors of dims at a time for all S heads (S x kVecs
+    // chains), then single vectors.
+    constexpr int kVecs = S == 1 ? 4 : 2;
     const float* v = v_pool + base;
     int64_t d = 0;
-    for (; d + 16 <= hd; d += 16) {
-      __m256 a0[S], a1[S];
-      for (int j = 0; j < S; ++j) {
-        const __m256 c = _mm256_set1_ps(correction[j]);
-        a0[j] = _mm256_mul_ps(_mm256_load_ps(acc[j] + d), c);
-        a1[j] = _mm256_mul_ps(_mm256_load_ps(acc[j] + d + 8), c);
-      }
-      for (int64_t t = 0; t < rows; ++t) {
-        const float* vt = v + t * stride + d;
-        const __m256 v0 = _mm256_loadu_ps(vt), v1 = _mm256_loadu_ps(vt + 8);
-        for (int j = 0; j < S; ++j) {
-          const __m256 w = _mm256_set1_ps(scores[j][t]);
-          a0[j] = _mm256_fmadd_ps(w, v0, a0[j]);
-          a1[j] = _mm256_fmadd_ps(w, v1, a1[j]);
-        }
-      }
-      for (int j = 0; j < S; ++j) {
-        _mm256_store_ps(acc[j] + d, a0[j]);
-        _mm256_store_ps(acc[j] + d + 8, a1[j]);
-      }
+    for (; d + 8 * kVecs <= hd; d += 8 * kVecs) {
+      AccumulateRows<S, kVecs>(acc, d, correction, scores, rows, v, stride);
     }
-    if (d < hd) {
-      __m256 a0[S];
-      for (int j = 0; j < S; ++j) {
-        a0[j] = _mm256_mul_ps(_mm256_load_ps(acc[j] + d),
-                              _mm256_set1_ps(correction[j]));
-      }
-      for (int64_t t = 0; t < rows; ++t) {
-        const __m256 v0 = _mm256_loadu_ps(v + t * stride + d);
-        for (int j = 0; j < S; ++j) {
-          a0[j] = _mm256_fmadd_ps(_mm256_set1_ps(scores[j][t]), v0, a0[j]);
-        }
-      }
-      for (int j = 0; j < S; ++j) _mm256_store_ps(acc[j] + d, a0[j]);
+    for (; d < hd; d += 8) {
+      AccumulateRows<S, 1>(acc, d, correction, scores, rows, v, stride);
     }
   }
   for (int j = 0; j < S; ++j) {
@@ -308,7 +223,7 @@ MOESERVE_AVX2 void AttendHeadsAvx2(const Geometry& g, int64_t heads,
                                    float scale, float* out) {
   switch (heads) {
     case 1:
-      AttendOneAvx2(g, q, pos, table, k_pool, v_pool, kv_head, scale, out);
+      AttendGroupAvx2<1>(g, q, pos, table, k_pool, v_pool, kv_head, scale, out);
       return;
     case 2:
       AttendGroupAvx2<2>(g, q, pos, table, k_pool, v_pool, kv_head, scale, out);
