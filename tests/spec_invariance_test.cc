@@ -219,7 +219,9 @@ TEST_P(SpecInvarianceTest, GreedyOutputIsIdenticalToPlainDecoding) {
   const engine::ResidencyStats r = built->residency->stats();
   EXPECT_EQ(r.link_transfers,
             r.misses + r.prefetch_loads - r.prefetch_cancelled);
-  if (budget == "layer") EXPECT_GT(r.misses, 0u);
+  if (budget == "layer") {
+    EXPECT_GT(r.misses, 0u);
+  }
 }
 
 std::string Name(const ::testing::TestParamInfo<Params>& info) {
