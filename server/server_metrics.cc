@@ -5,37 +5,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/grpc_code_name.h"
 #include "engine/model_config.h"
 #include "engine/spec/quantized_experts.h"
 #include "server/client_message.h"
 
 namespace moeserve::server {
-namespace {
-
-// gRPC's canonical code names, as Prometheus label values.
-const char* CodeName(grpc::StatusCode code) {
-  static constexpr const char* kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-  const int index = static_cast<int>(code);
-  return index >= 0 && index < 17 ? kNames[index] : "UNKNOWN";
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
     metrics::Registry* registry, const ServerOptions& options,
@@ -107,7 +82,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
 void ServerMetrics::CountRpc(const std::string& method,
                              const grpc::Status& status) {
   absl::StatusOr<metrics::Counter*> c =
-      rpcs_->WithLabels({method, CodeName(status.error_code())});
+      rpcs_->WithLabels({method, GrpcCodeName(status.error_code())});
   if (c.ok()) (*c)->Inc();
 }
 

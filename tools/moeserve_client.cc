@@ -22,12 +22,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/flag_help.h"
+#include "base/grpc_code_name.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/client_context.h"
 #include "nlohmann/json.hpp"
 #include "proto/moeserve.grpc.pb.h"
 #include "tools/client/client_channel.h"
-#include "tools/client/status_code_name.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address.");
 ABSL_FLAG(std::string, prompt, "", "Prompt text.");
@@ -68,7 +68,6 @@ ABSL_FLAG(std::string, auth_token_file, "",
 namespace {
 
 using moeserve::client::ClientChannel;
-using moeserve::client::StatusCodeName;
 namespace v1 = moeserve::v1;
 
 const moeserve::base::ProgramHelp& Help() {
@@ -142,7 +141,7 @@ v1::GenerateRequest RequestFromFlags() {
 int ReportError(const grpc::Status& status) {
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json error;
-    error["error"]["code"] = StatusCodeName(status.error_code());
+    error["error"]["code"] = moeserve::GrpcCodeName(status.error_code());
     error["error"]["message"] = status.error_message();
     std::cout << error.dump() << "\n";
   } else {

@@ -5,7 +5,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/client/status_code_name.h"
 
 namespace moeserve::client {
 namespace {
@@ -60,15 +59,6 @@ TEST(ClientChannelTest, TokenFileNeedsATokenAndTheTokenIsSent) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   grpc::ClientContext context;
   ok->Prepare(&context);  // adds metadata; nothing observable without a call
-}
-
-TEST(StatusCodeNameTest, NamesEveryCode) {
-  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::OK), "OK");
-  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::INVALID_ARGUMENT),
-               "INVALID_ARGUMENT");
-  EXPECT_STREQ(StatusCodeName(grpc::StatusCode::UNAUTHENTICATED),
-               "UNAUTHENTICATED");
-  EXPECT_STREQ(StatusCodeName(static_cast<grpc::StatusCode>(99)), "OUT_OF_SET");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "base/grpc_code_name.h"
 #include "base/mutex.h"
 #include "grpcpp/client_context.h"
 
@@ -37,51 +38,6 @@ class SampleSink {
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
-
-std::string StatusCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK:
-      return "OK";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN:
-      return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS:
-      return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED:
-      return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE:
-      return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
-      return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS:
-      return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    default:
-      return "CODE_" + std::to_string(static_cast<int>(code));
-  }
-}
-
-}  // namespace
-
-namespace {
 
 moeserve::v1::GenerateRequest GreedyRequest(const LevelOptions& options) {
   moeserve::v1::GenerateRequest request;
@@ -138,7 +94,7 @@ RequestSample RunOneRequest(moeserve::v1::Inference::Stub& stub,
     }
   }
   const grpc::Status status = reader->Finish();
-  sample.status_code = StatusCodeName(status.error_code());
+  sample.status_code = GrpcCodeName(status.error_code());
   if (status.ok() && finished_with_error) sample.status_code = "FINISH_ERROR";
   sample.ok = status.ok() && !finished_with_error && sample.tokens > 0;
   if (status.ok() && !finished_with_error && sample.tokens == 0) {

@@ -1,11 +1,9 @@
 #include "tools/soak/tally.h"
 
 #include "absl/strings/str_cat.h"
-#include "tools/client/status_code_name.h"
+#include "base/grpc_code_name.h"
 
 namespace moeserve::soak {
-
-using client::StatusCodeName;
 
 const char* ActionName(Action action) {
   switch (action) {
@@ -46,7 +44,7 @@ void Tally::Record(Action action, const grpc::Status& status, bool expected,
   ++unexpected_;
   if (samples_.size() < kMaxSamples) {
     samples_.push_back(absl::StrCat(ActionName(action), ": ",
-                                    StatusCodeName(status.error_code()), ": ",
+                                    GrpcCodeName(status.error_code()), ": ",
                                     status.error_message()));
   }
 }
@@ -73,7 +71,7 @@ nlohmann::json Tally::ToJson() const {
     nlohmann::json codes = nlohmann::json::object();
     for (int c = 0; c < kCodes; ++c) {
       if (counts_[a][c] != 0) {
-        codes[StatusCodeName(static_cast<grpc::StatusCode>(c))] = counts_[a][c];
+        codes[GrpcCodeName(static_cast<grpc::StatusCode>(c))] = counts_[a][c];
       }
     }
     by_action[ActionName(static_cast<Action>(a))] = std::move(codes);

@@ -1,10 +1,10 @@
-#include "tools/client/status_code_name.h"
+#include "base/grpc_code_name.h"
 
 #include <iterator>
 
-namespace moeserve::client {
+namespace moeserve {
 
-const char* StatusCodeName(grpc::StatusCode code) {
+const char* GrpcCodeName(grpc::StatusCode code) {
   static constexpr const char* kNames[] = {"OK",
                                            "CANCELLED",
                                            "UNKNOWN",
@@ -25,7 +25,7 @@ const char* StatusCodeName(grpc::StatusCode code) {
   const int index = static_cast<int>(code);
   return index >= 0 && index < static_cast<int>(std::size(kNames))
              ? kNames[index]
-             : "OUT_OF_SET";
+             : "UNKNOWN";
 }
 
-}  // namespace moeserve::client
+}  // namespace moeserve
