@@ -1,6 +1,10 @@
 #include "engine/json_util.h"
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -130,6 +134,20 @@ absl::StatusOr<std::string> GetString(
   }
   if (!v->is_string()) return IllTyped(key, "a string", *v);
   return v->get<std::string>();
+}
+
+absl::StatusOr<std::string> ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return buffer.str();
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace moeserve::engine::json_util

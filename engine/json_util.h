@@ -49,6 +49,14 @@ std::optional<int64_t> AsInt64(const nlohmann::json& value);
 // True when `obj` has `key` with a non-null value.
 bool HasNonNull(const nlohmann::json& obj, absl::string_view key);
 
+// The whole of the (small) file at `path`, for the JSON files of a model
+// directory. Errors name the path: NotFound "cannot open", DataLoss "read
+// error".
+absl::StatusOr<std::string> ReadFileText(const std::string& path);
+
+// True when something exists at `path` (stat succeeds).
+bool FileExists(const std::string& path);
+
 }  // namespace moeserve::engine::json_util
 
 #endif  // MOESERVE_ENGINE_JSON_UTIL_H_

@@ -1,8 +1,6 @@
 #include "engine/model_config.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -34,25 +32,24 @@ absl::StatusOr<const Architecture*> ResolveArchitecture(const json& j) {
 // already there).
 absl::Status ParseEosIds(const json& j, std::vector<int64_t>* ids) {
   if (!json_util::HasNonNull(j, "eos_token_id")) return absl::OkStatus();
-  const json& eos = j["eos_token_id"];
-  std::vector<int64_t> found;
-  if (!eos.is_array()) {
-    MOESERVE_ASSIGN_OR_RETURN(int64_t id, GetInt(j, "eos_token_id"));
-    found.push_back(id);
-  } else {
-    for (const json& e : eos) {
-      std::optional<int64_t> id = json_util::AsInt64(e);
-      if (!id) {
-        return absl::InvalidArgumentError(
-            "field \"eos_token_id\" must be an integer or a list of integers");
-      }
-      found.push_back(*id);
-    }
-  }
-  for (int64_t id : found) {
+  auto add = [ids](int64_t id) {
     if (std::find(ids->begin(), ids->end(), id) == ids->end()) {
       ids->push_back(id);
     }
+  };
+  const json& eos = j["eos_token_id"];
+  if (!eos.is_array()) {
+    MOESERVE_ASSIGN_OR_RETURN(int64_t id, GetInt(j, "eos_token_id"));
+    add(id);
+    return absl::OkStatus();
+  }
+  for (const json& e : eos) {
+    std::optional<int64_t> id = json_util::AsInt64(e);
+    if (!id) {
+      return absl::InvalidArgumentError(
+          "field \"eos_token_id\" must be an integer or a list of integers");
+    }
+    add(*id);
   }
   return absl::OkStatus();
 }
@@ -235,15 +232,6 @@ absl::Status MergeGenerationConfig(absl::string_view json_text,
 
 namespace {
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return ss.str();
-}
-
 absl::Status Prefixed(const std::string& path, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
 }
@@ -252,12 +240,13 @@ absl::Status Prefixed(const std::string& path, const absl::Status& s) {
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  MOESERVE_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  MOESERVE_ASSIGN_OR_RETURN(std::string text, json_util::ReadFileText(path));
   absl::StatusOr<ModelConfig> c = ParseModelConfig(text);
   if (!c.ok()) return Prefixed(path, c.status());
   const std::string gen_path = model_dir + "/generation_config.json";
-  if (std::ifstream(gen_path).good()) {
-    MOESERVE_ASSIGN_OR_RETURN(std::string gen_text, ReadWholeFile(gen_path));
+  if (json_util::FileExists(gen_path)) {
+    MOESERVE_ASSIGN_OR_RETURN(std::string gen_text,
+                              json_util::ReadFileText(gen_path));
     absl::Status merged = MergeGenerationConfig(gen_text, &*c);
     if (!merged.ok()) return Prefixed(gen_path, merged);
   }

@@ -1,10 +1,6 @@
 // ShardedSafetensors (declared in safetensors.h): the shards of one model.
 
-#include <sys/stat.h>
-
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -19,19 +15,6 @@ using nlohmann::json;
 constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
-
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A shard name must be a plain file name inside the model directory.
 bool IsPlainFileName(const std::string& name) {
   return !name.empty() && name != "." && name != ".." &&
@@ -41,7 +24,7 @@ bool IsPlainFileName(const std::string& name) {
 // Parses the index's weight_map into tensor name -> shard file name.
 absl::StatusOr<std::map<std::string, std::string>> ParseWeightMap(
     const std::string& index_path) {
-  absl::StatusOr<std::string> text = ReadSmallFile(index_path);
+  absl::StatusOr<std::string> text = json_util::ReadFileText(index_path);
   if (!text.ok()) return text.status();
   absl::StatusOr<json> j = json_util::Parse(*text, index_path);
   if (!j.ok()) return j.status();
@@ -68,7 +51,7 @@ absl::StatusOr<std::unique_ptr<ShardedSafetensors>> ShardedSafetensors::Open(
     const std::string& model_dir) {
   const std::string index_path = absl::StrCat(model_dir, "/", kIndexFile);
   std::vector<std::unique_ptr<SafetensorsFile>> files;
-  if (!FileExists(index_path)) {
+  if (!json_util::FileExists(index_path)) {
     absl::StatusOr<std::unique_ptr<SafetensorsFile>> f =
         SafetensorsFile::Open(absl::StrCat(model_dir, "/", kSingleFile));
     if (!f.ok()) return f.status();

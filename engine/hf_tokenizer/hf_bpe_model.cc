@@ -1,13 +1,9 @@
 #include "engine/hf_tokenizer/hf_bpe_model.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <queue>
-#include <sstream>
 #include <utility>
 
 #include "absl/hash/hash.h"
@@ -15,6 +11,7 @@
 #include "base/status_macros.h"
 #include "engine/hf_tokenizer/regex.h"
 #include "engine/hf_tokenizer/unicode_util.h"
+#include "engine/json_util.h"
 #include "nlohmann/json.hpp"
 
 namespace moeserve::engine::hf_tokenizer {
@@ -89,22 +86,6 @@ std::string TokenBytes(absl::string_view piece) {
     bytes.push_back(static_cast<char>(b));
   }
   return bytes;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return buffer.str();
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -809,23 +790,25 @@ bool HfBpeModel::IsByte(int id) const {
 
 absl::StatusOr<std::unique_ptr<HfBpeModel>> LoadHfBpeModel(
     const std::string& path) {
-  if (!Exists(path)) {
+  if (!json_util::FileExists(path)) {
     return absl::NotFoundError(
         absl::StrCat(path, ": tokenizer.json not found"));
   }
-  MOESERVE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  MOESERVE_ASSIGN_OR_RETURN(std::string text, json_util::ReadFileText(path));
   const size_t slash = path.rfind('/');
   const std::string dir =
       slash == std::string::npos ? "." : path.substr(0, slash);
   std::string config;
-  if (Exists(dir + "/tokenizer_config.json")) {
-    MOESERVE_ASSIGN_OR_RETURN(config, ReadFile(dir + "/tokenizer_config.json"));
+  if (json_util::FileExists(dir + "/tokenizer_config.json")) {
+    MOESERVE_ASSIGN_OR_RETURN(
+        config, json_util::ReadFileText(dir + "/tokenizer_config.json"));
   }
   int fallback_eos = -1;
-  if (Exists(dir + "/config.json")) {
+  if (json_util::FileExists(dir + "/config.json")) {
     // The model config's eos_token_id (an id or a list), for a tokenizer
     // config that names no EOS token.
-    MOESERVE_ASSIGN_OR_RETURN(std::string cfg, ReadFile(dir + "/config.json"));
+    MOESERVE_ASSIGN_OR_RETURN(std::string cfg,
+                              json_util::ReadFileText(dir + "/config.json"));
     const json c = json::parse(cfg, nullptr, /*allow_exceptions=*/false);
     const json* eos = Field(c, "eos_token_id");
     if (eos != nullptr && eos->is_array() && !eos->empty()) eos = &(*eos)[0];
