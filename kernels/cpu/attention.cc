@@ -278,6 +278,13 @@ void PagedAttention(ThreadPool& pool, Isa isa, const Tensor& q,
   float* od = out.data<float>();
   const float* kd = kp.data<float>();
   const float* vd = cache.v_pool.data<float>();
+  // The block table of the sequence owning query `row`: that of the last s
+  // with qstart[s] <= row.
+  auto table_of = [&](int64_t row) {
+    const int64_t s =
+        std::upper_bound(qstart, qstart + num_seqs + 1, row) - qstart - 1;
+    return tables + s * g.max_blocks;
+  };
 #if defined(__x86_64__)
   if (isa != Isa::kScalar && g.head_dim % 8 == 0) {
     // One item per (query row, KV head, tile of up to kGroupTile of its
@@ -287,13 +294,11 @@ void PagedAttention(ThreadPool& pool, Isa isa, const Tensor& q,
       for (int64_t item = b; item < e; ++item) {
         const int64_t row = item / (g.kv_heads * tiles);
         const int64_t kv = item / tiles % g.kv_heads, tile = item % tiles;
-        const int64_t s =
-            std::upper_bound(qstart, qstart + num_seqs + 1, row) - qstart - 1;
         const int64_t h0 = kv * g.group + tile * kGroupTile;
         const int64_t heads = std::min(kGroupTile, (kv + 1) * g.group - h0);
         const int64_t at = (row * g.heads + h0) * g.head_dim;
-        AttendHeadsAvx2(g, heads, qd + at, positions[row],
-                        tables + s * g.max_blocks, kd, vd, kv, scale, od + at);
+        AttendHeadsAvx2(g, heads, qd + at, positions[row], table_of(row), kd,
+                        vd, kv, scale, od + at);
       }
     });
     return;
@@ -303,12 +308,8 @@ void PagedAttention(ThreadPool& pool, Isa isa, const Tensor& q,
   pool.ParallelFor(n_q * g.heads, [&](int64_t b, int64_t e) {
     for (int64_t item = b; item < e; ++item) {
       const int64_t row = item / g.heads, h = item % g.heads;
-      // The sequence owning this row: last s with qstart[s] <= row.
-      const int64_t s =
-          std::upper_bound(qstart, qstart + num_seqs + 1, row) - qstart - 1;
-      AttendOne(g, qd + item * g.head_dim, positions[row],
-                tables + s * g.max_blocks, kd, vd, h / g.group, scale,
-                od + item * g.head_dim);
+      AttendOne(g, qd + item * g.head_dim, positions[row], table_of(row), kd,
+                vd, h / g.group, scale, od + item * g.head_dim);
     }
   });
 }
