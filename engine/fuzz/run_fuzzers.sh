@@ -33,20 +33,30 @@ ABSL_LIBS=($(sed -n '/^ABSL_LINKOPTS = \[/,/^\]/s/.*"\(-l[a-z0-9_]*\)".*/\1/p' \
 
 E="$ROOT/engine"
 S="$ROOT/server"
-MODEL_SRCS=("$E/model_config.cc" "$E/architecture.cc" "$E/json_util.cc"
-            "$E"/arch/*.cc)
-SAFETENSORS_SRCS=("$E/dtype.cc" "$E/safetensors.cc" "$E/json_util.cc")
-WEIGHTS_SRCS=("${MODEL_SRCS[@]}" "$E/dtype.cc" "$E/safetensors.cc"
-              "$E/sharded_safetensors.cc" "$E/model_weights.cc")
+# The .cc files of a Bazel target and of everything in this workspace it
+# depends on, so a fuzzer links what the library links (a hand-kept list
+# drifted once and broke the build); EXCLUDE names files built separately.
+bazel_srcs() {  # target
+  (cd "$ROOT" && bazel query --noshow_progress \
+      "kind('source file', deps($1))" 2>/dev/null) |
+    sed -n 's|^//\([^:]*\):\(.*\.cc\)$|\1/\2|p' |
+    sed 's|^/||' | grep -v -x -F -f <(printf '%s\n' "${EXCLUDE[@]}") |
+    sed "s|^|$ROOT/|"
+}
+# The sentencepiece plugin is dlopened, not linked (see tokenizer_fuzzer).
+EXCLUDE=(engine/internal/spm_plugin.cc)
+mapfile -t SAFETENSORS_SRCS < <(bazel_srcs //engine:safetensors)
+mapfile -t MODEL_SRCS < <(bazel_srcs //engine:model_config)
 # tokenizer.cc also loads tokenizer.json models (engine/hf_tokenizer: PCRE2, ICU).
-TOKENIZER_SRCS=("$E/tokenizer.cc" "$E/internal/spm_wrapper.cc"
-                "$ROOT/base/plugin_loader.cc" "$E/hf_tokenizer/hf_bpe_model.cc"
-                "$E/hf_tokenizer/regex.cc" "$E/hf_tokenizer/unicode_util.cc")
+mapfile -t TOKENIZER_SRCS < <(bazel_srcs //engine:tokenizer)
 TOKENIZER_LIBS=(-lpcre2-8 -licuuc -licudata)
-ENGINES_CONFIG_SRCS=("$S/engines_config.cc" "$S/server_options.cc"
-                     "$S/request_validator.cc" "$E/builder/engine_spec.cc"
-                     "$ROOT/policies/registry.cc" "$ROOT/base/install_paths.cc"
-                     "$E/spec/drafter_registry.cc" "${WEIGHTS_SRCS[@]}")
+mapfile -t VALIDATOR_SRCS < <(bazel_srcs //server:request_validator)
+mapfile -t ENGINES_CONFIG_SRCS < <(bazel_srcs //server:server_options)
+mapfile -t BEARER_SRCS < <(bazel_srcs //server/security:bearer_tokens)
+if [ "${#MODEL_SRCS[@]}" -eq 0 ]; then
+  echo "bazel query found no sources (is bazel on PATH?)" >&2
+  exit 1
+fi
 
 build() {  # name, extra link flags..., -- sources...
   local name="$1"; shift
@@ -121,7 +131,7 @@ protoc -I"$ROOT" --cpp_out="$WORK/gen" "$ROOT/proto/moeserve.proto"
 
 if wanted request_validator_fuzzer; then
   encode_request_seeds
-  build request_validator_fuzzer -lprotobuf -- "$S/request_validator.cc" \
+  build request_validator_fuzzer -lprotobuf -- "${VALIDATOR_SRCS[@]}" \
     "$WORK/gen/proto/moeserve.pb.cc"
   run request_validator_fuzzer "$WORK/seeds_request"
 fi
@@ -134,7 +144,7 @@ fi
 if wanted bearer_tokens_fuzzer; then
   echo "building bearer_tokens_fuzzer"
   "$CXX" "${FLAGS[@]}" "$S/security/bearer_tokens_fuzzer.cc" \
-    "$S/security/bearer_tokens.cc" "$S/security/constant_time.cc" \
+    "${BEARER_SRCS[@]}" \
     "${ABSL_LIBS[@]}" -lcrypto -o "$WORK/bearer_tokens_fuzzer"
   run bearer_tokens_fuzzer "$S/security/fuzz_seeds" 8192
 fi
