@@ -272,6 +272,11 @@ absl::StatusOr<std::string> Tokenizer::IdToPiece(int32_t id) const {
   return spm_->IdToPiece(id);
 }
 
+absl::StatusOr<std::string> Tokenizer::TokenBytes(int32_t id) const {
+  MOESERVE_RETURN_IF_ERROR(CheckIds({id}));
+  return spm_->PieceBytes(id);
+}
+
 int32_t Tokenizer::bos_id() const { return spm_->bos_id(); }
 int32_t Tokenizer::eos_id() const { return spm_->eos_id(); }
 int32_t Tokenizer::vocab_size() const { return spm_->vocab_size(); }

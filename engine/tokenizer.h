@@ -63,6 +63,11 @@ class Tokenizer {
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
   // The piece (e.g. "▁the", "<0xE2>"); InvalidArgument when out of range.
   absl::StatusOr<std::string> IdToPiece(int32_t id) const;
+  // The bytes token `id` adds to a text in the middle of a sequence
+  // (" the" for "▁the" or "Ġthe"; one byte, possibly part of a UTF-8
+  // character, for "<0xE2>"; "" for a control token): what an API's
+  // per-token logprobs show. InvalidArgument when out of range.
+  absl::StatusOr<std::string> TokenBytes(int32_t id) const;
 
   // Encode's piece size, and the text length after which it returns freed
   // memory to the system.

@@ -104,6 +104,29 @@ TEST_F(TokenizerTest, UsesByteFallbackPieces) {
   EXPECT_THAT(pieces, ::testing::Contains("<0xE4>"));
 }
 
+TEST_F(TokenizerTest, TokenBytesAreWhatEachTokenAddsToTheText) {
+  const std::string text = "héllo → 世界 ✓ the quick fox";
+  auto ids = tok_->Encode(text, /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  // Mid-sequence, the tokens' bytes add up to the text with the leading
+  // space sentencepiece drops at the start of a decode; BOS adds nothing.
+  std::string joined;
+  bool saw_partial_byte = false;
+  for (int32_t id : *ids) {
+    absl::StatusOr<std::string> bytes = tok_->TokenBytes(id);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    if (bytes->size() == 1 && static_cast<unsigned char>((*bytes)[0]) >= 0x80)
+      saw_partial_byte = true;
+    joined += *bytes;
+  }
+  EXPECT_EQ(joined, " " + text);
+  EXPECT_TRUE(saw_partial_byte);  // 世 is byte-fallback pieces
+  EXPECT_EQ(*tok_->TokenBytes(tok_->bos_id()), "");
+  EXPECT_EQ(*tok_->TokenBytes(tok_->eos_id()), "");
+  EXPECT_EQ(tok_->TokenBytes(320).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(TokenizerTest, RefusesOutOfRangeIds) {
   EXPECT_EQ(tok_->Decode({5, 320}).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -272,6 +272,8 @@ void EngineHost::FillLogprobs(const engine::GenerationEvent& event,
     out->set_logprob(in.logprob);
     absl::StatusOr<std::string> piece = tokenizer_->IdToPiece(in.token);
     if (piece.ok()) out->set_text(*piece);
+    absl::StatusOr<std::string> bytes = tokenizer_->TokenBytes(in.token);
+    if (bytes.ok()) out->set_token_bytes(*std::move(bytes));
   };
   for (const engine::TokenLogprobs& lp : event.logprobs) {
     v1::Logprobs* out = response->add_logprobs();

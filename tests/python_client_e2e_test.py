@@ -219,6 +219,10 @@ class PythonClientServedModelTest(unittest.TestCase):
             self.assertEqual(len(lp.top), 3)
             self.assertEqual(lp.top[0].token_id, lp.chosen.token_id)  # greedy
             self.assertLessEqual(lp.top[0].logprob, 0.0)
+        # Each token's bytes, in order, are the text (no EOS: it adds none).
+        joined = b"".join(r.logprobs[0].chosen.token_bytes for r in replies)
+        self.assertEqual(joined.decode("utf-8", "replace"),
+                         "".join(r.text for r in replies))
 
 
 if __name__ == "__main__":

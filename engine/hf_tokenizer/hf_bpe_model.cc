@@ -788,6 +788,11 @@ bool HfBpeModel::IsByte(int id) const {
   return id >= 0 && id < vocab_size() && (flags_[id] & kFlagPartial);
 }
 
+std::string HfBpeModel::PieceBytes(int id) const {
+  if (id < 0 || id >= vocab_size() || (flags_[id] & kFlagSpecial)) return "";
+  return bytes_[id];
+}
+
 absl::StatusOr<std::unique_ptr<HfBpeModel>> LoadHfBpeModel(
     const std::string& path) {
   if (!json_util::FileExists(path)) {

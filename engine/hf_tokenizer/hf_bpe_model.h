@@ -78,6 +78,9 @@ class HfBpeModel : public internal::PieceModel {
   int unk_id() const override { return unk_id_; }
   bool IsControl(int id) const override;
   bool IsByte(int id) const override;
+  // The token's bytes (GPT-2 byte characters mapped back; an added token's
+  // content); "" for a special token.
+  std::string PieceBytes(int id) const override;
 
   // BPE of one pre-token's symbol ids (for tests: merges by rank, leftmost
   // among equal ranks; `heap` picks the O(n log n) path used for long

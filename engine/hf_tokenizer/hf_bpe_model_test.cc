@@ -243,6 +243,17 @@ TEST(HfBpeModelTest, IsBytePartialCharacters) {
   EXPECT_FALSE(model->IsByte(kEnd));
 }
 
+TEST(HfBpeModelTest, PieceBytesAreTheTokensRawBytes) {
+  auto model = Load();
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->PieceBytes(kWorld), " world");
+  EXPECT_EQ(model->PieceBytes(B(0xE4)), "\xE4");  // part of a character
+  EXPECT_EQ(model->PieceBytes(model->PieceToId("\xC3\xA4\xC2\xB8")),
+            "\xE4\xB8");
+  EXPECT_EQ(model->PieceBytes(kEnd), "");  // special: decodes to nothing
+  EXPECT_EQ(model->PieceBytes(kCafe), "caf\xC3\xA9");  // an added token
+}
+
 TEST(HfBpeModelTest, DecodeReplacesIllFormedUtf8LikeFromUtf8Lossy) {
   auto model = Load();
   ASSERT_NE(model, nullptr);

@@ -151,6 +151,66 @@ await check("n=1 is served; n=2 is 400 naming n", async () => {
   assert.match(e.message, /n: only 1 is supported/);
 });
 
+// Tokens a logprobs list spells out, less a final EOS (its piece, not text).
+function spelled(tokens, finish) {
+  return (finish === "stop" ? tokens.slice(0, -1) : tokens).join("");
+}
+
+await check("completion logprobs: tokens spell the text, greedy is top-1",
+            async () => {
+  const r = await complete({ max_tokens: 8, temperature: 0, logprobs: 2 });
+  const choice = r.choices[0];
+  const lp = choice.logprobs;
+  assert.equal(choice.text, greedy);
+  assert.equal(lp.tokens.length, r.usage.completion_tokens);
+  assert.equal(spelled(lp.tokens, choice.finish_reason), choice.text);
+  let offset = 0;
+  lp.tokens.forEach((token, i) => {
+    assert.equal(lp.text_offset[i], offset);
+    offset += [...token].length;
+    const top = Object.values(lp.top_logprobs[i]);
+    assert.ok(top.length >= 1 && top.length <= 3, JSON.stringify(top));
+    assert.ok(lp.token_logprobs[i] <= 0);
+    assert.equal(Math.max(...top), lp.token_logprobs[i]);  // greedy
+  });
+  // Streamed: the same tokens, chunk by chunk.
+  const tokens = [];
+  for await (const chunk of await complete({ max_tokens: 8, temperature: 0,
+                                             logprobs: 0, stream: true })) {
+    for (const c of chunk.choices) tokens.push(...(c.logprobs?.tokens ?? []));
+  }
+  assert.deepEqual(tokens, lp.tokens);
+});
+
+await check("chat logprobs: top_logprobs alternatives with bytes",
+            async () => {
+  const params = { model: MODEL, max_tokens: 8, temperature: 0,
+                   messages: [{ role: "user", content: "Who made the heaven?" }],
+                   logprobs: true, top_logprobs: 3 };
+  const r = await client.chat.completions.create(params);
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  assert.equal(spelled(content.map((t) => t.token), r.choices[0].finish_reason),
+               r.choices[0].message.content);
+  for (const t of content) {
+    assert.equal(t.top_logprobs.length, 3);
+    assert.equal(t.top_logprobs[0].token, t.token);  // greedy
+    assert.equal(Buffer.from(t.bytes).toString("utf8"), t.token);
+  }
+  const streamed = [];
+  for await (const chunk of await client.chat.completions.create({
+    ...params, stream: true })) {
+    for (const c of chunk.choices) {
+      streamed.push(...(c.logprobs?.content ?? []).map((t) => t.token));
+    }
+  }
+  assert.deepEqual(streamed, content.map((t) => t.token));
+  const e = await refusal(client.chat.completions.create({
+    ...params, logprobs: false }));
+  assert.equal(e.status, 400);
+  assert.equal(e.param, "top_logprobs");
+});
+
 await check("an invalid field is 400 naming it", async () => {
   let e = await refusal(complete({ max_tokens: 2, temperature: -1 }));
   assert.equal(e.status, 400);
@@ -160,7 +220,7 @@ await check("an invalid field is 400 naming it", async () => {
   assert.equal(e.param, "top_p");
   e = await refusal(complete({ max_tokens: 100000 }));
   assert.equal(e.param, "max_tokens");
-  e = await refusal(complete({ max_tokens: 2, logprobs: 3 }));
+  e = await refusal(complete({ max_tokens: 2, logprobs: 21 }));
   assert.equal(e.param, "logprobs");
   e = await refusal(client.completions.create({ model: MODEL,
                                                 prompt: ["a", "b"] }));

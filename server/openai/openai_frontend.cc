@@ -78,6 +78,7 @@ absl::StatusOr<PreparedRequest> OpenAiFrontend::Prepare(
   p.header.endpoint = endpoint;
   p.header.id = ResponseId(endpoint, g.request_id());
   p.header.created = absl::ToUnixSeconds(absl::Now());
+  p.header.top_logprobs = p.request.top_logprobs;
   p.header.model = !g.policy().empty()        ? g.policy()
                    : !p.request.model.empty() ? p.request.model
                                               : served_model_;

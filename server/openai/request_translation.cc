@@ -1,5 +1,6 @@
 #include "server/openai/request_translation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -287,6 +288,33 @@ absl::Status ReadStream(const Json& body, OpenAiRequest* r) {
   return absl::OkStatus();
 }
 
+// Completions: logprobs = N alternatives. Chat: logprobs = true/false,
+// top_logprobs = N.
+absl::Status ReadLogprobs(const Json& body, OpenAiRequest* r) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  bool present = false;
+  int64_t top = 0;
+  if (r->endpoint == Endpoint::kChatCompletions) {
+    bool wanted = false;
+    MOESERVE_RETURN_IF_ERROR(ReadBool(body, "logprobs", &wanted));
+    MOESERVE_RETURN_IF_ERROR(
+        ReadInteger(body, "top_logprobs", 0, kMax, &present, &top));
+    if (top > 0 && !wanted) {
+      return Invalid("top_logprobs", "requires logprobs: true");
+    }
+    if (!wanted) return absl::OkStatus();
+  } else {
+    MOESERVE_RETURN_IF_ERROR(
+        ReadInteger(body, "logprobs", 0, kMax, &present, &top));
+    if (!present) return absl::OkStatus();
+  }
+  r->top_logprobs = static_cast<int>(top);
+  // The engine reports the sampled token beside its top alternatives, so
+  // it is asked for at least one.
+  r->generate.set_logprobs(static_cast<uint32_t>(std::max<int64_t>(top, 1)));
+  return absl::OkStatus();
+}
+
 // n and best_of: 1 (or unset) only.
 absl::Status RequireOne(const Json& body, const char* key) {
   bool present = false;
@@ -319,8 +347,6 @@ absl::Status RefuseUnsupported(const Json& body) {
     const char* what;
   };
   static constexpr Refused kRefused[] = {
-      {"logprobs", "logprobs are not supported by this API"},
-      {"top_logprobs", "logprobs are not supported by this API"},
       {"echo", "echo is not supported"},
       {"suffix", "suffix (insertion) is not supported"},
       {"logit_bias", "logit_bias is not supported"},
@@ -371,6 +397,7 @@ absl::StatusOr<OpenAiRequest> TranslateRequest(absl::string_view body,
   MOESERVE_RETURN_IF_ERROR(
       ReadSampling(json, endpoint, r.generate.mutable_sampling()));
   MOESERVE_RETURN_IF_ERROR(ReadStream(json, &r));
+  MOESERVE_RETURN_IF_ERROR(ReadLogprobs(json, &r));
   MOESERVE_RETURN_IF_ERROR(RefuseUnsupported(json));
   return r;
 }

@@ -12,10 +12,13 @@
 // stop (a string or a list), stream, stream_options.include_usage, n and
 // best_of (1 only), presence_penalty, frequency_penalty; extensions as vLLM
 // names them: top_k (-1 or 0: off), min_p, repetition_penalty, min_tokens,
-// ignore_eos, add_generation_prompt (chat).
+// ignore_eos, add_generation_prompt (chat); logprobs: on completions the
+// number of alternatives per token (0 and up; the sampled token's logprob
+// always comes), on chat true/false with top_logprobs the number of
+// alternatives (top_logprobs without logprobs: true is refused).
 // Ignored: user, and any field this API does not know (as vLLM does).
 // Refused with 400 naming the field when set to anything but its neutral
-// value: logprobs / top_logprobs, echo, suffix, logit_bias, tools,
+// value: echo, suffix, logit_bias, tools,
 // tool_choice (but "none"), functions, function_call, response_format (but
 // {"type": "text"}), several prompts.
 //
@@ -41,6 +44,9 @@ struct OpenAiRequest {
   std::string model;  // as the client named it; "" when absent
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Per-token logprobs with this many alternatives each; -1: none. The
+  // engine is asked for max(1, top_logprobs) (generate.logprobs).
+  int top_logprobs = -1;
   // Everything but the engine (policy) and, on chat, the prompt.
   v1::GenerateRequest generate;
   // Chat only: the conversation, and whether to open the assistant's turn.

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -133,7 +134,8 @@ TEST(TranslateRequest, UnsupportedFieldsAreNamed) {
   const Case cases[] = {
       {R"({"prompt": "x", "n": 2})", "n: only 1 is supported, got 2"},
       {R"({"prompt": "x", "best_of": 3})", "best_of: "},
-      {R"({"prompt": "x", "logprobs": 2})", "logprobs: "},
+      {R"({"prompt": "x", "logprobs": -1})", "logprobs: "},
+      {R"({"prompt": "x", "logprobs": true})", "logprobs: "},
       {R"({"prompt": "x", "echo": true})", "echo: "},
       {R"({"prompt": "x", "suffix": "end"})", "suffix: "},
       {R"({"prompt": "x", "logit_bias": {"5": 1}})", "logit_bias: "},
@@ -157,10 +159,55 @@ TEST(TranslateRequest, UnsupportedFieldsAreNamed) {
   }
   // Neutral values of refused fields pass.
   EXPECT_TRUE(Completion(R"({"prompt": "x", "n": 1, "best_of": 1,
-      "logprobs": 0, "echo": false, "suffix": "", "logit_bias": {},
+      "echo": false, "suffix": "", "logit_bias": {},
       "tools": [], "tool_choice": "none",
       "response_format": {"type": "text"}})")
                   .ok());
+}
+
+TEST(TranslateRequest, CompletionLogprobsAreTheNumberOfAlternatives) {
+  absl::StatusOr<OpenAiRequest> none = Completion(R"({"prompt": "x"})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->top_logprobs, -1);
+  EXPECT_EQ(none->generate.logprobs(), 0u);
+  absl::StatusOr<OpenAiRequest> three =
+      Completion(R"({"prompt": "x", "logprobs": 3})");
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->top_logprobs, 3);
+  EXPECT_EQ(three->generate.logprobs(), 3u);
+  // 0: the sampled token's logprob only; the engine is asked for one.
+  absl::StatusOr<OpenAiRequest> zero =
+      Completion(R"({"prompt": "x", "logprobs": 0})");
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(zero->top_logprobs, 0);
+  EXPECT_EQ(zero->generate.logprobs(), 1u);
+}
+
+TEST(TranslateRequest, ChatLogprobsAreAFlagAndTopLogprobs) {
+  constexpr char kMessages[] =
+      R"("messages": [{"role": "user", "content": "x"}])";
+  auto chat = [&](const std::string& fields) {
+    return Chat(absl::StrCat("{", kMessages, fields, "}"));
+  };
+  absl::StatusOr<OpenAiRequest> off = chat(R"(, "logprobs": false)");
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->top_logprobs, -1);
+  EXPECT_EQ(off->generate.logprobs(), 0u);
+  absl::StatusOr<OpenAiRequest> on = chat(R"(, "logprobs": true)");
+  ASSERT_TRUE(on.ok());
+  EXPECT_EQ(on->top_logprobs, 0);
+  EXPECT_EQ(on->generate.logprobs(), 1u);
+  absl::StatusOr<OpenAiRequest> top =
+      chat(R"(, "logprobs": true, "top_logprobs": 5)");
+  ASSERT_TRUE(top.ok());
+  EXPECT_EQ(top->top_logprobs, 5);
+  EXPECT_EQ(top->generate.logprobs(), 5u);
+  EXPECT_THAT(Refusal(chat(R"(, "top_logprobs": 2)")),
+              StartsWith("top_logprobs: requires logprobs: true"));
+  EXPECT_THAT(Refusal(chat(R"(, "logprobs": 2)")), StartsWith("logprobs: "));
+  EXPECT_THAT(Refusal(chat(R"(, "logprobs": true, "top_logprobs": -1)")),
+              StartsWith("top_logprobs: "));
+  EXPECT_TRUE(chat(R"(, "logprobs": null, "top_logprobs": 0)").ok());
 }
 
 TEST(TranslateRequest, BodyMustBeAJsonObject) {

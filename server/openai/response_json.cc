@@ -1,10 +1,12 @@
 #include "server/openai/response_json.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/hf_tokenizer/unicode_util.h"
 #include "nlohmann/json.hpp"
 
 namespace moeserve::server::openai {
@@ -61,6 +63,85 @@ Json RoleChoice() {
           {"finish_reason", nullptr}};
 }
 
+// What a logprobs entry calls a token: the bytes it adds to the text,
+// or its piece when it adds none (a control token such as EOS).
+const std::string& RawToken(const v1::TokenLogprob& t) {
+  return t.token_bytes().empty() ? t.text() : t.token_bytes();
+}
+
+double Logprob(const v1::TokenLogprob& t) {
+  return std::max(static_cast<double>(t.logprob()), -9999.0);
+}
+
+size_t CountCharacters(absl::string_view utf8) {
+  size_t n = 0;
+  for (char c : utf8) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// Chat: {token, logprob, bytes}.
+Json ChatToken(const v1::TokenLogprob& t) {
+  const std::string& raw = RawToken(t);
+  Json bytes = Json::array();
+  for (char c : raw) bytes.push_back(static_cast<unsigned char>(c));
+  return {{"token", engine::hf_tokenizer::Utf8Lossy(raw)},
+          {"logprob", Logprob(t)},
+          {"bytes", std::move(bytes)}};
+}
+
+Json ChatLogprobs(
+    const google::protobuf::RepeatedPtrField<v1::Logprobs>& logprobs, int top) {
+  Json content = Json::array();
+  for (const v1::Logprobs& lp : logprobs) {
+    Json entry = ChatToken(lp.chosen());
+    Json alternatives = Json::array();
+    for (int i = 0; i < std::min(top, lp.top_size()); ++i) {
+      alternatives.push_back(ChatToken(lp.top(i)));
+    }
+    entry["top_logprobs"] = std::move(alternatives);
+    content.push_back(std::move(entry));
+  }
+  return {{"content", std::move(content)}};
+}
+
+// Completions; *text_offset: characters before the first token, advanced.
+Json CompletionLogprobs(
+    const google::protobuf::RepeatedPtrField<v1::Logprobs>& logprobs, int top,
+    int64_t* text_offset) {
+  Json tokens = Json::array(), token_logprobs = Json::array(),
+       top_logprobs = Json::array(), offsets = Json::array();
+  for (const v1::Logprobs& lp : logprobs) {
+    const v1::TokenLogprob& chosen = lp.chosen();
+    tokens.push_back(engine::hf_tokenizer::Utf8Lossy(RawToken(chosen)));
+    token_logprobs.push_back(Logprob(chosen));
+    Json alternatives = Json::object();
+    for (int i = 0; i < std::min(top, lp.top_size()); ++i) {
+      alternatives[engine::hf_tokenizer::Utf8Lossy(RawToken(lp.top(i)))] =
+          Logprob(lp.top(i));
+    }
+    alternatives[tokens.back().get<std::string>()] = Logprob(chosen);
+    top_logprobs.push_back(std::move(alternatives));
+    offsets.push_back(*text_offset);
+    *text_offset += static_cast<int64_t>(
+        CountCharacters(engine::hf_tokenizer::Utf8Lossy(chosen.token_bytes())));
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(offsets)}};
+}
+
+// The choice's "logprobs" value: null unless they were asked for.
+Json ChoiceLogprobs(
+    const ResponseHeader& header,
+    const google::protobuf::RepeatedPtrField<v1::Logprobs>& logprobs,
+    int64_t* text_offset) {
+  if (header.top_logprobs < 0) return nullptr;
+  return IsChat(header.endpoint)
+             ? ChatLogprobs(logprobs, header.top_logprobs)
+             : CompletionLogprobs(logprobs, header.top_logprobs, text_offset);
+}
+
 void AppendEvent(const Json& data, std::string* out) {
   absl::StrAppend(out, "data: ", Dump(data), "\n\n");
 }
@@ -93,9 +174,11 @@ const char* FinishReasonName(v1::FinishReason reason) {
 std::string CompletionBody(const ResponseHeader& header,
                            const v1::GenerateUnaryResponse& r) {
   const bool chat = IsChat(header.endpoint);
-  Json choice = {{"index", 0},
-                 {"logprobs", nullptr},
-                 {"finish_reason", FinishReason(r.finish_reason())}};
+  int64_t text_offset = 0;
+  Json choice = {
+      {"index", 0},
+      {"logprobs", ChoiceLogprobs(header, r.logprobs(), &text_offset)},
+      {"finish_reason", FinishReason(r.finish_reason())}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", r.text()}};
   } else {
@@ -127,8 +210,8 @@ void StreamEncoder::Append(const v1::GenerateResponse& r, std::string* out) {
   auto chunk = [&](Json choice) {
     return Chunk(header_, include_usage_, id, std::move(choice));
   };
-  auto text_choice = [&](const std::string& text, Json finish) {
-    Json choice = {{"index", 0}, {"logprobs", nullptr}};
+  auto text_choice = [&](const std::string& text, Json logprobs, Json finish) {
+    Json choice = {{"index", 0}, {"logprobs", std::move(logprobs)}};
     if (chat) {
       choice["delta"] = text.empty() ? Json::object() : Json{{"content", text}};
     } else {
@@ -141,10 +224,16 @@ void StreamEncoder::Append(const v1::GenerateResponse& r, std::string* out) {
     role_sent_ = true;
     AppendEvent(chunk(RoleChoice()), out);
   }
-  if (!r.text().empty())
-    AppendEvent(chunk(text_choice(r.text(), nullptr)), out);
+  const bool with_logprobs = header_.top_logprobs >= 0 && r.logprobs_size() > 0;
+  if (!r.text().empty() || with_logprobs) {
+    Json logprobs = with_logprobs
+                        ? ChoiceLogprobs(header_, r.logprobs(), &text_offset_)
+                        : Json();
+    AppendEvent(chunk(text_choice(r.text(), std::move(logprobs), nullptr)),
+                out);
+  }
   if (r.finish_reason() == v1::FINISH_REASON_UNSPECIFIED) return;
-  Json last = chunk(text_choice("", FinishReason(r.finish_reason())));
+  Json last = chunk(text_choice("", nullptr, FinishReason(r.finish_reason())));
   last["system_fingerprint"] = r.policy();
   AppendEvent(last, out);
   if (include_usage_) {

@@ -13,6 +13,20 @@
 // finish_reason; with include_usage a last chunk with no choices and the
 // usage (the other chunks then carry "usage": null); then "data: [DONE]".
 //
+// With logprobs asked for (ResponseHeader::top_logprobs >= 0) each choice
+// carries them for the tokens it covers, in the endpoint's shape:
+// completions {tokens, token_logprobs, top_logprobs: [{token: logprob}],
+// text_offset} (the top N and the sampled token, so up to N+1 entries, as
+// OpenAI's legacy API); chat {content: [{token, logprob, bytes,
+// top_logprobs: [{token, logprob, bytes}]}]}. A token is the bytes it adds
+// to the text (UTF-8, an incomplete character as U+FFFD; `bytes` has the
+// raw ones), or its piece ("</s>") when it adds none; text_offset counts
+// characters of those tokens from the start of the completion, and does
+// not move over such a token. A streamed chunk carries the logprobs of the
+// tokens of its engine message, and is sent for them even when their text
+// is held back (an unfinished character). Logprobs below -9999 are sent as
+// -9999 (vLLM's floor; JSON has no -infinity).
+//
 // finish_reason: "stop" (EOS, a stop string or stop token), "length"
 // (max_tokens, or the server's time limit), "abort" (cancelled, as vLLM
 // says), "error".
@@ -40,6 +54,8 @@ struct ResponseHeader {
   // "cmpl-..." / "chatcmpl-..."; empty: ResponseId() of the engine
   // message's request_id.
   std::string id;
+  // Per-token logprobs with this many alternatives; -1: none.
+  int top_logprobs = -1;
 };
 
 // "cmpl-<hex>" / "chatcmpl-<hex>" from the server's "req-<hex>".
@@ -74,6 +90,7 @@ class StreamEncoder {
   const ResponseHeader header_;
   const bool include_usage_;
   bool role_sent_ = false;
+  int64_t text_offset_ = 0;  // completions logprobs: characters so far
 };
 
 }  // namespace moeserve::server::openai

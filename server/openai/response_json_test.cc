@@ -27,6 +27,27 @@ v1::GenerateResponse Message(
   return r;
 }
 
+// A logprobs entry: the chosen token and `top` alternatives (the first
+// is the chosen one, as greedy decoding has it).
+void AddLogprobs(google::protobuf::RepeatedPtrField<v1::Logprobs>* out,
+                 uint32_t id, const std::string& piece,
+                 const std::string& bytes, float logprob,
+                 const std::vector<std::pair<std::string, float>>& others) {
+  v1::Logprobs* lp = out->Add();
+  auto fill = [](v1::TokenLogprob* t, uint32_t id, const std::string& piece,
+                 const std::string& bytes, float logprob) {
+    t->set_token_id(id);
+    t->set_text(piece);
+    t->set_token_bytes(bytes);
+    t->set_logprob(logprob);
+  };
+  fill(lp->mutable_chosen(), id, piece, bytes, logprob);
+  fill(lp->add_top(), id, piece, bytes, logprob);
+  for (const auto& [text, p] : others) {
+    fill(lp->add_top(), 100, "\xE2\x96\x81" + text, " " + text, p);
+  }
+}
+
 // The JSON of each "data: " event; "[DONE]" as the string.
 std::vector<Json> Events(const std::string& sse) {
   std::vector<Json> events;
@@ -124,6 +145,91 @@ TEST(StreamEncoder, CompletionChunksWithUsage) {
   EXPECT_TRUE(e[2]["choices"].empty());
   EXPECT_EQ(e[2]["usage"]["total_tokens"], 6);
   EXPECT_EQ(e[3], "[DONE]");
+}
+
+// Three tokens: " Hi", the first byte of "世" (E4 B8 96), and EOS.
+void AddThreeTokens(google::protobuf::RepeatedPtrField<v1::Logprobs>* out) {
+  AddLogprobs(out, 7, "\xE2\x96\x81Hi", " Hi", -0.5f, {{"Yo", -1.5f}});
+  AddLogprobs(out, 8, "<0xE4>", "\xE4", -0.25f, {{"Ha", -3.0f}});
+  AddLogprobs(out, 2, "</s>", "", -1e30f, {{"No", -2.0f}});
+}
+
+TEST(ResponseJson, CompletionLogprobsInTheLegacyShape) {
+  v1::GenerateUnaryResponse r;
+  r.set_request_id("req-3");
+  r.set_text(" Hi\xEF\xBF\xBD");
+  r.set_finish_reason(v1::EOS_TOKEN);
+  AddThreeTokens(r.mutable_logprobs());
+  ResponseHeader header{Endpoint::kCompletions, 1, "demo"};
+  header.top_logprobs = 1;
+  const Json lp =
+      Json::parse(CompletionBody(header, r))["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"],
+            Json({" Hi", "\xEF\xBF\xBD", "</s>"}));  // EOS: its piece
+  EXPECT_EQ(lp["token_logprobs"], Json({-0.5, -0.25, -9999.0}));
+  // The top 1 and the sampled token (the same here: one entry).
+  EXPECT_EQ(lp["top_logprobs"][0], Json({{" Hi", -0.5}}));
+  EXPECT_EQ(lp["top_logprobs"][2], Json({{"</s>", -9999.0}}));
+  // Characters of the text before each token; EOS adds none.
+  EXPECT_EQ(lp["text_offset"], Json({0, 3, 4}));
+  header.top_logprobs = 2;
+  const Json two =
+      Json::parse(CompletionBody(header, r))["choices"][0]["logprobs"];
+  EXPECT_EQ(two["top_logprobs"][0], Json({{" Hi", -0.5}, {" Yo", -1.5}}));
+  header.top_logprobs = -1;
+  EXPECT_TRUE(Json::parse(CompletionBody(header, r))["choices"][0]["logprobs"]
+                  .is_null());
+}
+
+TEST(ResponseJson, ChatLogprobsWithBytes) {
+  v1::GenerateUnaryResponse r;
+  r.set_request_id("req-4");
+  r.set_finish_reason(v1::EOS_TOKEN);
+  AddThreeTokens(r.mutable_logprobs());
+  ResponseHeader header{Endpoint::kChatCompletions, 1, "demo"};
+  header.top_logprobs = 0;
+  const Json content = Json::parse(
+      CompletionBody(header, r))["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 3u);
+  EXPECT_EQ(content[0]["token"], " Hi");
+  EXPECT_EQ(content[0]["logprob"], -0.5);
+  EXPECT_EQ(content[0]["bytes"], Json({32, 72, 105}));
+  EXPECT_TRUE(content[0]["top_logprobs"].empty());
+  EXPECT_EQ(content[1]["token"], "\xEF\xBF\xBD");
+  EXPECT_EQ(content[1]["bytes"], Json({0xE4}));  // the raw byte
+  EXPECT_EQ(content[2]["token"], "</s>");
+  header.top_logprobs = 2;
+  const Json top = Json::parse(CompletionBody(
+      header, r))["choices"][0]["logprobs"]["content"][0]["top_logprobs"];
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[1]["token"], " Yo");
+  EXPECT_EQ(top[1]["logprob"], -1.5);
+}
+
+TEST(StreamEncoder, LogprobsRideWithTheirTokensEvenWithoutText) {
+  ResponseHeader header{Endpoint::kCompletions, 5, "demo"};
+  header.top_logprobs = 0;
+  StreamEncoder encoder(header, false);
+  google::protobuf::RepeatedPtrField<v1::Logprobs> three;
+  AddThreeTokens(&three);
+  v1::GenerateResponse first = Message(" Hi");
+  *first.add_logprobs() = three[0];
+  v1::GenerateResponse held = Message("");  // E4 waits for its character
+  *held.add_logprobs() = three[1];
+  v1::GenerateResponse last = Message("\xEF\xBF\xBD", v1::EOS_TOKEN);
+  *last.add_logprobs() = three[2];
+  std::string sse;
+  encoder.Append(first, &sse);
+  encoder.Append(held, &sse);
+  encoder.Append(last, &sse);
+  const std::vector<Json> e = Events(sse);
+  ASSERT_EQ(e.size(), 4u) << sse;
+  EXPECT_EQ(e[0]["choices"][0]["logprobs"]["tokens"], Json({" Hi"}));
+  EXPECT_EQ(e[1]["choices"][0]["text"], "");
+  EXPECT_EQ(e[1]["choices"][0]["logprobs"]["text_offset"], Json({3}));
+  EXPECT_EQ(e[2]["choices"][0]["logprobs"]["text_offset"], Json({4}));
+  EXPECT_TRUE(e[3]["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(e[3]["choices"][0]["finish_reason"], "stop");
 }
 
 TEST(StreamEncoder, ErrorEvent) {
