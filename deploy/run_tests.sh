@@ -53,13 +53,14 @@ run_bazel_tests --config=ubsan -- //tests:tokenizer_json_serving_e2e_test
 # pool, the metrics registry, the engine <-> server hand-off (concurrent
 # streams with cancellation, deadlines and aborts; gRPC itself is replaced by
 # a transport TSan can see, since Debian's gRPC is not instrumented), and the
-# OpenAI API's streams parking and waking their HTTP connections.
+# OpenAI API's streams parking and waking their HTTP connections and the
+# watch over parked sockets.
 run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
   //engine/offload:link_test \
   //engine/offload:link_transport_test //engine/offload:slot_pool_test \
   //kernels/cpu:thread_pool_test //base:mutex_test //metrics:registry_test \
   //server:serving_handoff_test //server/openai:sse_stream_test \
-  //server/openai:http_api_server_test
+  //server/openai:http_api_server_test //server/openai:hangup_watch_test
 
 # clang's thread-safety analysis over the libraries with shared state: a
 # build (--config=clang_tsa, see .bazelrc), counted as one test. It runs in

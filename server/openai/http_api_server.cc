@@ -16,6 +16,7 @@
 #include "server/client_message.h"
 #include "server/openai/api_error.h"
 #include "server/openai/connection_parking.h"
+#include "server/openai/hangup_watch.h"
 #include "server/openai/sse_stream.h"
 #include "server/openai/unary_completion.h"
 
@@ -165,6 +166,7 @@ class HttpExchange final : public ConnectionParking {
   bool too_large = false;
   bool answered = false;  // a response is queued
   bool registered = false;
+  int fd = -1;  // the connection's socket
   // A generation: set before Register, never changed afterwards.
   ResponseHeader header;
   std::unique_ptr<SseStream> stream;
@@ -393,6 +395,15 @@ class HttpApiHandler {
     }
     if (ex.unary != nullptr) {
       ex.unary->Start(*std::move(call));
+      // libmicrohttpd does not read a parked connection: watch its socket
+      // for the client hanging up. The callback holds the exchange.
+      const MHD_ConnectionInfo* info =
+          MHD_get_connection_info(ex.conn_, MHD_CONNECTION_INFO_CONNECTION_FD);
+      if (info != nullptr) {
+        ex.fd = info->connect_fd;
+        server->hangups_->Add(&ex, ex.fd,
+                              [holder] { holder->unary->ClientGone(); });
+      }
       return AnswerUnary(server, ex);
     }
     ex.stream->Start(*std::move(call));
@@ -494,6 +505,7 @@ OpenAiHttpServer::OpenAiHttpServer(const HttpApiOptions& options,
                                    OpenAiFrontend* frontend)
     : options_(options),
       frontend_(frontend),
+      hangups_(std::make_unique<HangupWatch>()),
       start_log_(std::make_unique<metrics::HttpStartLog>()) {}
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
@@ -507,6 +519,7 @@ bool OpenAiHttpServer::Register(const std::shared_ptr<HttpExchange>& ex) {
 }
 
 void OpenAiHttpServer::Unregister(const std::shared_ptr<HttpExchange>& ex) {
+  hangups_->Remove(ex.get());
   base::MutexLock lock(&mu_);
   open_.erase(ex);
   if (open_.empty()) no_calls_.SignalAll();

@@ -21,8 +21,10 @@
 // progress parks its connection (libmicrohttpd's suspend/resume) and holds
 // no thread; request bodies over max_body_bytes are 413; connections as
 // HttpExporterOptions bounds them (idle cut, total and per address). A
-// streamed response's client that goes away cancels its engine request
-// (sse_stream.h).
+// client that goes away cancels its engine request: a streamed one at its
+// next event (sse_stream.h), a non-streamed one as soon as its socket
+// shows the hangup (hangup_watch.h: one thread polls the sockets of the
+// parked non-streamed requests).
 //
 // Shutdown: StartDraining() (503 for new generations and /health),
 // WaitForOpenCalls() for the generations in flight, then Stop() ends the
@@ -54,6 +56,7 @@ class HttpStartLog;  // metrics/mhd_daemon.h
 
 namespace moeserve::server::openai {
 
+class HangupWatch;     // hangup_watch.h
 class HttpExchange;    // http_api_server.cc: one request
 class HttpApiHandler;  // http_api_server.cc: libmicrohttpd's callbacks
 
@@ -126,6 +129,8 @@ class OpenAiHttpServer {
   base::CondVar no_calls_;  // signalled when open_ becomes empty
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::shared_ptr<HttpExchange>> open_ ABSL_GUARDED_BY(mu_);
+  // Non-streamed generations' sockets, from Register to Unregister.
+  std::unique_ptr<HangupWatch> hangups_;
   std::unique_ptr<metrics::HttpStartLog> start_log_;  // outlives the daemon
   MHD_Daemon* daemon_ = nullptr;  // owned; null once stopped
   int port_ = 0;

@@ -280,6 +280,38 @@ await check("chat completions, streamed: role first, same text", async () => {
   assert.ok(usage && usage.completion_tokens > 0, "no usage chunk");
 });
 
+// The count of a labelled series on /metrics (0 when absent).
+async function series(name, ...labels) {
+  const text = await (await fetch(metricsURL)).text();
+  const line = text.split("\n").find(
+    (l) => l.startsWith(name + "{") && labels.every((x) => l.includes(x)));
+  return line ? Number(line.split(" ").pop()) : 0;
+}
+
+await check("a non-streamed client that hangs up frees the engine",
+            async () => {
+  const cancelled = ['method="/v1/completions"', 'code="CANCELLED"'];
+  const before = await series("moeserve_grpc_requests_total", ...cancelled);
+  const c = new AbortController();
+  const done = complete({ max_tokens: 512, temperature: 0, ignore_eos: true },
+                        { signal: c.signal }).catch(() => {});
+  for (let i = 0; i < 100; i++) {
+    if (await metric("moeserve_num_requests_running") === 1) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(await metric("moeserve_num_requests_running"), 1);
+  c.abort();
+  await done;
+  // Cancelled, not generated to its end for nobody: counted CANCELLED.
+  for (let i = 0; i < 100; i++) {
+    if (await metric("moeserve_num_requests_running") === 0) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(await metric("moeserve_num_requests_running"), 0);
+  assert.equal(await series("moeserve_grpc_requests_total", ...cancelled),
+               before + 1);
+});
+
 await check("chat: roles out of order are 400", async () => {
   const e = await refusal(client.chat.completions.create({
     model: MODEL, max_tokens: 2,

@@ -42,6 +42,16 @@ bool UnaryCompletion::DoneOrPark(absl::Status* status) {
   return false;
 }
 
+void UnaryCompletion::ClientGone() {
+  {
+    base::MutexLock lock(&mu_);
+    if (!started_ || done_ || closed_) return;
+  }
+  // The pump's OnCancel is idempotent and safe beside Close's; its
+  // Finish takes mu_.
+  pump_.OnCancel();
+}
+
 void UnaryCompletion::Shutdown() {
   base::MutexLock lock(&mu_);
   shutdown_ = true;

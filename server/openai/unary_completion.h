@@ -6,10 +6,10 @@
 // the answer.
 //
 // A parked connection does not notice its client leaving (libmicrohttpd
-// stops reading it), so a non-streamed request runs to its end (at most
-// max_tokens) even when nobody waits for it; the write of the answer then
-// fails and the connection closes. A streamed request notices at its next
-// event (sse_stream.h).
+// stops reading it): the server's HangupWatch (hangup_watch.h) watches its
+// socket and calls ClientGone(), which cancels the engine request at its
+// next step and wakes the connection to be closed. (A streamed request
+// notices at its next event: sse_stream.h.)
 //
 // Lock order: the pump's lock, then mu_. Thread-safe.
 #ifndef MOESERVE_SERVER_OPENAI_UNARY_COMPLETION_H_
@@ -45,6 +45,11 @@ class UnaryCompletion final : private UnaryTransport {
 
   // REQUIRES: DoneOrPark() returned true with an OK status.
   const v1::GenerateUnaryResponse& response() const { return response_; }
+
+  // The client hung up while waiting: cancels the engine request unless
+  // it is over or the connection closed; Finish then wakes the connection
+  // (its answer, CANCELLED, goes nowhere). Any thread.
+  void ClientGone() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The server is stopping: wakes a parked connection.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
