@@ -4,7 +4,8 @@
 #   engine/fuzz/run_fuzzers.sh [seconds]        each for N seconds (default 20)
 #   engine/fuzz/run_fuzzers.sh -runs=N [names]  each for N executions
 #   (names: safetensors_fuzzer config_fuzzer tokenizer_fuzzer
-#    request_validator_fuzzer engines_config_fuzzer bearer_tokens_fuzzer;
+#    request_validator_fuzzer engines_config_fuzzer bearer_tokens_fuzzer
+#    request_translation_fuzzer;
 #    default all)
 # Exits non-zero when a fuzzer finds a crash; crash inputs are kept in the
 # work directory it prints. Exits 0 with "skipped: clang not found" when
@@ -53,6 +54,9 @@ TOKENIZER_LIBS=(-lpcre2-8 -licuuc -licudata)
 mapfile -t VALIDATOR_SRCS < <(bazel_srcs //server:request_validator)
 mapfile -t ENGINES_CONFIG_SRCS < <(bazel_srcs //server:server_options)
 mapfile -t BEARER_SRCS < <(bazel_srcs //server/security:bearer_tokens)
+mapfile -t TRANSLATION_SRCS < <(
+  { bazel_srcs //server/openai:request_translation
+    bazel_srcs //server:request_validator; } | sort -u)
 if [ "${#MODEL_SRCS[@]}" -eq 0 ]; then
   echo "bazel query found no sources (is bazel on PATH?)" >&2
   exit 1
@@ -147,5 +151,14 @@ if wanted bearer_tokens_fuzzer; then
     "${BEARER_SRCS[@]}" \
     "${ABSL_LIBS[@]}" -lcrypto -o "$WORK/bearer_tokens_fuzzer"
   run bearer_tokens_fuzzer "$S/security/fuzz_seeds" 8192
+fi
+# The OpenAI API's request bodies (server/openai).
+if wanted request_translation_fuzzer; then
+  echo "building request_translation_fuzzer"
+  "$CXX" "${FLAGS[@]}" "$S/openai/request_translation_fuzzer.cc" \
+    "${TRANSLATION_SRCS[@]}" "$WORK/gen/proto/moeserve.pb.cc" \
+    "${ABSL_LIBS[@]}" -lprotobuf -o "$WORK/request_translation_fuzzer"
+  export MOESERVE_FUZZ_MODEL_DIR="$ROOT/models/demo"
+  run request_translation_fuzzer "$S/openai/fuzz_seeds" 16384
 fi
 echo "fuzzers finished without findings"
