@@ -39,12 +39,17 @@ void HangupWatch::Add(const void* key, int fd,
 }
 
 void HangupWatch::Remove(const void* key) {
-  bool removed;
+  // Destroyed after the lock is released: the callback may hold the last
+  // reference to something whose destructor takes other locks.
+  std::function<void()> removed;
   {
     base::MutexLock lock(&mu_);
-    removed = entries_.erase(key) > 0;
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return;
+    removed = std::move(it->second.on_hangup);
+    entries_.erase(it);
   }
-  if (removed) WakeThread();  // stop polling its fd, which may be reused
+  WakeThread();  // stop polling its fd, which may be reused
 }
 
 int HangupWatch::watched() const {
@@ -91,6 +96,7 @@ void HangupWatch::Run() {
       }
     }
     for (const std::function<void()>& f : hung_up) f();
+    hung_up.clear();  // now, not after the next poll: they hold references
   }
 }
 

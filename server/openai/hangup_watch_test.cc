@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -84,6 +85,25 @@ TEST(HangupWatchTest, RemovedSocketsAreNotReported) {
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(calls.load(), 0);
   watch.Remove(&s);  // again: nothing
+}
+
+TEST(HangupWatchTest, CallbacksAreReleasedOnceRunOrRemoved) {
+  HangupWatch watch;
+  SocketPair a, b;
+  auto held = std::make_shared<int>(0);
+  absl::Notification hung_up;
+  watch.Add(&a, a.fd[0], [held, &hung_up] { hung_up.Notify(); });
+  watch.Add(&b, b.fd[0], [held] {});
+  EXPECT_EQ(held.use_count(), 3);
+  a.CloseClient();
+  ASSERT_TRUE(hung_up.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // The run callback is dropped without waiting for the next poll round.
+  for (int i = 0; i < 200 && held.use_count() > 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(held.use_count(), 2);
+  watch.Remove(&b);
+  EXPECT_EQ(held.use_count(), 1);
 }
 
 TEST(HangupWatchTest, StopsWithSocketsStillWatched) {

@@ -395,19 +395,27 @@ class HttpApiHandler {
     }
     if (ex.unary != nullptr) {
       ex.unary->Start(*std::move(call));
-      // libmicrohttpd does not read a parked connection: watch its socket
-      // for the client hanging up. The callback holds the exchange.
-      const MHD_ConnectionInfo* info =
-          MHD_get_connection_info(ex.conn_, MHD_CONNECTION_INFO_CONNECTION_FD);
-      if (info != nullptr) {
-        ex.fd = info->connect_fd;
-        server->hangups_->Add(&ex, ex.fd,
-                              [holder] { holder->unary->ClientGone(); });
-      }
+      WatchHangup(server, holder);
       return AnswerUnary(server, ex);
     }
     ex.stream->Start(*std::move(call));
+    WatchHangup(server, holder);
     return QueueStream(holder);
+  }
+
+  // libmicrohttpd does not read a parked connection: the hangup watch
+  // polls its socket for the client going away. The callback holds the
+  // exchange; Unregister ends the watch.
+  static void WatchHangup(OpenAiHttpServer* server, const Holder& holder) {
+    HttpExchange& ex = *holder;
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(ex.conn_, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info == nullptr) return;
+    ex.fd = info->connect_fd;
+    server->hangups_->Add(&ex, ex.fd, [holder] {
+      if (holder->unary != nullptr) holder->unary->ClientGone();
+      if (holder->stream != nullptr) holder->stream->ClientGone();
+    });
   }
 
   static bool QueueStream(const Holder& holder) {

@@ -21,10 +21,9 @@
 // progress parks its connection (libmicrohttpd's suspend/resume) and holds
 // no thread; request bodies over max_body_bytes are 413; connections as
 // HttpExporterOptions bounds them (idle cut, total and per address). A
-// client that goes away cancels its engine request: a streamed one at its
-// next event (sse_stream.h), a non-streamed one as soon as its socket
-// shows the hangup (hangup_watch.h: one thread polls the sockets of the
-// parked non-streamed requests).
+// client that goes away cancels its engine request: a parked connection's
+// socket is watched for the hangup (hangup_watch.h: one thread polls them),
+// and a streamed one also notices at its next failed write (sse_stream.h).
 //
 // Shutdown: StartDraining() (503 for new generations and /health),
 // WaitForOpenCalls() for the generations in flight, then Stop() ends the

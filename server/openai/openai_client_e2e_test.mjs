@@ -339,9 +339,17 @@ await check("a full queue is 429", async () => {
   assert.equal(e.status, 429);
   assert.equal(e.code, "rate_limit_exceeded");
   assert.match(e.message, /--max_waiting/);
-  a.controller.abort();
+  // B leaves while it waits: it has sent nothing that could fail, its
+  // socket's hangup is what tells; it leaves the queue while A runs on.
   b.abort();
   await bDone;
+  for (let i = 0; i < 100; i++) {
+    if (await metric("moeserve_num_requests_waiting") === 0) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(await metric("moeserve_num_requests_waiting"), 0);
+  assert.equal(await metric("moeserve_num_requests_running"), 1);
+  a.controller.abort();
   // Both leave the engine: nothing runs or waits after a moment.
   for (let i = 0; i < 100; i++) {
     if (await metric("moeserve_num_requests_running") === 0 &&

@@ -88,6 +88,14 @@ void SseStream::Shutdown() {
   WakeLocked();
 }
 
+void SseStream::ClientGone() {
+  {
+    base::MutexLock lock(&mu_);
+    if (!started_ || closed_) return;
+  }
+  pump_.OnCancel();  // idempotent; safe beside Close's
+}
+
 void SseStream::Close(bool completed) {
   {
     base::MutexLock lock(&mu_);

@@ -11,8 +11,10 @@
 // event before [DONE].
 //
 // A client that goes away (Close(false): libmicrohttpd's request-completed
-// notification with any code but COMPLETED_OK) cancels the engine request,
-// so its sequence and KV blocks are freed at the engine's next step.
+// notification with any code but COMPLETED_OK, after a failed write; or
+// ClientGone(): the hangup seen on the parked socket) cancels the engine
+// request, so its sequence and KV blocks are freed at the engine's next
+// step.
 //
 // Lock order: the call's listener lock, then the pump's, then mu_ (the
 // pump's transport calls take mu_); Read and Close call into the pump
@@ -61,6 +63,13 @@ class SseStream final : private StreamTransport {
 
   // The server is stopping: wakes a parked connection; Read ends it.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The client hung up while the connection was parked (HangupWatch): a
+  // request still waiting in the queue sends nothing that could fail, so
+  // this is how it is noticed. Cancels the engine request; the pump's
+  // Finish then wakes the connection, whose next Read ends the stream.
+  // Any thread; nothing once closed or before Start.
+  void ClientGone() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The connection is done with the stream: `completed` when the whole
   // stream was sent. Otherwise the engine request is cancelled. Then no

@@ -47,8 +47,8 @@ class SseStreamTest : public ::testing::Test {
   std::unique_ptr<SseStream> NewStream() {
     return std::make_unique<SseStream>(
         StreamEncoder({Endpoint::kChatCompletions, 1, "lru", "chatcmpl-x"},
-                      false), &parking_,
-        [this](const absl::Status& s) { finished_.push_back(s); });
+                      false),
+        &parking_, [this](const absl::Status& s) { finished_.push_back(s); });
   }
   // Reads until the stream parks or ends; appends to *out.
   ssize_t Drain(SseStream* stream, std::string* out, size_t chunk = 7) {
