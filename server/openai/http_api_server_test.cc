@@ -304,6 +304,33 @@ TEST_F(HttpApiServerTest, ClientLeavingMidStreamCancelsTheCall) {
   EXPECT_TRUE(call->released());
 }
 
+// A parked connection is not read by libmicrohttpd: only the hangup watch
+// can tell that its client left, with nothing pushed by the engine.
+TEST_F(HttpApiServerTest, ClientLeavingAParkedRequestCancelsTheCall) {
+  StartServer();
+  const char* const kBodies[] = {R"({"prompt": "x"})",
+                                 R"({"prompt": "x", "stream": true})"};
+  for (int n = 1; n <= 2; ++n) {
+    const char* body = kBodies[n - 1];
+    SCOPED_TRACE(body);
+    const int fd = Connect(port_);
+    SendAll(fd, Request("POST", "/v1/completions", body));
+    std::shared_ptr<FakeCallState> call = host_.WaitForCall(n);
+    ASSERT_NE(call, nullptr);
+    close(fd);
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!call->cancelled() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_TRUE(call->cancelled());
+    EXPECT_TRUE(server_->WaitForOpenCalls(absl::Now() + absl::Seconds(5)));
+    for (int i = 0; i < 500 && !call->released(); ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(call->released());
+  }
+}
+
 TEST_F(HttpApiServerTest, StopEndsParkedGenerations) {
   StartServer();
   const int stream_fd = Connect(port_);
