@@ -15,20 +15,10 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> QuantDraftPolicy::Create(
       {"num_speculative_tokens", "max_speculative_tokens", "phase2_start"});
   if (!keys.ok()) return keys;
   Options options;
-  absl::StatusOr<int64_t> max_k =
-      GetIntConfig(config, "max_speculative_tokens", /*default_value=*/8,
-                   /*min_value=*/0, /*max_value=*/16);  // kMaxSpeculativeTokens
-  if (!max_k.ok()) return max_k.status();
-  options.max_speculative_tokens = static_cast<int>(*max_k);
-  absl::StatusOr<int64_t> k = GetIntConfig(
-      config, "num_speculative_tokens",
-      /*default_value=*/std::min<int64_t>(4, *max_k), /*min_value=*/0,
-      /*max_value=*/*max_k);
-  if (!k.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        k.status().message(), " (max_speculative_tokens ", *max_k, ")"));
-  }
-  options.num_speculative_tokens = static_cast<int>(*k);
+  absl::StatusOr<SpeculativeTokens> k = GetSpeculativeTokens(config);
+  if (!k.ok()) return k.status();
+  options.max_speculative_tokens = k->max;
+  options.num_speculative_tokens = k->num;
   absl::StatusOr<double> phase2 =
       GetDoubleConfig(config, "phase2_start", /*default_value=*/1.0 / 3.0,
                       /*min_value=*/0, /*max_value=*/1);

@@ -1,5 +1,6 @@
 #include "policies/registry.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -165,6 +166,26 @@ absl::StatusOr<double> GetDoubleConfig(const PolicyConfig& config,
         min_value, ", ", max_value, "]"));
   }
   return value;
+}
+
+absl::StatusOr<SpeculativeTokens> GetSpeculativeTokens(
+    const PolicyConfig& config) {
+  SpeculativeTokens tokens;
+  absl::StatusOr<int64_t> max_k =
+      GetIntConfig(config, "max_speculative_tokens", /*default_value=*/8,
+                   /*min_value=*/0, /*max_value=*/16);  // kMaxSpeculativeTokens
+  if (!max_k.ok()) return max_k.status();
+  tokens.max = static_cast<int>(*max_k);
+  absl::StatusOr<int64_t> k = GetIntConfig(
+      config, "num_speculative_tokens",
+      /*default_value=*/std::min<int64_t>(4, *max_k), /*min_value=*/0,
+      /*max_value=*/*max_k);
+  if (!k.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        k.status().message(), " (max_speculative_tokens ", *max_k, ")"));
+  }
+  tokens.num = static_cast<int>(*k);
+  return tokens;
 }
 
 }  // namespace moeserve::policies

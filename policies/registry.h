@@ -78,6 +78,17 @@ absl::StatusOr<double> GetDoubleConfig(const PolicyConfig& config,
                                        double default_value, double min_value,
                                        double max_value);
 
+// The lookahead of a policy that adapts k as it runs: max_speculative_tokens
+// (default 8, at most 16, engine/builder's kMaxSpeculativeTokens) and
+// num_speculative_tokens, the k it starts with (default min(4, max), at
+// most max; the error says the max it was held to).
+struct SpeculativeTokens {
+  int num = 4;
+  int max = 8;
+};
+absl::StatusOr<SpeculativeTokens> GetSpeculativeTokens(
+    const PolicyConfig& config);
+
 namespace internal {
 // Registers `factory` (and `test_config`, see PolicyTestConfig) as `name`.
 // Returns true; for static initialisers. Aborts on a duplicate name (a

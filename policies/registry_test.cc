@@ -92,5 +92,23 @@ TEST(RegistryTest, ParsePolicyConfig) {
   }
 }
 
+TEST(PolicyConfigTest, SpeculativeTokensDefaultAndBound) {
+  absl::StatusOr<SpeculativeTokens> defaults = GetSpeculativeTokens({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->num, 4);
+  EXPECT_EQ(defaults->max, 8);
+  absl::StatusOr<SpeculativeTokens> small =
+      GetSpeculativeTokens({{"max_speculative_tokens", "2"}});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->num, 2);  // the default k is held to the max
+  EXPECT_EQ(small->max, 2);
+  absl::StatusOr<SpeculativeTokens> over = GetSpeculativeTokens(
+      {{"num_speculative_tokens", "5"}, {"max_speculative_tokens", "4"}});
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(over.status().message(),
+              ::testing::HasSubstr("(max_speculative_tokens 4)"));
+  EXPECT_FALSE(GetSpeculativeTokens({{"max_speculative_tokens", "17"}}).ok());
+}
+
 }  // namespace
 }  // namespace moeserve::policies
