@@ -110,15 +110,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
 
   // libmicrohttpd keeps the TLS pointers: they point into options_.
   std::vector<MHD_OptionItem> items =
-      DaemonOptionItems({.threads = o.threads,
-                         .idle_timeout_s = o.idle_timeout_s,
-                         .max_connections = o.max_connections,
-                         .max_connections_per_ip = o.max_connections_per_ip,
-                         .connection_memory_bytes = kConnectionMemoryBytes,
-                         .tls_cert_pem = &o.tls_cert_pem,
-                         .tls_key_pem = &o.tls_key_pem,
-                         .tls_client_ca_pem = &o.tls_client_ca_pem},
-                        &*address);
+      DaemonOptionItems(o, kConnectionMemoryBytes, &*address);
 
   // ITC: Stop() wakes the threads at once instead of waiting for a timeout.
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |

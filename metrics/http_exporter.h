@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "metrics/http_listener_options.h"
 #include "metrics/registry.h"
 
 struct MHD_Connection;
@@ -40,29 +41,13 @@ namespace moeserve::metrics {
 
 class HttpStartLog;  // mhd_daemon.h
 
-struct HttpExporterOptions {
-  // An IPv4 or IPv6 literal ("localhost" means 127.0.0.1); port 0 picks a
-  // free port, see MetricsHttpServer::port().
-  std::string host = "127.0.0.1";
-  int port = 0;
-
-  // PEM text. Both set: HTTPS only. tls_client_ca_pem set too: a request
-  // must come with a client certificate signed by that CA (403 otherwise).
-  std::string tls_cert_pem;
-  std::string tls_key_pem;
-  std::string tls_client_ca_pem;
-
+// Address, TLS and bounds as every HTTP listener (HttpListenerOptions),
+// and who may read.
+struct HttpExporterOptions : HttpListenerOptions {
   // When set, called with the request's Authorization header ("" when
   // absent); false answers 401. Must be thread-safe and constant-time in
   // the secret; the header is never logged.
   std::function<bool(absl::string_view authorization)> authorize;
-
-  // Bounds (README "HTTP bounds"). A connection that sends nothing for
-  // idle_timeout_s is closed, whether mid-request or idle keep-alive.
-  int threads = 4;  // epoll threads, each serving many sockets
-  int idle_timeout_s = 5;
-  int max_connections = 256;        // beyond: accepted and closed at once
-  int max_connections_per_ip = 32;  // one client cannot take all the slots
 };
 
 class MetricsHttpServer {

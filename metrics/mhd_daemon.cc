@@ -54,28 +54,28 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view host,
   return address;
 }
 
-std::vector<MHD_OptionItem> DaemonOptionItems(const DaemonLimits& limits,
-                                              ListenAddress* address) {
+std::vector<MHD_OptionItem> DaemonOptionItems(
+    const HttpListenerOptions& options, size_t connection_memory_bytes,
+    ListenAddress* address) {
   // Every option bounds what a client can hold (metrics/README.md).
   std::vector<MHD_OptionItem> items = {
-      {MHD_OPTION_THREAD_POOL_SIZE, limits.threads, nullptr},
-      {MHD_OPTION_CONNECTION_TIMEOUT, limits.idle_timeout_s, nullptr},
-      {MHD_OPTION_CONNECTION_LIMIT, limits.max_connections, nullptr},
-      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits.max_connections_per_ip,
+      {MHD_OPTION_THREAD_POOL_SIZE, options.threads, nullptr},
+      {MHD_OPTION_CONNECTION_TIMEOUT, options.idle_timeout_s, nullptr},
+      {MHD_OPTION_CONNECTION_LIMIT, options.max_connections, nullptr},
+      {MHD_OPTION_PER_IP_CONNECTION_LIMIT, options.max_connections_per_ip,
        nullptr},
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-       static_cast<intptr_t>(limits.connection_memory_bytes), nullptr},
+       static_cast<intptr_t>(connection_memory_bytes), nullptr},
       {MHD_OPTION_SOCK_ADDR, 0, &address->storage},
   };
-  if (limits.tls_cert_pem != nullptr && !limits.tls_cert_pem->empty()) {
+  if (!options.tls_cert_pem.empty()) {
     items.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0,
-                     const_cast<char*>(limits.tls_cert_pem->c_str())});
+                     const_cast<char*>(options.tls_cert_pem.c_str())});
     items.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0,
-                     const_cast<char*>(limits.tls_key_pem->c_str())});
-    if (limits.tls_client_ca_pem != nullptr &&
-        !limits.tls_client_ca_pem->empty()) {
+                     const_cast<char*>(options.tls_key_pem.c_str())});
+    if (!options.tls_client_ca_pem.empty()) {
       items.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0,
-                       const_cast<char*>(limits.tls_client_ca_pem->c_str())});
+                       const_cast<char*>(options.tls_client_ca_pem.c_str())});
     }
   }
   items.push_back({MHD_OPTION_END, 0, nullptr});

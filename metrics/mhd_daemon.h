@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/mutex.h"
+#include "metrics/http_listener_options.h"
 
 struct MHD_Connection;
 struct MHD_OptionItem;
@@ -53,21 +54,13 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view host,
 
 // What bounds a daemon and how it does TLS. The strings must outlive the
 // daemon: libmicrohttpd keeps pointers into them.
-struct DaemonLimits {
-  int threads = 2;
-  int idle_timeout_s = 10;
-  int max_connections = 64;
-  int max_connections_per_ip = 16;
-  size_t connection_memory_bytes = 32 * 1024;
-  const std::string* tls_cert_pem = nullptr;  // empty or null: no TLS
-  const std::string* tls_key_pem = nullptr;
-  const std::string* tls_client_ca_pem = nullptr;
-};
-
-// The MHD_OPTION_ARRAY items for `limits` listening on `*address` (which
-// must outlive the daemon's start), ending with MHD_OPTION_END.
-std::vector<MHD_OptionItem> DaemonOptionItems(const DaemonLimits& limits,
-                                              ListenAddress* address);
+// The MHD_OPTION_ARRAY items for `options` (its bounds and TLS material,
+// whose strings libmicrohttpd keeps: `options` must outlive the daemon)
+// listening on `*address` (which must outlive the daemon's start), each
+// connection given `connection_memory_bytes`; ends with MHD_OPTION_END.
+std::vector<MHD_OptionItem> DaemonOptionItems(
+    const HttpListenerOptions& options, size_t connection_memory_bytes,
+    ListenAddress* address);
 
 // True when the TLS peer presented a certificate that the configured client
 // CA verifies (libmicrohttpd requests one but leaves the check to us).

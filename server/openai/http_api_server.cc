@@ -471,16 +471,8 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Start(
       new OpenAiHttpServer(options, frontend));
   const HttpApiOptions& o = server->options_;  // stable strings
 
-  std::vector<MHD_OptionItem> items = metrics::DaemonOptionItems(
-      {.threads = o.threads,
-       .idle_timeout_s = o.idle_timeout_s,
-       .max_connections = o.max_connections,
-       .max_connections_per_ip = o.max_connections_per_ip,
-       .connection_memory_bytes = kConnectionMemoryBytes,
-       .tls_cert_pem = &o.tls_cert_pem,
-       .tls_key_pem = &o.tls_key_pem,
-       .tls_client_ca_pem = &o.tls_client_ca_pem},
-      &*address);
+  std::vector<MHD_OptionItem> items =
+      metrics::DaemonOptionItems(o, kConnectionMemoryBytes, &*address);
 
   // Suspend/resume parks generations (and brings the wake-up pipe that
   // also lets Stop() end the threads at once).

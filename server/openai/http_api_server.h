@@ -44,6 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
+#include "metrics/http_listener_options.h"
 #include "server/openai/openai_frontend.h"
 
 struct MHD_Connection;
@@ -59,17 +60,9 @@ class HangupWatch;     // hangup_watch.h
 class HttpExchange;    // http_api_server.cc: one request
 class HttpApiHandler;  // http_api_server.cc: libmicrohttpd's callbacks
 
-struct HttpApiOptions {
-  // An IPv4 or IPv6 literal ("localhost" means 127.0.0.1); port 0 picks a
-  // free port (OpenAiHttpServer::port()).
-  std::string host = "127.0.0.1";
-  int port = 0;
-
-  // PEM text; both set: HTTPS only. With a client CA: mTLS.
-  std::string tls_cert_pem;
-  std::string tls_key_pem;
-  std::string tls_client_ca_pem;
-
+// Address, TLS and bounds as every HTTP listener (metrics/mhd_daemon.h);
+// then who may call and how large a body may be.
+struct HttpApiOptions : metrics::HttpListenerOptions {
   // When set, tokens are required: returns the caller's identity for an
   // Authorization header value ("" when absent), or nullopt (401). Must be
   // thread-safe and constant-time in the secret.
@@ -78,12 +71,6 @@ struct HttpApiOptions {
 
   // Largest request body; more is 413.
   size_t max_body_bytes = 1 << 20;
-
-  // As HttpExporterOptions.
-  int threads = 4;
-  int idle_timeout_s = 5;
-  int max_connections = 256;
-  int max_connections_per_ip = 32;
 };
 
 class OpenAiHttpServer {
