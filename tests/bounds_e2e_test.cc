@@ -157,13 +157,7 @@ class BoundedE2eTest : public ::testing::Test {
 
   grpc::Status Generate(const v1::GenerateRequest& request,
                         std::vector<v1::GenerateResponse>* out) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(30));
-    auto reader = stub_->Generate(&context, request);
-    v1::GenerateResponse response;
-    while (reader->Read(&response)) out->push_back(response);
-    return reader->Finish();
+    return testing::ReadGenerateStream(stub_.get(), request, out);
   }
 
   std::unique_ptr<testing::ServerProcess> server_;

@@ -208,6 +208,23 @@ HealthWatch::~HealthWatch() {
   }
 }
 
+grpc::Status ReadGenerateStream(v1::Inference::Stub* stub,
+                                const v1::GenerateRequest& request,
+                                std::vector<v1::GenerateResponse>* out,
+                                absl::Duration deadline, int cancel_after) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub->Generate(&context, request);
+  v1::GenerateResponse response;
+  int messages = 0;
+  while (reader->Read(&response)) {
+    out->push_back(response);
+    if (++messages == cancel_after) context.TryCancel();
+  }
+  return reader->Finish();
+}
+
 bool WaitUntilServing(grpc::Channel* channel, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   int status = 0;

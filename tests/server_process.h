@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
+#include "proto/moeserve.grpc.pb.h"
 
 namespace moeserve::testing {
 
@@ -69,6 +70,16 @@ absl::StatusOr<ExitResult> RunToExit(const std::string& binary,
 // 1 SERVING, 2 NOT_SERVING, 3 SERVICE_UNKNOWN (0 when unset).
 grpc::Status HealthCheck(grpc::Channel* channel, const std::string& service,
                          int* status);
+
+// Calls Generate and reads the stream to its end, appending every message
+// to *out; returns the RPC's status. The call's deadline is `deadline` from
+// now; with `cancel_after` > 0 the client cancels it after that many
+// messages.
+grpc::Status ReadGenerateStream(v1::Inference::Stub* stub,
+                                const v1::GenerateRequest& request,
+                                std::vector<v1::GenerateResponse>* out,
+                                absl::Duration deadline = absl::Seconds(30),
+                                int cancel_after = 0);
 
 // Polls health until SERVING (model loaded and warmed up), up to `timeout`.
 bool WaitUntilServing(grpc::Channel* channel, absl::Duration timeout);

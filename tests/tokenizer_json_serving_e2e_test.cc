@@ -147,31 +147,20 @@ class TokenizerJsonServingTest : public ::testing::Test {
     server_ = *std::move(server);
     stub_ = v1::Inference::NewStub(server_->channel());
     // Wait for the model (the channel is up before it is loaded).
-    for (int i = 0; i < 600; ++i) {
-      int status = -1;
-      if (testing::HealthCheck(server_->channel().get(), "", &status).ok() &&
-          status == 1) {
-        return;
-      }
-      usleep(100 * 1000);
-    }
-    FAIL() << "the server never became SERVING";
+    ASSERT_TRUE(
+        testing::WaitUntilServing(server_->channel().get(), absl::Seconds(60)))
+        << "the server never became SERVING";
   }
 
   // Reads a stream to its end; returns the text and the RPC status.
   grpc::Status Generate(const v1::GenerateRequest& request, std::string* text,
-                        int deadline_ms = 60'000, int cancel_after = -1) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::milliseconds(deadline_ms));
-    auto reader = stub_->Generate(&context, request);
-    v1::GenerateResponse response;
-    int messages = 0;
-    while (reader->Read(&response)) {
-      absl::StrAppend(text, response.text());
-      if (++messages == cancel_after) context.TryCancel();
-    }
-    return reader->Finish();
+                        int deadline_ms = 60'000, int cancel_after = 0) {
+    std::vector<v1::GenerateResponse> out;
+    const grpc::Status status = testing::ReadGenerateStream(
+        stub_.get(), request, &out, absl::Milliseconds(deadline_ms),
+        cancel_after);
+    for (const v1::GenerateResponse& r : out) absl::StrAppend(text, r.text());
+    return status;
   }
 
   static std::string* model_dir_;
