@@ -236,6 +236,26 @@ absl::Status ReadStop(const Json& body, v1::SamplingParams* s) {
   return absl::OkStatus();
 }
 
+// vLLM's stop_token_ids: a list of token ids that end generation (the
+// id is generated, its text is not sent).
+absl::Status ReadStopTokenIds(const Json& body, v1::SamplingParams* s) {
+  const Json* v = Find(body, "stop_token_ids");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_array()) {
+    return Invalid("stop_token_ids", "must be a list of token ids");
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& id = (*v)[i];
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<uint32_t>::max()) {
+      return Invalid(absl::StrCat("stop_token_ids[", i, "]"),
+                     "a token id must be an integer in [0, 2^32)");
+    }
+    s->add_stop_token_ids(static_cast<uint32_t>(id.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadSampling(const Json& body, Endpoint endpoint,
                           v1::SamplingParams* s) {
   MOESERVE_RETURN_IF_ERROR(ReadMaxTokens(body, endpoint, s));
@@ -265,6 +285,7 @@ absl::Status ReadSampling(const Json& body, Endpoint endpoint,
   MOESERVE_RETURN_IF_ERROR(ReadBool(body, "ignore_eos", &ignore_eos));
   s->set_ignore_eos(ignore_eos);
   MOESERVE_RETURN_IF_ERROR(ReadSeed(body, s));
+  MOESERVE_RETURN_IF_ERROR(ReadStopTokenIds(body, s));
   return ReadStop(body, s);
 }
 

@@ -12,7 +12,7 @@
 // stop (a string or a list), stream, stream_options.include_usage, n and
 // best_of (1 only), presence_penalty, frequency_penalty; extensions as vLLM
 // names them: top_k (-1 or 0: off), min_p, repetition_penalty, min_tokens,
-// ignore_eos, add_generation_prompt (chat); logprobs: on completions the
+// ignore_eos, stop_token_ids, add_generation_prompt (chat); logprobs: on completions the
 // number of alternatives per token (0 and up; the sampled token's logprob
 // always comes), on chat true/false with top_logprobs the number of
 // alternatives (top_logprobs without logprobs: true is refused).

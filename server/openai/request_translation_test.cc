@@ -165,6 +165,19 @@ TEST(TranslateRequest, UnsupportedFieldsAreNamed) {
                   .ok());
 }
 
+TEST(TranslateRequest, StopTokenIds) {
+  absl::StatusOr<OpenAiRequest> r =
+      Completion(R"({"prompt": "x", "stop_token_ids": [2, 13]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->generate.sampling().stop_token_ids(),
+              ::testing::ElementsAre(2, 13));
+  EXPECT_THAT(Refusal(Completion(R"({"prompt": "x", "stop_token_ids": 2})")),
+              StartsWith("stop_token_ids: "));
+  EXPECT_THAT(
+      Refusal(Completion(R"({"prompt": "x", "stop_token_ids": [1, -1]})")),
+      StartsWith("stop_token_ids[1]: "));
+}
+
 TEST(TranslateRequest, CompletionLogprobsAreTheNumberOfAlternatives) {
   absl::StatusOr<OpenAiRequest> none = Completion(R"({"prompt": "x"})");
   ASSERT_TRUE(none.ok());
