@@ -37,6 +37,8 @@ enum class Route {
   kModel,
   kCompletions,
   kChatCompletions,
+  kTokenize,
+  kDetokenize,
   kNotFound
 };
 
@@ -48,16 +50,29 @@ Route RouteOf(absl::string_view url) {
   }
   if (url == "/v1/completions") return Route::kCompletions;
   if (url == "/v1/chat/completions") return Route::kChatCompletions;
+  if (url == kTokenizeRoute) return Route::kTokenize;
+  if (url == kDetokenizeRoute) return Route::kDetokenize;
   return Route::kNotFound;
 }
 
-bool IsGeneration(Route route) {
-  return route == Route::kCompletions || route == Route::kChatCompletions;
+// A route that takes a body (POST); the others are GET/HEAD.
+bool TakesBody(Route route) {
+  return route == Route::kCompletions || route == Route::kChatCompletions ||
+         route == Route::kTokenize || route == Route::kDetokenize;
 }
 
+// The name a body route is counted under.
 const char* RouteName(Route route) {
-  return route == Route::kChatCompletions ? kChatCompletionsRoute
-                                          : kCompletionsRoute;
+  switch (route) {
+    case Route::kChatCompletions:
+      return kChatCompletionsRoute;
+    case Route::kTokenize:
+      return kTokenizeRoute;
+    case Route::kDetokenize:
+      return kDetokenizeRoute;
+    default:
+      return kCompletionsRoute;
+  }
 }
 
 absl::Status CheckOptions(const HttpApiOptions& o) {
@@ -251,7 +266,7 @@ class HttpApiHandler {
                                                      url, " on this server"),
                                         "not_found")));
     }
-    const bool post = IsGeneration(ex.route);
+    const bool post = TakesBody(ex.route);
     const bool allowed =
         post ? method == "POST" : (method == "GET" || method == "HEAD");
     if (!allowed) {
@@ -367,6 +382,9 @@ class HttpApiHandler {
       ex.answered = true;
       return TooLarge(server, ex);
     }
+    if (ex.route == Route::kTokenize || ex.route == Route::kDetokenize) {
+      return AnswerTokenize(server, ex);
+    }
     OpenAiFrontend* frontend = server->frontend_;
     absl::StatusOr<PreparedRequest> prepared =
         frontend->Prepare(EndpointOf(ex.route), ex.body);
@@ -401,6 +419,23 @@ class HttpApiHandler {
     ex.stream->Start(*std::move(call));
     WatchHangup(server, holder);
     return QueueStream(holder);
+  }
+
+  // /tokenize and /detokenize: answered at once (no engine step).
+  static bool AnswerTokenize(OpenAiHttpServer* server, HttpExchange& ex) {
+    OpenAiFrontend* frontend = server->frontend_;
+    absl::StatusOr<std::string> body = ex.route == Route::kTokenize
+                                           ? frontend->TokenizeBody(ex.body)
+                                           : frontend->DetokenizeBody(ex.body);
+    ex.body.clear();
+    ex.body.shrink_to_fit();
+    frontend->Count(RouteName(ex.route), body.status());
+    ex.answered = true;
+    if (!body.ok()) {
+      return RespondError(ex.conn_,
+                          ApiErrorFromStatus(body.status(), Endpoint::kOther));
+    }
+    return Respond(ex.conn_, 200, kJson, *body);
   }
 
   // libmicrohttpd does not read a parked connection: the hangup watch

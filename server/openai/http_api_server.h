@@ -6,6 +6,7 @@
 //   POST /v1/chat/completions   the same, messages through the chat template
 //   GET  /v1/models             one entry per engine instance
 //   GET  /v1/models/{id}
+//   POST /tokenize, /detokenize vLLM's: prompt or messages -> ids, ids -> text
 //   GET  /health                200 "ok" when a model is served; 503 while
 //                               loading, and for good once draining
 //   other paths 404, other methods 405 (OpenAI error bodies)

@@ -312,6 +312,36 @@ await check("a non-streamed client that hangs up frees the engine",
                before + 1);
 });
 
+// vLLM's /tokenize and /detokenize, beside /v1 (BASE_URL ends in /v1).
+async function post(path, body) {
+  const r = await fetch(baseURL.replace(/\/v1$/, "") + path, {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body) });
+  return { status: r.status, json: await r.json() };
+}
+
+await check("/tokenize counts what a generation is given; /detokenize",
+            async () => {
+  const t = await post("/tokenize", { prompt: PROMPT,
+                                      return_token_strs: true });
+  assert.equal(t.status, 200);
+  const r = await complete({ max_tokens: 1 });
+  assert.equal(t.json.count, r.usage.prompt_tokens);
+  assert.equal(t.json.tokens.length, t.json.count);
+  assert.equal(t.json.token_strs.length, t.json.count);
+  assert.ok(t.json.max_model_len > 0);
+  const d = await post("/detokenize", { tokens: t.json.tokens });
+  assert.equal(d.status, 200);
+  assert.equal(d.json.prompt, PROMPT);
+  const chat = await post("/tokenize", { messages: MESSAGES });
+  const c = await client.chat.completions.create({
+    model: MODEL, messages: MESSAGES, max_tokens: 1 });
+  assert.equal(chat.json.count, c.usage.prompt_tokens);
+  const bad = await post("/detokenize", { tokens: [1, -1] });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, "tokens");
+});
+
 await check("chat: roles out of order are 400", async () => {
   const e = await refusal(client.chat.completions.create({
     model: MODEL, max_tokens: 2,

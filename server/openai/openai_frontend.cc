@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "grpcpp/support/status.h"
@@ -114,6 +115,67 @@ absl::StatusOr<std::string> OpenAiFrontend::ModelBody(
         absl::StrCat("model: the model '", id, "' does not exist"));
   }
   return Dump(ModelEntry(std::string(id), created_, served_model_));
+}
+
+absl::StatusOr<v1::TokenizeResponse> OpenAiFrontend::RunTokenize(
+    const v1::TokenizeRequest& request, absl::string_view text_field,
+    absl::string_view ids_field) const {
+  if (absl::Status st = ValidateTokenizeRequest(request, limits_); !st.ok()) {
+    // The validator names the gRPC fields.
+    absl::string_view message = st.message();
+    std::string renamed(message);
+    if (absl::ConsumePrefix(&message, "text:")) {
+      renamed = absl::StrCat(text_field, ":", message);
+    } else if (absl::ConsumePrefix(&message, "token_ids:")) {
+      renamed = absl::StrCat(ids_field, ":", message);
+    }
+    return absl::InvalidArgumentError(renamed);
+  }
+  MOESERVE_RETURN_IF_ERROR(host_->CheckReady());
+  return host_->Tokenize(request);
+}
+
+absl::StatusOr<std::string> OpenAiFrontend::TokenizeBody(
+    absl::string_view body) const {
+  MOESERVE_ASSIGN_OR_RETURN(OpenAiTokenizeRequest r,
+                            TranslateTokenizeRequest(body));
+  MOESERVE_RETURN_IF_ERROR(EngineOf(r.model).status());
+  const bool chat = !r.messages.empty();
+  if (chat) {
+    if (!chat_template_.ok()) return chat_template_.status();
+    MOESERVE_ASSIGN_OR_RETURN(
+        *r.tokenize.mutable_text(),
+        chat_template_->Render(r.messages, r.add_generation_prompt));
+  }
+  MOESERVE_ASSIGN_OR_RETURN(
+      v1::TokenizeResponse response,
+      RunTokenize(r.tokenize, chat ? "messages" : "prompt", "prompt"));
+  Json tokens = Json::array();
+  for (uint32_t id : response.token_ids()) tokens.push_back(id);
+  Json strs = nullptr;
+  if (r.return_token_strs) {
+    strs = Json::array();
+    for (const std::string& piece : response.pieces()) strs.push_back(piece);
+  }
+  const v1::ListModelsResponse models = host_->ListModels();
+  Json body_json = {{"count", response.token_ids_size()},
+                    {"tokens", std::move(tokens)},
+                    {"token_strs", std::move(strs)}};
+  if (models.models_size() > 0) {
+    body_json["max_model_len"] = models.models(0).max_position_embeddings();
+  }
+  return Dump(body_json);
+}
+
+absl::StatusOr<std::string> OpenAiFrontend::DetokenizeBody(
+    absl::string_view body) const {
+  std::string model;
+  MOESERVE_ASSIGN_OR_RETURN(v1::TokenizeRequest request,
+                            TranslateDetokenizeRequest(body, &model));
+  MOESERVE_RETURN_IF_ERROR(EngineOf(model).status());
+  MOESERVE_ASSIGN_OR_RETURN(v1::TokenizeResponse response,
+                            RunTokenize(request, "tokens", "tokens"));
+  return Dump({{"prompt", response.text()}});
 }
 
 void OpenAiFrontend::Count(absl::string_view route,

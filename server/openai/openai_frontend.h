@@ -72,6 +72,15 @@ class OpenAiFrontend {
   // GET /v1/models/{id}: NOT_FOUND for another id.
   absl::StatusOr<std::string> ModelBody(absl::string_view id) const;
 
+  // POST /tokenize (vLLM's): {"count", "max_model_len", "tokens",
+  // "token_strs" (the pieces with return_token_strs, else null)}; a chat's
+  // messages are rendered through the chat template first, so the ids are
+  // those a generation of the same body is given. POST /detokenize:
+  // {"prompt": text}. Errors as for generations (the fields named as the
+  // body names them); UNAVAILABLE while no model is served.
+  absl::StatusOr<std::string> TokenizeBody(absl::string_view body) const;
+  absl::StatusOr<std::string> DetokenizeBody(absl::string_view body) const;
+
   // OK when generations are accepted; else UNAVAILABLE saying why.
   absl::Status CheckAccepting() const;
 
@@ -85,6 +94,11 @@ class OpenAiFrontend {
  private:
   // The engine `model` names ("" for the split), or NOT_FOUND.
   absl::StatusOr<std::string> EngineOf(const std::string& model) const;
+  // The model is served and `request` (its fields named `text_field` and
+  // `ids_field` in errors) passes the validator; then the host's answer.
+  absl::StatusOr<v1::TokenizeResponse> RunTokenize(
+      const v1::TokenizeRequest& request, absl::string_view text_field,
+      absl::string_view ids_field) const;
 
   ModelHost* const host_;
   ServerMetrics* const metrics_;
@@ -99,6 +113,8 @@ class OpenAiFrontend {
 inline constexpr char kCompletionsRoute[] = "/v1/completions";
 inline constexpr char kChatCompletionsRoute[] = "/v1/chat/completions";
 inline constexpr char kModelsRoute[] = "/v1/models";
+inline constexpr char kTokenizeRoute[] = "/tokenize";
+inline constexpr char kDetokenizeRoute[] = "/detokenize";
 
 }  // namespace moeserve::server::openai
 

@@ -137,6 +137,62 @@ TEST_F(OpenAiFrontendTest, NoTemplateRefusesChatOnly) {
       frontend.Prepare(Endpoint::kCompletions, R"({"prompt": "x"})").ok());
 }
 
+TEST_F(OpenAiFrontendTest, TokenizeAPromptOrAChat) {
+  absl::StatusOr<std::string> body =
+      frontend_->TokenizeBody(R"({"prompt": "Hi", "return_token_strs": true})");
+  ASSERT_TRUE(body.ok()) << body.status();
+  nlohmann::json j = nlohmann::json::parse(*body);
+  EXPECT_EQ(j["count"], 3);  // BOS, as a generation gets it, then H i
+  EXPECT_EQ(j["tokens"], nlohmann::json({1, 'H', 'i'}));
+  EXPECT_EQ(j["token_strs"], nlohmann::json({"<s>", "H", "i"}));
+  EXPECT_EQ(j["max_model_len"], 4096);
+  body = frontend_->TokenizeBody(
+      R"({"prompt": "Hi", "add_special_tokens": false, "model": "lru"})");
+  ASSERT_TRUE(body.ok()) << body.status();
+  j = nlohmann::json::parse(*body);
+  EXPECT_EQ(j["count"], 2);
+  EXPECT_TRUE(j["token_strs"].is_null());
+  // A chat is counted as the template renders it.
+  body = frontend_->TokenizeBody(
+      R"({"messages": [{"role": "user", "content": "Hi"}]})");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(nlohmann::json::parse(*body)["count"],
+            1 + std::string("[INST] Hi [/INST]").size());
+}
+
+TEST_F(OpenAiFrontendTest, DetokenizeAndTheirErrors) {
+  absl::StatusOr<std::string> body =
+      frontend_->DetokenizeBody(R"({"tokens": [1, 72, 105]})");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(nlohmann::json::parse(*body)["prompt"], "Hi");
+  auto error = [](const absl::Status& status) {
+    return ApiErrorFromStatus(status, Endpoint::kOther);
+  };
+  ApiError e =
+      error(frontend_->DetokenizeBody(R"({"tokens": [1, -2]})").status());
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "tokens");
+  EXPECT_THAT(e.message, HasSubstr("tokens[1]"));
+  e = error(frontend_->DetokenizeBody(R"({"model": "gpt-4", "tokens": []})")
+                .status());
+  EXPECT_EQ(e.http_status, 404);
+  e = error(
+      frontend_->TokenizeBody(R"({"prompt": "a", "messages": []})").status());
+  EXPECT_EQ(e.http_status, 400);
+  e = error(frontend_->TokenizeBody(R"({"prompt": 3})").status());
+  EXPECT_EQ(e.param, "prompt");
+  e = error(
+      frontend_
+          ->TokenizeBody(absl::StrCat(
+              R"({"prompt": ")",
+              std::string(RequestLimits().max_prompt_bytes + 1, 'a'), R"("})"))
+          .status());
+  EXPECT_EQ(e.param, "prompt");  // the validator's "text", renamed
+  host_.SetReady(absl::UnavailableError("model is loading"));
+  e = error(frontend_->TokenizeBody(R"({"prompt": "a"})").status());
+  EXPECT_EQ(e.http_status, 503);
+}
+
 TEST_F(OpenAiFrontendTest, StartScopesTheCaller) {
   absl::StatusOr<PreparedRequest> p =
       frontend_->Prepare(Endpoint::kCompletions, R"({"prompt": "x"})");

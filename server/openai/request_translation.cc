@@ -78,18 +78,25 @@ absl::Status ReadModel(const Json& body, OpenAiRequest* r) {
   return absl::OkStatus();
 }
 
-// A list of token ids into the request's prompt_token_ids.
-absl::Status ReadTokenIds(const Json& ids, v1::GenerateRequest* g) {
+// A list of token ids (the field `field`) appended to *out.
+template <typename RepeatedIds>
+absl::Status ReadIdList(const Json& ids, absl::string_view field,
+                        RepeatedIds* out) {
   for (size_t i = 0; i < ids.size(); ++i) {
     const Json& id = ids[i];
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
         id.get<int64_t>() > std::numeric_limits<uint32_t>::max()) {
-      return Invalid(absl::StrCat("prompt[", i, "]"),
+      return Invalid(absl::StrCat(field, "[", i, "]"),
                      "a token id must be an integer in [0, 2^32)");
     }
-    g->add_prompt_token_ids(static_cast<uint32_t>(id.get<int64_t>()));
+    out->Add(static_cast<uint32_t>(id.get<int64_t>()));
   }
   return absl::OkStatus();
+}
+
+// A list of token ids into the request's prompt_token_ids.
+absl::Status ReadTokenIds(const Json& ids, v1::GenerateRequest* g) {
+  return ReadIdList(ids, "prompt", g->mutable_prompt_token_ids());
 }
 
 constexpr char kOnePrompt[] =
@@ -244,16 +251,7 @@ absl::Status ReadStopTokenIds(const Json& body, v1::SamplingParams* s) {
   if (!v->is_array()) {
     return Invalid("stop_token_ids", "must be a list of token ids");
   }
-  for (size_t i = 0; i < v->size(); ++i) {
-    const Json& id = (*v)[i];
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() > std::numeric_limits<uint32_t>::max()) {
-      return Invalid(absl::StrCat("stop_token_ids[", i, "]"),
-                     "a token id must be an integer in [0, 2^32)");
-    }
-    s->add_stop_token_ids(static_cast<uint32_t>(id.get<int64_t>()));
-  }
-  return absl::OkStatus();
+  return ReadIdList(*v, "stop_token_ids", s->mutable_stop_token_ids());
 }
 
 absl::Status ReadSampling(const Json& body, Endpoint endpoint,
@@ -395,18 +393,72 @@ absl::Status RefuseUnsupported(const Json& body) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<OpenAiRequest> TranslateRequest(absl::string_view body,
-                                               Endpoint endpoint) {
-  const Json json = Json::parse(body.begin(), body.end(), nullptr,
-                                /*allow_exceptions=*/false);
+// The body as a JSON object, or INVALID_ARGUMENT.
+absl::StatusOr<Json> ParseBody(absl::string_view body) {
+  Json json = Json::parse(body.begin(), body.end(), nullptr,
+                          /*allow_exceptions=*/false);
   if (json.is_discarded()) {
     return absl::InvalidArgumentError("the request body is not valid JSON");
   }
   if (!json.is_object()) {
     return absl::InvalidArgumentError("the request body must be a JSON object");
   }
+  return json;
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiTokenizeRequest> TranslateTokenizeRequest(
+    absl::string_view body) {
+  MOESERVE_ASSIGN_OR_RETURN(const Json json, ParseBody(body));
+  OpenAiRequest chat;  // for the shared readers of model and messages
+  MOESERVE_RETURN_IF_ERROR(ReadModel(json, &chat));
+  OpenAiTokenizeRequest r;
+  r.model = std::move(chat.model);
+  const bool has_prompt = Find(json, "prompt") != nullptr;
+  const bool has_messages = Find(json, "messages") != nullptr;
+  if (has_prompt == has_messages) {
+    return Invalid(has_prompt ? "messages" : "prompt",
+                   "give either prompt or messages");
+  }
+  if (has_prompt) {
+    const Json& prompt = *Find(json, "prompt");
+    if (!prompt.is_string()) return Invalid("prompt", "must be a string");
+    r.tokenize.set_text(prompt.get<std::string>());
+  } else {
+    MOESERVE_RETURN_IF_ERROR(ReadMessages(json, &chat));
+    r.messages = std::move(chat.messages);
+    r.add_generation_prompt = chat.add_generation_prompt;
+  }
+  bool add_special_tokens = true;
+  MOESERVE_RETURN_IF_ERROR(
+      ReadBool(json, "add_special_tokens", &add_special_tokens));
+  r.tokenize.set_add_bos(add_special_tokens);
+  MOESERVE_RETURN_IF_ERROR(
+      ReadBool(json, "return_token_strs", &r.return_token_strs));
+  return r;
+}
+
+absl::StatusOr<v1::TokenizeRequest> TranslateDetokenizeRequest(
+    absl::string_view body, std::string* model) {
+  MOESERVE_ASSIGN_OR_RETURN(const Json json, ParseBody(body));
+  OpenAiRequest named;
+  MOESERVE_RETURN_IF_ERROR(ReadModel(json, &named));
+  *model = std::move(named.model);
+  const Json* tokens = Find(json, "tokens");
+  if (tokens == nullptr) return Invalid("tokens", "is required");
+  if (!tokens->is_array()) {
+    return Invalid("tokens", "must be a list of token ids");
+  }
+  v1::TokenizeRequest r;
+  MOESERVE_RETURN_IF_ERROR(
+      ReadIdList(*tokens, "tokens", r.mutable_token_ids()));
+  return r;
+}
+
+absl::StatusOr<OpenAiRequest> TranslateRequest(absl::string_view body,
+                                               Endpoint endpoint) {
+  MOESERVE_ASSIGN_OR_RETURN(const Json json, ParseBody(body));
   OpenAiRequest r;
   r.endpoint = endpoint;
   MOESERVE_RETURN_IF_ERROR(ReadModel(json, &r));

@@ -12,10 +12,10 @@
 // stop (a string or a list), stream, stream_options.include_usage, n and
 // best_of (1 only), presence_penalty, frequency_penalty; extensions as vLLM
 // names them: top_k (-1 or 0: off), min_p, repetition_penalty, min_tokens,
-// ignore_eos, stop_token_ids, add_generation_prompt (chat); logprobs: on completions the
-// number of alternatives per token (0 and up; the sampled token's logprob
-// always comes), on chat true/false with top_logprobs the number of
-// alternatives (top_logprobs without logprobs: true is refused).
+// ignore_eos, stop_token_ids, add_generation_prompt (chat); logprobs: on
+// completions the number of alternatives per token (0 and up; the sampled
+// token's logprob always comes), on chat true/false with top_logprobs the
+// number of alternatives (top_logprobs without logprobs: true is refused).
 // Ignored: user, and any field this API does not know (as vLLM does).
 // Refused with 400 naming the field when set to anything but its neutral
 // value: echo, suffix, logit_bias, tools,
@@ -58,6 +58,26 @@ struct OpenAiRequest {
 // kChatCompletions).
 absl::StatusOr<OpenAiRequest> TranslateRequest(absl::string_view body,
                                                Endpoint endpoint);
+
+// vLLM's POST /tokenize: {"prompt": text} or {"messages": [...],
+// "add_generation_prompt"}, "add_special_tokens" (default true: the BOS a
+// generation of the same prompt gets), "return_token_strs", "model".
+struct OpenAiTokenizeRequest {
+  std::string model;  // "" when absent
+  // text (with a prompt; the frontend renders messages into it) and
+  // add_bos.
+  v1::TokenizeRequest tokenize;
+  std::vector<ChatMessage> messages;  // non-empty: a chat
+  bool add_generation_prompt = true;
+  bool return_token_strs = false;
+};
+absl::StatusOr<OpenAiTokenizeRequest> TranslateTokenizeRequest(
+    absl::string_view body);
+
+// vLLM's POST /detokenize: {"tokens": [ids], "model"}; *model is set to
+// the model named ("" when absent).
+absl::StatusOr<v1::TokenizeRequest> TranslateDetokenizeRequest(
+    absl::string_view body, std::string* model);
 
 }  // namespace moeserve::server::openai
 

@@ -125,4 +125,32 @@ absl::StatusOr<std::unique_ptr<GenerateCall>> FakeModelHost::StartGenerate(
   return std::unique_ptr<GenerateCall>(new FakeCall(std::move(state)));
 }
 
+v1::ListModelsResponse FakeModelHost::ListModels() const {
+  v1::ListModelsResponse response;
+  v1::ModelInfo* model = response.add_models();
+  model->set_name("demo");
+  model->set_max_position_embeddings(4096);
+  return response;
+}
+
+absl::StatusOr<v1::TokenizeResponse> FakeModelHost::Tokenize(
+    const v1::TokenizeRequest& request) {
+  constexpr uint32_t kBos = 1;
+  v1::TokenizeResponse response;
+  if (!request.text().empty()) {
+    if (request.add_bos()) response.add_token_ids(kBos);
+    for (unsigned char c : request.text()) response.add_token_ids(c);
+  } else {
+    *response.mutable_token_ids() = request.token_ids();
+  }
+  for (uint32_t id : response.token_ids()) {
+    if (id > 255) return absl::InvalidArgumentError("token_ids: out of range");
+    const std::string piece =
+        id == kBos ? "<s>" : std::string(1, static_cast<char>(id));
+    response.add_pieces(piece);
+    if (id != kBos) response.mutable_text()->append(piece);
+  }
+  return response;
+}
+
 }  // namespace moeserve::server::openai::testing

@@ -68,11 +68,12 @@ class FakeModelHost final : public ModelHost {
 
   absl::Status CheckReady() const override ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::string> EngineNames() const override { return engines_; }
-  v1::ListModelsResponse ListModels() const override { return {}; }
+  // One model, "demo", with max_position_embeddings 4096.
+  v1::ListModelsResponse ListModels() const override;
+  // A byte tokenizer: each byte of the text is its own id, BOS is id 1
+  // ("<s>"); ids decode back to their bytes (BOS to nothing).
   absl::StatusOr<v1::TokenizeResponse> Tokenize(
-      const v1::TokenizeRequest& /*request*/) override {
-    return absl::UnimplementedError("fake");
-  }
+      const v1::TokenizeRequest& request) override;
   absl::StatusOr<std::unique_ptr<GenerateCall>> StartGenerate(
       const v1::GenerateRequest& request, absl::Time deadline,
       std::string_view caller) override ABSL_LOCKS_EXCLUDED(mu_);
