@@ -391,19 +391,20 @@ class HttpApiHandler {
     ex.body.clear();
     ex.body.shrink_to_fit();
     if (!prepared.ok()) return Refuse(server, ex, prepared.status());
-    absl::StatusOr<std::unique_ptr<GenerateCall>> call =
+    absl::StatusOr<std::vector<std::unique_ptr<GenerateCall>>> calls =
         frontend->Start(*prepared, ex.caller);
-    if (!call.ok()) return Refuse(server, ex, call.status());
+    if (!calls.ok()) return Refuse(server, ex, calls.status());
+    const int n = prepared->request.n;
     ex.header = prepared->header;
     if (prepared->request.stream) {
       const char* route = RouteName(ex.route);
       ex.stream = std::make_unique<SseStream>(
-          StreamEncoder(prepared->header, prepared->request.include_usage), &ex,
-          [frontend, route](const absl::Status& status) {
+          StreamEncoder(prepared->header, prepared->request.include_usage, n),
+          &ex, [frontend, route](const absl::Status& status) {
             frontend->Count(route, status);
           });
     } else {
-      ex.unary = std::make_unique<UnaryCompletion>(&ex);
+      ex.unary = std::make_unique<UnaryCompletion>(&ex, n);
     }
     if (!server->Register(holder)) {
       ex.stream.reset();  // never started: the call is dropped with it
@@ -412,11 +413,11 @@ class HttpApiHandler {
                     absl::UnavailableError("server is shutting down"));
     }
     if (ex.unary != nullptr) {
-      ex.unary->Start(*std::move(call));
+      ex.unary->Start(*std::move(calls));
       WatchHangup(server, holder);
       return AnswerUnary(server, ex);
     }
-    ex.stream->Start(*std::move(call));
+    ex.stream->Start(*std::move(calls));
     WatchHangup(server, holder);
     return QueueStream(holder);
   }
@@ -476,18 +477,21 @@ class HttpApiHandler {
     if (!ex.unary->DoneOrPark(&status)) return true;  // woken later
     ex.answered = true;
     const char* route = RouteName(ex.route);
-    const v1::GenerateUnaryResponse& r = ex.unary->response();
-    if (status.ok() && r.finish_reason() == v1::ERROR) {
-      status = absl::InternalError(absl::StrCat(
-          "generation failed: ",
-          r.error_message().empty() ? "engine error" : r.error_message()));
+    for (const v1::GenerateUnaryResponse& r : ex.unary->responses()) {
+      if (!status.ok()) break;
+      if (r.finish_reason() == v1::ERROR) {
+        status = absl::InternalError(absl::StrCat(
+            "generation failed: ",
+            r.error_message().empty() ? "engine error" : r.error_message()));
+      }
     }
     server->frontend_->Count(route, status);
     if (!status.ok()) {
       return RespondError(ex.conn_,
                           ApiErrorFromStatus(status, EndpointOf(ex.route)));
     }
-    return Respond(ex.conn_, 200, kJson, CompletionBody(ex.header, r));
+    return Respond(ex.conn_, 200, kJson,
+                   CompletionBody(ex.header, ex.unary->responses()));
   }
 };
 

@@ -204,7 +204,7 @@ TEST_F(HttpApiServerTest, StreamedChatEndsWithDone) {
 TEST_F(HttpApiServerTest, ErrorsAreOpenAiBodies) {
   StartServer();
   Reply r =
-      Fetch(port_, "POST", "/v1/completions", R"({"prompt": "x", "n": 2})");
+      Fetch(port_, "POST", "/v1/completions", R"({"prompt": "x", "n": 20})");
   EXPECT_EQ(r.status, 400);
   nlohmann::json e = nlohmann::json::parse(r.body)["error"];
   EXPECT_EQ(e["param"], "n");

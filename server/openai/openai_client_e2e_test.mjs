@@ -142,13 +142,55 @@ await check("seed: the same sample at temperature 1", async () => {
   assert.ok(others.size > 1, "three seeds gave one text");
 });
 
-await check("n=1 is served; n=2 is 400 naming n", async () => {
+await check("n choices: each sampled on its own, streamed or not",
+            async () => {
   const r = await complete({ max_tokens: 2, temperature: 0, n: 1 });
   assert.equal(r.choices.length, 1);
-  const e = await refusal(complete({ max_tokens: 2, n: 2 }));
+  // Greedy: every choice is the greedy text.
+  const g = await complete({ max_tokens: 8, temperature: 0, n: 2 });
+  assert.deepEqual(g.choices.map((c) => c.index), [0, 1]);
+  assert.deepEqual(g.choices.map((c) => c.text), [greedy, greedy]);
+  assert.equal(g.usage.completion_tokens, 16);
+  // Sampled with a seed: choice i uses seed + i, so the n=2 request's
+  // choices are the n=1 requests with seeds 5 and 6; streamed the same.
+  // (n=2: this server runs one sequence and queues one, and a request's
+  // choices are all admitted or none.)
+  const params = { max_tokens: 12, temperature: 1, seed: 5 };
+  const two = await complete({ ...params, n: 2 });
+  const alone = [];
+  for (const seed of [5, 6]) {
+    alone.push((await complete({ ...params, seed })).choices[0].text);
+  }
+  assert.deepEqual(two.choices.map((c) => c.text), alone);
+  assert.notEqual(alone[0], alone[1]);
+  assert.equal(two.usage.prompt_tokens, r.usage.prompt_tokens);
+  const texts = ["", ""];
+  const finished = new Set();
+  let usage = null;
+  for await (const chunk of await complete({
+    ...params, n: 2, stream: true, stream_options: { include_usage: true } })) {
+    for (const c of chunk.choices) {
+      texts[c.index] += c.text;
+      if (c.finish_reason) finished.add(c.index);
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.deepEqual(texts, alone);
+  assert.equal(finished.size, 2);
+  assert.equal(usage.completion_tokens, two.usage.completion_tokens);
+  // Three choices do not fit (one running, one waiting): 429, and the
+  // two admitted first are dropped with it.
+  const full = await refusal(complete({ ...params, n: 3 }));
+  assert.equal(full.status, 429);
+  for (let i = 0; i < 100; i++) {
+    if (await metric("moeserve_num_requests_running") === 0 &&
+        await metric("moeserve_num_requests_waiting") === 0) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(await metric("moeserve_num_requests_waiting"), 0);
+  const e = await refusal(complete({ max_tokens: 2, n: 17 }));
   assert.equal(e.status, 400);
   assert.equal(e.param, "n");
-  assert.match(e.message, /n: only 1 is supported/);
 });
 
 // Tokens a logprobs list spells out, less a final EOS (its piece, not text).

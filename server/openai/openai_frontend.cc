@@ -86,10 +86,27 @@ absl::StatusOr<PreparedRequest> OpenAiFrontend::Prepare(
   return p;
 }
 
-absl::StatusOr<std::unique_ptr<GenerateCall>> OpenAiFrontend::Start(
-    const PreparedRequest& prepared, std::string_view caller) const {
-  return host_->StartGenerate(prepared.request.generate, absl::InfiniteFuture(),
-                              caller);
+absl::StatusOr<std::vector<std::unique_ptr<GenerateCall>>>
+OpenAiFrontend::Start(const PreparedRequest& prepared,
+                      std::string_view caller) const {
+  const int n = prepared.request.n;
+  std::vector<std::unique_ptr<GenerateCall>> calls;
+  for (int i = 0; i < n; ++i) {
+    v1::GenerateRequest g = prepared.request.generate;
+    if (n > 1) {
+      g.set_request_id(absl::StrCat(g.request_id(), "-", i));
+      if (g.sampling().has_seed()) {
+        g.mutable_sampling()->set_seed(g.sampling().seed() + i);
+      }
+    }
+    absl::StatusOr<std::unique_ptr<GenerateCall>> call =
+        host_->StartGenerate(g, absl::InfiniteFuture(), caller);
+    // A refusal drops the calls started so far (a call's destructor
+    // cancels it and frees its queue slot).
+    if (!call.ok()) return call.status();
+    calls.push_back(*std::move(call));
+  }
+  return calls;
 }
 
 absl::Status OpenAiFrontend::CheckAccepting() const {

@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,9 +63,11 @@ class OpenAiFrontend {
   absl::StatusOr<PreparedRequest> Prepare(Endpoint endpoint,
                                           absl::string_view body) const;
 
-  // Queues the request on its engine; `caller` scopes it
-  // (server/caller_identity.h).
-  absl::StatusOr<std::unique_ptr<GenerateCall>> Start(
+  // Queues the request's n choices on its engine, each its own engine
+  // request (request id "<id>-<i>" when n > 1; with a seed, choice i
+  // samples with seed + i); `caller` scopes them (server/caller_identity.
+  // h). All or none: a refused choice (a full queue) cancels the others.
+  absl::StatusOr<std::vector<std::unique_ptr<GenerateCall>>> Start(
       const PreparedRequest& prepared, std::string_view caller) const;
 
   // GET /v1/models: one entry per engine.

@@ -93,7 +93,7 @@ TEST_F(OpenAiFrontendTest, ChecksRunInTheGrpcOrder) {
   host_.SetReady(absl::UnavailableError("model is loading"));
   // Bad fields first, then the model, then readiness.
   EXPECT_EQ(ErrorOf(Endpoint::kCompletions,
-                    R"({"model": "nope", "prompt": "x", "n": 3})")
+                    R"({"model": "nope", "prompt": "x", "n": 30})")
                 .http_status,
             400);
   EXPECT_EQ(
@@ -197,16 +197,36 @@ TEST_F(OpenAiFrontendTest, StartScopesTheCaller) {
   absl::StatusOr<PreparedRequest> p =
       frontend_->Prepare(Endpoint::kCompletions, R"({"prompt": "x"})");
   ASSERT_TRUE(p.ok());
-  absl::StatusOr<std::unique_ptr<GenerateCall>> call =
+  absl::StatusOr<std::vector<std::unique_ptr<GenerateCall>>> calls =
       frontend_->Start(*p, "id:token:abc");
-  ASSERT_TRUE(call.ok());
+  ASSERT_TRUE(calls.ok());
+  ASSERT_EQ(calls->size(), 1u);
   EXPECT_EQ(host_.calls().at(0)->caller(), "id:token:abc");
   EXPECT_EQ(host_.calls().at(0)->request().prompt(), "x");
+  EXPECT_EQ(host_.calls().at(0)->request().request_id(),
+            p->request.generate.request_id());
   host_.SetStartStatus(absl::ResourceExhaustedError("queue full"));
-  call = frontend_->Start(*p, "c");
+  calls = frontend_->Start(*p, "c");
   EXPECT_EQ(
-      ApiErrorFromStatus(call.status(), Endpoint::kCompletions).http_status,
+      ApiErrorFromStatus(calls.status(), Endpoint::kCompletions).http_status,
       429);
+}
+
+TEST_F(OpenAiFrontendTest, SeveralChoicesAreSeveralCallsWithTheirOwnSeeds) {
+  absl::StatusOr<PreparedRequest> p = frontend_->Prepare(
+      Endpoint::kCompletions, R"({"prompt": "x", "n": 3, "seed": 7})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<std::vector<std::unique_ptr<GenerateCall>>> calls =
+      frontend_->Start(*p, "c");
+  ASSERT_TRUE(calls.ok());
+  ASSERT_EQ(calls->size(), 3u);
+  const std::string id = p->request.generate.request_id();
+  for (int i = 0; i < 3; ++i) {
+    const v1::GenerateRequest& r = host_.calls().at(i)->request();
+    EXPECT_EQ(r.request_id(), absl::StrCat(id, "-", i));
+    EXPECT_EQ(r.sampling().seed(), 7u + i);
+    EXPECT_EQ(r.prompt(), "x");
+  }
 }
 
 TEST_F(OpenAiFrontendTest, ModelsListsEveryEngine) {

@@ -334,18 +334,21 @@ absl::Status ReadLogprobs(const Json& body, OpenAiRequest* r) {
   return absl::OkStatus();
 }
 
-// n and best_of: 1 (or unset) only.
-absl::Status RequireOne(const Json& body, const char* key) {
+// n: completions of the one prompt, 1..kMaxChoices; best_of: unset or n
+// (choosing the best of more needs a ranking this API does not do).
+absl::Status ReadChoices(const Json& body, OpenAiRequest* r) {
   bool present = false;
-  int64_t value = 1;
-  if (absl::Status st =
-          ReadInteger(body, key, std::numeric_limits<int>::min(),
-                      std::numeric_limits<int>::max(), &present, &value);
-      !st.ok()) {
-    return st;
-  }
-  if (value != 1) {
-    return Invalid(key, absl::StrCat("only 1 is supported, got ", value));
+  int64_t n = 1;
+  MOESERVE_RETURN_IF_ERROR(
+      ReadInteger(body, "n", 1, kMaxChoices, &present, &n));
+  r->n = static_cast<int>(n);
+  int64_t best_of = n;
+  MOESERVE_RETURN_IF_ERROR(ReadInteger(body, "best_of", 1,
+                                       std::numeric_limits<int32_t>::max(),
+                                       &present, &best_of));
+  if (best_of != n) {
+    return Invalid("best_of", absl::StrCat("only best_of = n (", n,
+                                           ") is supported, got ", best_of));
   }
   return absl::OkStatus();
 }
@@ -359,8 +362,6 @@ bool IsNeutral(const Json& v) {
 }
 
 absl::Status RefuseUnsupported(const Json& body) {
-  MOESERVE_RETURN_IF_ERROR(RequireOne(body, "n"));
-  MOESERVE_RETURN_IF_ERROR(RequireOne(body, "best_of"));
   struct Refused {
     const char* key;
     const char* what;
@@ -471,6 +472,7 @@ absl::StatusOr<OpenAiRequest> TranslateRequest(absl::string_view body,
       ReadSampling(json, endpoint, r.generate.mutable_sampling()));
   MOESERVE_RETURN_IF_ERROR(ReadStream(json, &r));
   MOESERVE_RETURN_IF_ERROR(ReadLogprobs(json, &r));
+  MOESERVE_RETURN_IF_ERROR(ReadChoices(json, &r));
   MOESERVE_RETURN_IF_ERROR(RefuseUnsupported(json));
   return r;
 }

@@ -9,18 +9,18 @@
 // one list of token ids), messages (chat: system / developer / user /
 // assistant, content a string or a list of text parts), max_tokens
 // (max_completion_tokens on chat), temperature (default 1), top_p, seed,
-// stop (a string or a list), stream, stream_options.include_usage, n and
-// best_of (1 only), presence_penalty, frequency_penalty; extensions as vLLM
-// names them: top_k (-1 or 0: off), min_p, repetition_penalty, min_tokens,
-// ignore_eos, stop_token_ids, add_generation_prompt (chat); logprobs: on
-// completions the number of alternatives per token (0 and up; the sampled
-// token's logprob always comes), on chat true/false with top_logprobs the
-// number of alternatives (top_logprobs without logprobs: true is refused).
-// Ignored: user, and any field this API does not know (as vLLM does).
-// Refused with 400 naming the field when set to anything but its neutral
-// value: echo, suffix, logit_bias, tools,
-// tool_choice (but "none"), functions, function_call, response_format (but
-// {"type": "text"}), several prompts.
+// stop (a string or a list), stream, stream_options.include_usage, n (1 to
+// kMaxChoices) and best_of (= n only), presence_penalty, frequency_penalty;
+// extensions as vLLM names them: top_k (-1 or 0: off), min_p,
+// repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
+// add_generation_prompt (chat); logprobs: on completions the number of
+// alternatives per token (0 and up; the sampled token's logprob always comes),
+// on chat true/false with top_logprobs the number of alternatives (top_logprobs
+// without logprobs: true is refused). Ignored: user, and any field this API
+// does not know (as vLLM does). Refused with 400 naming the field when set to
+// anything but its neutral value: echo, suffix, logit_bias, tools, tool_choice
+// (but "none"), functions, function_call, response_format (but
+// {"type": "text"}), several prompts (send n for several completions).
 //
 // Errors are INVALID_ARGUMENT statuses whose message starts with the
 // OpenAI field name ("n: only 1 is supported, got 2"): api_error.h turns
@@ -39,11 +39,16 @@
 
 namespace moeserve::server::openai {
 
+// The most completions (n) one request may ask for.
+inline constexpr int kMaxChoices = 16;
+
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;  // as the client named it; "" when absent
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Completions of the prompt (n), each its own engine request.
+  int n = 1;
   // Per-token logprobs with this many alternatives each; -1: none. The
   // engine is asked for max(1, top_logprobs) (generate.logprobs).
   int top_logprobs = -1;

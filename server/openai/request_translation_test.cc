@@ -132,8 +132,10 @@ TEST(TranslateRequest, UnsupportedFieldsAreNamed) {
     const char* field;
   };
   const Case cases[] = {
-      {R"({"prompt": "x", "n": 2})", "n: only 1 is supported, got 2"},
-      {R"({"prompt": "x", "best_of": 3})", "best_of: "},
+      {R"({"prompt": "x", "n": 0})", "n: must be in [1, 16], got 0"},
+      {R"({"prompt": "x", "n": 17})", "n: "},
+      {R"({"prompt": "x", "best_of": 3})", "best_of: only best_of = n (1)"},
+      {R"({"prompt": "x", "n": 2, "best_of": 3})", "best_of: "},
       {R"({"prompt": "x", "logprobs": -1})", "logprobs: "},
       {R"({"prompt": "x", "logprobs": true})", "logprobs: "},
       {R"({"prompt": "x", "echo": true})", "echo: "},
@@ -163,6 +165,14 @@ TEST(TranslateRequest, UnsupportedFieldsAreNamed) {
       "tools": [], "tool_choice": "none",
       "response_format": {"type": "text"}})")
                   .ok());
+}
+
+TEST(TranslateRequest, SeveralChoices) {
+  absl::StatusOr<OpenAiRequest> r =
+      Completion(R"({"prompt": "x", "n": 3, "best_of": 3})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->n, 3);
+  EXPECT_EQ(Completion(R"({"prompt": "x"})")->n, 1);
 }
 
 TEST(TranslateRequest, StopTokenIds) {

@@ -55,9 +55,9 @@ Json Chunk(const ResponseHeader& header, bool include_usage,
   return c;
 }
 
-// The first choice of a chat stream.
-Json RoleChoice() {
-  return {{"index", 0},
+// The first chunk of a choice of a chat stream.
+Json RoleChoice(int index) {
+  return {{"index", index},
           {"delta", {{"role", "assistant"}, {"content", ""}}},
           {"logprobs", nullptr},
           {"finish_reason", nullptr}};
@@ -171,37 +171,61 @@ const char* FinishReasonName(v1::FinishReason reason) {
   }
 }
 
-std::string CompletionBody(const ResponseHeader& header,
-                           const v1::GenerateUnaryResponse& r) {
+std::string CompletionBody(
+    const ResponseHeader& header,
+    absl::Span<const v1::GenerateUnaryResponse> choices) {
   const bool chat = IsChat(header.endpoint);
-  int64_t text_offset = 0;
-  Json choice = {
-      {"index", 0},
-      {"logprobs", ChoiceLogprobs(header, r.logprobs(), &text_offset)},
-      {"finish_reason", FinishReason(r.finish_reason())}};
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", r.text()}};
-  } else {
-    choice["text"] = r.text();
+  Json list = Json::array();
+  v1::Usage usage;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const v1::GenerateUnaryResponse& r = choices[i];
+    int64_t text_offset = 0;
+    Json choice = {
+        {"index", i},
+        {"logprobs", ChoiceLogprobs(header, r.logprobs(), &text_offset)},
+        {"finish_reason", FinishReason(r.finish_reason())}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", r.text()}};
+    } else {
+      choice["text"] = r.text();
+    }
+    list.push_back(std::move(choice));
+    // One prompt, n completions.
+    usage.set_prompt_tokens(r.usage().prompt_tokens());
+    usage.set_completion_tokens(usage.completion_tokens() +
+                                r.usage().completion_tokens());
   }
-  Json body =
-      Envelope(header,
-               header.id.empty() ? ResponseId(header.endpoint, r.request_id())
-                                 : header.id,
-               chat ? "chat.completion" : "text_completion");
-  body["choices"] = Json::array({std::move(choice)});
-  body["usage"] = Usage(r.usage());
-  body["system_fingerprint"] = r.policy();
+  const std::string& request_id =
+      choices.empty() ? std::string() : choices[0].request_id();
+  Json body = Envelope(
+      header,
+      header.id.empty() ? ResponseId(header.endpoint, request_id) : header.id,
+      chat ? "chat.completion" : "text_completion");
+  body["choices"] = std::move(list);
+  body["usage"] = Usage(usage);
+  body["system_fingerprint"] = choices.empty() ? "" : choices[0].policy();
   return Dump(body);
 }
 
+StreamEncoder::StreamEncoder(ResponseHeader header, bool include_usage, int n)
+    : header_(std::move(header)),
+      include_usage_(include_usage),
+      role_sent_(static_cast<size_t>(n), false),
+      text_offset_(static_cast<size_t>(n), 0) {}
+
 void StreamEncoder::Start(std::string* out) {
-  if (!IsChat(header_.endpoint) || role_sent_) return;
-  role_sent_ = true;
-  AppendEvent(Chunk(header_, include_usage_, header_.id, RoleChoice()), out);
+  if (!IsChat(header_.endpoint)) return;
+  for (size_t i = 0; i < role_sent_.size(); ++i) {
+    if (role_sent_[i]) continue;
+    role_sent_[i] = true;
+    AppendEvent(Chunk(header_, include_usage_, header_.id,
+                      RoleChoice(static_cast<int>(i))),
+                out);
+  }
 }
 
-void StreamEncoder::Append(const v1::GenerateResponse& r, std::string* out) {
+void StreamEncoder::Append(const v1::GenerateResponse& r, std::string* out,
+                           int index) {
   const bool chat = IsChat(header_.endpoint);
   const std::string id = header_.id.empty()
                              ? ResponseId(header_.endpoint, r.request_id())
@@ -211,7 +235,7 @@ void StreamEncoder::Append(const v1::GenerateResponse& r, std::string* out) {
     return Chunk(header_, include_usage_, id, std::move(choice));
   };
   auto text_choice = [&](const std::string& text, Json logprobs, Json finish) {
-    Json choice = {{"index", 0}, {"logprobs", std::move(logprobs)}};
+    Json choice = {{"index", index}, {"logprobs", std::move(logprobs)}};
     if (chat) {
       choice["delta"] = text.empty() ? Json::object() : Json{{"content", text}};
     } else {
@@ -220,15 +244,15 @@ void StreamEncoder::Append(const v1::GenerateResponse& r, std::string* out) {
     choice["finish_reason"] = std::move(finish);
     return choice;
   };
-  if (chat && !role_sent_) {
-    role_sent_ = true;
-    AppendEvent(chunk(RoleChoice()), out);
+  if (chat && !role_sent_[index]) {
+    role_sent_[index] = true;
+    AppendEvent(chunk(RoleChoice(index)), out);
   }
   const bool with_logprobs = header_.top_logprobs >= 0 && r.logprobs_size() > 0;
   if (!r.text().empty() || with_logprobs) {
-    Json logprobs = with_logprobs
-                        ? ChoiceLogprobs(header_, r.logprobs(), &text_offset_)
-                        : Json();
+    Json logprobs = with_logprobs ? ChoiceLogprobs(header_, r.logprobs(),
+                                                   &text_offset_[index])
+                                  : Json();
     AppendEvent(chunk(text_choice(r.text(), std::move(logprobs), nullptr)),
                 out);
   }
@@ -236,10 +260,13 @@ void StreamEncoder::Append(const v1::GenerateResponse& r, std::string* out) {
   Json last = chunk(text_choice("", nullptr, FinishReason(r.finish_reason())));
   last["system_fingerprint"] = r.policy();
   AppendEvent(last, out);
-  if (include_usage_) {
+  usage_.set_prompt_tokens(r.usage().prompt_tokens());
+  usage_.set_completion_tokens(usage_.completion_tokens() +
+                               r.usage().completion_tokens());
+  if (include_usage_ && ++finished_ == static_cast<int>(role_sent_.size())) {
     Json usage = Envelope(header_, id, object);
     usage["choices"] = Json::array();
-    usage["usage"] = Usage(r.usage());
+    usage["usage"] = Usage(usage_);
     AppendEvent(usage, out);
   }
 }

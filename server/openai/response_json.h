@@ -39,8 +39,10 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "proto/moeserve.pb.h"
 #include "server/openai/api_error.h"
 
@@ -64,22 +66,33 @@ std::string ResponseId(Endpoint endpoint, absl::string_view request_id);
 // See above; "" for FINISH_REASON_UNSPECIFIED.
 const char* FinishReasonName(v1::FinishReason reason);
 
-// The whole non-streamed body.
+// The whole non-streamed body of the n choices (n >= 1) of one request:
+// choices[i] has index i; usage counts the prompt once and the completion
+// tokens of every choice; system_fingerprint is the first choice's engine.
 std::string CompletionBody(const ResponseHeader& header,
-                           const v1::GenerateUnaryResponse& response);
+                           absl::Span<const v1::GenerateUnaryResponse> choices);
+inline std::string CompletionBody(const ResponseHeader& header,
+                                  const v1::GenerateUnaryResponse& response) {
+  return CompletionBody(header, absl::MakeConstSpan(&response, 1));
+}
 
+// The events of one stream of `n` choices (n >= 1), their chunks
+// interleaved as the engine messages come, each with its choice's index.
 class StreamEncoder {
  public:
-  StreamEncoder(ResponseHeader header, bool include_usage)
-      : header_(std::move(header)), include_usage_(include_usage) {}
+  StreamEncoder(ResponseHeader header, bool include_usage, int n = 1);
+
+  int n() const { return static_cast<int>(role_sent_.size()); }
 
   // Appends what a stream starts with before any engine message: on chat,
-  // the chunk with delta {role: assistant}. Requires header.id.
+  // each choice's chunk with delta {role: assistant}. Requires header.id.
   void Start(std::string* out);
 
-  // Appends the events of the stream's next engine message to *out; after
-  // the last one (finish_reason set), the finish chunk and the usage chunk.
-  void Append(const v1::GenerateResponse& response, std::string* out);
+  // Appends the events of the next engine message of choice `index` to
+  // *out; after its last one (finish_reason set), the choice's finish
+  // chunk, and after the last choice's, the usage chunk (all choices).
+  void Append(const v1::GenerateResponse& response, std::string* out,
+              int index = 0);
 
   // "data: [DONE]\n\n".
   static void AppendDone(std::string* out);
@@ -89,8 +102,12 @@ class StreamEncoder {
  private:
   const ResponseHeader header_;
   const bool include_usage_;
-  bool role_sent_ = false;
-  int64_t text_offset_ = 0;  // completions logprobs: characters so far
+  // Per choice: the chat role chunk sent; completions logprobs' characters
+  // so far.
+  std::vector<bool> role_sent_;
+  std::vector<int64_t> text_offset_;
+  int finished_ = 0;  // choices
+  v1::Usage usage_;   // of the finished choices
 };
 
 }  // namespace moeserve::server::openai

@@ -232,6 +232,56 @@ TEST(StreamEncoder, LogprobsRideWithTheirTokensEvenWithoutText) {
   EXPECT_EQ(e[3]["choices"][0]["finish_reason"], "stop");
 }
 
+TEST(ResponseJson, SeveralChoicesInOneBody) {
+  v1::GenerateUnaryResponse a, b;
+  a.set_text("x");
+  a.set_finish_reason(v1::LENGTH);
+  a.mutable_usage()->set_prompt_tokens(4);
+  a.mutable_usage()->set_completion_tokens(3);
+  a.set_policy("lru");
+  b = a;
+  b.set_text("y");
+  b.set_finish_reason(v1::EOS_TOKEN);
+  b.mutable_usage()->set_completion_tokens(2);
+  const v1::GenerateUnaryResponse both[] = {a, b};
+  const Json body = Json::parse(CompletionBody(
+      {Endpoint::kChatCompletions, 1, "demo", "chatcmpl-z"}, both));
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][1]["index"], 1);
+  EXPECT_EQ(body["choices"][1]["message"]["content"], "y");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 4);  // the prompt once
+  EXPECT_EQ(body["usage"]["completion_tokens"], 5);
+}
+
+TEST(StreamEncoder, SeveralChatChoicesEachOpenAndFinish) {
+  StreamEncoder encoder({Endpoint::kChatCompletions, 5, "lru", "chatcmpl-q"},
+                        true, 2);
+  std::string sse;
+  encoder.Start(&sse);
+  encoder.Append(Message("b"), &sse, 1);
+  encoder.Append(Message("a", v1::LENGTH), &sse, 0);
+  encoder.Append(Message("", v1::STOP_SEQUENCE), &sse, 1);
+  const std::vector<Json> e = Events(sse);
+  ASSERT_EQ(e.size(), 7u) << sse;
+  EXPECT_EQ(e[0]["choices"][0]["index"], 0);
+  EXPECT_EQ(e[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(e[1]["choices"][0]["index"], 1);
+  EXPECT_EQ(e[1]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(e[2]["choices"][0]["index"], 1);
+  EXPECT_EQ(e[2]["choices"][0]["delta"]["content"], "b");
+  EXPECT_EQ(e[3]["choices"][0]["delta"]["content"], "a");
+  EXPECT_EQ(e[4]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(e[4]["choices"][0]["index"], 0);
+  EXPECT_EQ(e[5]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(e[5]["choices"][0]["index"], 1);
+  // One usage chunk, after the last choice: the prompt once, both
+  // completions.
+  EXPECT_TRUE(e[6]["choices"].empty());
+  EXPECT_EQ(e[6]["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(e[6]["usage"]["completion_tokens"], 4);
+}
+
 TEST(StreamEncoder, ErrorEvent) {
   std::string sse;
   ApiError error;

@@ -10,19 +10,32 @@ SseStream::SseStream(StreamEncoder encoder, ConnectionParking* parking,
                      std::function<void(const absl::Status&)> on_finish)
     : parking_(parking),
       on_finish_(std::move(on_finish)),
-      encoder_(std::move(encoder)),
-      pump_(this) {
-  encoder_.Start(&pending_);  // chat: the role chunk, sent at once
+      encoder_(std::move(encoder)) {
+  const int n = encoder_.n();
+  for (int i = 0; i < n; ++i) {
+    choices_.push_back(std::make_unique<Choice>(this, i));
+  }
+  base::MutexLock lock(&mu_);
+  write_open_.assign(static_cast<size_t>(n), false);
+  encoder_.Start(&pending_);  // chat: the role chunks, sent at once
 }
 
 SseStream::~SseStream() { Close(false); }
 
-void SseStream::Start(std::unique_ptr<GenerateCall> call) {
+void SseStream::Start(std::vector<std::unique_ptr<GenerateCall>> calls) {
   {
     base::MutexLock lock(&mu_);
     started_ = true;
   }
-  pump_.Start(std::move(call));
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    choices_[i]->pump.Start(std::move(calls[i]));
+  }
+}
+
+void SseStream::Start(std::unique_ptr<GenerateCall> call) {
+  std::vector<std::unique_ptr<GenerateCall>> calls;
+  calls.push_back(std::move(call));
+  Start(std::move(calls));
 }
 
 void SseStream::WakeLocked() {
@@ -31,30 +44,37 @@ void SseStream::WakeLocked() {
   parking_->Wake();
 }
 
-void SseStream::StartWrite(const v1::GenerateResponse* response) {
+void SseStream::StartWrite(int index, const v1::GenerateResponse* response) {
   base::MutexLock lock(&mu_);
-  encoder_.Append(*response, &pending_);
-  write_open_ = true;
+  encoder_.Append(*response, &pending_, index);
+  write_open_[index] = true;
   WakeLocked();
 }
 
 void SseStream::Finish(const absl::Status& status) {
+  absl::Status ended;
   {
     base::MutexLock lock(&mu_);
-    if (!status.ok()) {
+    if (!status.ok() && first_failure_.ok()) first_failure_ = status;
+    if (++choices_finished_ < static_cast<int>(choices_.size())) return;
+    if (!first_failure_.ok()) {
       StreamEncoder::AppendError(
-          ApiErrorFromStatus(status, Endpoint::kCompletions), &pending_);
+          ApiErrorFromStatus(first_failure_, Endpoint::kCompletions),
+          &pending_);
     }
     StreamEncoder::AppendDone(&pending_);
     finished_ = true;
+    ended = first_failure_;
     WakeLocked();
   }
-  if (on_finish_) on_finish_(status);
+  if (on_finish_) on_finish_(ended);
 }
 
 ssize_t SseStream::Read(char* buf, size_t max) {
+  std::vector<Choice*> written;
   for (;;) {
     ssize_t n = 0;
+    written.clear();
     {
       base::MutexLock lock(&mu_);
       if (sent_ < pending_.size()) {
@@ -65,7 +85,12 @@ ssize_t SseStream::Read(char* buf, size_t max) {
         pending_.clear();
         sent_ = 0;
       }
-      if (!write_open_) {
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        if (!write_open_[i]) continue;
+        write_open_[i] = false;
+        written.push_back(choices_[i].get());
+      }
+      if (written.empty()) {
         if (n > 0) return n;
         if (finished_) return kEnd;
         if (shutdown_ || closed_) return kAbort;
@@ -73,11 +98,10 @@ ssize_t SseStream::Read(char* buf, size_t max) {
         parking_->Park();
         return 0;
       }
-      write_open_ = false;
     }
-    // Everything of the pump's write was taken: the next message (or the
-    // end) may come at once, on this thread, into pending_.
-    pump_.OnWriteDone(true);
+    // Everything of those pumps' writes was taken: their next messages (or
+    // ends) may come at once, on this thread, into pending_.
+    for (Choice* c : written) c->pump.OnWriteDone(true);
     if (n > 0) return n;
   }
 }
@@ -93,7 +117,8 @@ void SseStream::ClientGone() {
     base::MutexLock lock(&mu_);
     if (!started_ || closed_) return;
   }
-  pump_.OnCancel();  // idempotent; safe beside Close's
+  // A pump's OnCancel is idempotent and safe beside Close's.
+  for (const std::unique_ptr<Choice>& c : choices_) c->pump.OnCancel();
 }
 
 void SseStream::Close(bool completed) {
@@ -104,8 +129,10 @@ void SseStream::Close(bool completed) {
     parked_ = false;  // the connection is gone: nothing to wake
     if (!started_) return;
   }
-  if (!completed) pump_.OnCancel();
-  pump_.Detach();
+  for (const std::unique_ptr<Choice>& c : choices_) {
+    if (!completed) c->pump.OnCancel();
+    c->pump.Detach();
+  }
 }
 
 }  // namespace moeserve::server::openai

@@ -143,6 +143,80 @@ TEST_F(SseStreamTest, ClosedBeforeStartCountsNothing) {
   EXPECT_TRUE(finished_.empty());
 }
 
+TEST_F(SseStreamTest, SeveralChoicesInterleaveAndEndTogether) {
+  auto stream = std::make_unique<SseStream>(
+      StreamEncoder({Endpoint::kCompletions, 1, "lru", "cmpl-x"}, true, 2),
+      &parking_, [this](const absl::Status& s) { finished_.push_back(s); });
+  std::vector<std::unique_ptr<GenerateCall>> calls;
+  calls.push_back(StartCall());
+  calls.push_back(StartCall());
+  stream->Start(std::move(calls));
+  std::shared_ptr<FakeCallState> a = host_.calls().at(0);
+  std::shared_ptr<FakeCallState> b = host_.calls().at(1);
+  std::string sse;
+  EXPECT_EQ(Drain(stream.get(), &sse), 0);
+  a->PushText("A1");
+  b->PushText("B1");
+  a->PushText("A2");  // waits in the call until A1 was read
+  EXPECT_EQ(Drain(stream.get(), &sse), 0);
+  EXPECT_THAT(sse, HasSubstr(R"("index":0,"logprobs":null,"text":"A1")"));
+  EXPECT_THAT(sse, HasSubstr(R"("index":1,"logprobs":null,"text":"B1")"));
+  EXPECT_THAT(sse, HasSubstr(R"("text":"A2")"));
+  a->PushText("", v1::LENGTH);
+  EXPECT_EQ(Drain(stream.get(), &sse), 0);  // B still runs: no [DONE]
+  EXPECT_THAT(sse, Not(HasSubstr("[DONE]")));
+  EXPECT_THAT(sse, Not(HasSubstr(R"("choices":[])")));  // no usage yet
+  EXPECT_TRUE(finished_.empty());
+  b->PushText("B2", v1::STOP_SEQUENCE);
+  EXPECT_EQ(Drain(stream.get(), &sse), SseStream::kEnd);
+  EXPECT_THAT(sse, HasSubstr(R"("choices":[])"));  // the one usage chunk
+  EXPECT_EQ(sse.substr(sse.size() - 14), "data: [DONE]\n\n");
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_TRUE(finished_[0].ok());
+  stream->Close(true);
+}
+
+TEST_F(SseStreamTest, SeveralChoicesAllCancelledWhenTheClientGoes) {
+  auto stream = std::make_unique<SseStream>(
+      StreamEncoder({Endpoint::kCompletions, 1, "lru", "cmpl-x"}, false, 2),
+      &parking_, [this](const absl::Status& s) { finished_.push_back(s); });
+  std::vector<std::unique_ptr<GenerateCall>> calls;
+  calls.push_back(StartCall());
+  calls.push_back(StartCall());
+  stream->Start(std::move(calls));
+  std::string sse;
+  EXPECT_EQ(Drain(stream.get(), &sse), 0);
+  stream->ClientGone();  // the hangup watch saw the socket close
+  EXPECT_TRUE(host_.calls().at(0)->cancelled());
+  EXPECT_TRUE(host_.calls().at(1)->cancelled());
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].code(), absl::StatusCode::kCancelled);
+  stream->Close(false);
+  stream.reset();
+  EXPECT_TRUE(host_.calls().at(0)->released());
+  EXPECT_TRUE(host_.calls().at(1)->released());
+}
+
+TEST_F(SseStreamTest, UnaryWaitsForEveryChoice) {
+  UnaryCompletion unary(&parking_, 2);
+  std::vector<std::unique_ptr<GenerateCall>> calls;
+  calls.push_back(StartCall());
+  calls.push_back(StartCall());
+  unary.Start(std::move(calls));
+  absl::Status status;
+  EXPECT_FALSE(unary.DoneOrPark(&status));
+  host_.calls().at(1)->PushText("b", v1::LENGTH);
+  EXPECT_TRUE(parking_.parked);  // choice 0 still runs
+  host_.calls().at(0)->PushText("a", v1::EOS_TOKEN);
+  EXPECT_FALSE(parking_.parked);
+  ASSERT_TRUE(unary.DoneOrPark(&status));
+  EXPECT_TRUE(status.ok());
+  ASSERT_EQ(unary.responses().size(), 2u);
+  EXPECT_EQ(unary.responses()[0].text(), "a");
+  EXPECT_EQ(unary.responses()[1].text(), "b");
+  unary.Close();
+}
+
 TEST_F(SseStreamTest, UnaryParksUntilDone) {
   UnaryCompletion unary(&parking_);
   unary.Start(StartCall());

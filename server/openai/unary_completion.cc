@@ -4,23 +4,36 @@
 
 namespace moeserve::server::openai {
 
-UnaryCompletion::UnaryCompletion(ConnectionParking* parking)
-    : parking_(parking), pump_(this, &response_) {}
+UnaryCompletion::UnaryCompletion(ConnectionParking* parking, int n)
+    : parking_(parking), responses_(static_cast<size_t>(n)) {
+  for (int i = 0; i < n; ++i) {
+    choices_.push_back(std::make_unique<Choice>(this, &responses_[i]));
+  }
+}
 
 UnaryCompletion::~UnaryCompletion() { Close(); }
 
-void UnaryCompletion::Start(std::unique_ptr<GenerateCall> call) {
+void UnaryCompletion::Start(std::vector<std::unique_ptr<GenerateCall>> calls) {
   {
     base::MutexLock lock(&mu_);
     started_ = true;
   }
-  pump_.Start(std::move(call));
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    choices_[i]->pump.Start(std::move(calls[i]));
+  }
 }
 
-void UnaryCompletion::Finish(const absl::Status& status) {
+void UnaryCompletion::Start(std::unique_ptr<GenerateCall> call) {
+  std::vector<std::unique_ptr<GenerateCall>> calls;
+  calls.push_back(std::move(call));
+  Start(std::move(calls));
+}
+
+void UnaryCompletion::FinishChoice(const absl::Status& status) {
   base::MutexLock lock(&mu_);
+  if (!status.ok() && status_.ok()) status_ = status;
+  if (++finished_ < static_cast<int>(choices_.size())) return;
   done_ = true;
-  status_ = status;
   if (parked_) {
     parked_ = false;
     parking_->Wake();
@@ -47,9 +60,9 @@ void UnaryCompletion::ClientGone() {
     base::MutexLock lock(&mu_);
     if (!started_ || done_ || closed_) return;
   }
-  // The pump's OnCancel is idempotent and safe beside Close's; its
-  // Finish takes mu_.
-  pump_.OnCancel();
+  // A pump's OnCancel is idempotent and safe beside Close's; its Finish
+  // takes mu_.
+  for (const std::unique_ptr<Choice>& c : choices_) c->pump.OnCancel();
 }
 
 void UnaryCompletion::Shutdown() {
@@ -71,8 +84,10 @@ void UnaryCompletion::Close() {
     if (!started_) return;
     done = done_;
   }
-  if (!done) pump_.OnCancel();
-  pump_.Detach();
+  for (const std::unique_ptr<Choice>& c : choices_) {
+    if (!done) c->pump.OnCancel();
+    c->pump.Detach();
+  }
 }
 
 }  // namespace moeserve::server::openai
