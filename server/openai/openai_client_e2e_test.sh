@@ -56,12 +56,12 @@ fail() {
   exit 1
 }
 
-# One running sequence and one waiting (the mjs fills the queue); a quarter
+# One running sequence and two waiting (the mjs fills the queue); a quarter
 # of the experts in the fast tier over an emulated slow link, so that a long
 # generation lasts seconds (the policy never changes the tokens).
 "$server" --port="$grpc_port" --metrics_port="$metrics_port" \
   --http_port="$http_port" --model_dir=models/demo --threads=2 \
-  --max_num_seqs=1 --max_waiting=1 --expert_cache_ratio=0.25 \
+  --max_num_seqs=1 --max_waiting=2 --expert_cache_ratio=0.25 \
   --link_gbps=0.2 --drain_seconds=2 >"$tmp/moeserve.log" 2>&1 &
 server_pid=$!
 

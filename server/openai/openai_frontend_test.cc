@@ -227,6 +227,14 @@ TEST_F(OpenAiFrontendTest, SeveralChoicesAreSeveralCallsWithTheirOwnSeeds) {
     EXPECT_EQ(r.sampling().seed(), 7u + i);
     EXPECT_EQ(r.prompt(), "x");
   }
+  // All or none: the third refused (a full queue), the two started are
+  // dropped (a real call cancels its engine request when dropped).
+  host_.SetStartStatus(absl::ResourceExhaustedError("queue full"),
+                       /*after_calls=*/2);
+  calls = frontend_->Start(*p, "c");
+  EXPECT_EQ(calls.status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_EQ(host_.calls().size(), 5u);
+  for (int i = 3; i < 5; ++i) EXPECT_TRUE(host_.calls().at(i)->released()) << i;
 }
 
 TEST_F(OpenAiFrontendTest, ModelsListsEveryEngine) {

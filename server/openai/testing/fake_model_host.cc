@@ -89,9 +89,10 @@ void FakeModelHost::SetReady(absl::Status status) {
   ready_ = std::move(status);
 }
 
-void FakeModelHost::SetStartStatus(absl::Status status) {
+void FakeModelHost::SetStartStatus(absl::Status status, size_t after_calls) {
   base::MutexLock lock(&mu_);
   start_status_ = std::move(status);
+  start_status_after_ = after_calls;
 }
 
 std::vector<std::shared_ptr<FakeCallState>> FakeModelHost::calls() const {
@@ -116,7 +117,10 @@ absl::StatusOr<std::unique_ptr<GenerateCall>> FakeModelHost::StartGenerate(
     const v1::GenerateRequest& request, absl::Time /*deadline*/,
     std::string_view caller) {
   base::MutexLock lock(&mu_);
-  if (!start_status_.ok()) return start_status_;
+  if (!start_status_.ok()) {
+    if (start_status_after_ == 0) return start_status_;
+    --start_status_after_;
+  }
   auto state = std::make_shared<FakeCallState>();
   state->request_ = request;
   state->caller_ = std::string(caller);

@@ -58,8 +58,10 @@ class FakeModelHost final : public ModelHost {
 
   // What CheckReady answers (OK by default).
   void SetReady(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
-  // What the next StartGenerate calls answer instead of a call (OK: a call).
-  void SetStartStatus(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  // What StartGenerate answers instead of a call (OK: a call), once
+  // `after_calls` more calls have been started.
+  void SetStartStatus(absl::Status status, size_t after_calls = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The calls started so far, oldest first.
   std::vector<std::shared_ptr<FakeCallState>> calls() const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -88,6 +90,7 @@ class FakeModelHost final : public ModelHost {
   base::CondVar call_started_;
   absl::Status ready_ ABSL_GUARDED_BY(mu_);
   absl::Status start_status_ ABSL_GUARDED_BY(mu_);
+  size_t start_status_after_ ABSL_GUARDED_BY(mu_) = 0;  // calls to go
   std::vector<std::shared_ptr<FakeCallState>> calls_ ABSL_GUARDED_BY(mu_);
 };
 
