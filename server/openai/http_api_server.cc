@@ -181,7 +181,6 @@ class HttpExchange final : public ConnectionParking {
   bool too_large = false;
   bool answered = false;  // a response is queued
   bool registered = false;
-  int fd = -1;  // the connection's socket
   // A generation: set before Register, never changed afterwards.
   ResponseHeader header;
   std::unique_ptr<SseStream> stream;
@@ -447,8 +446,7 @@ class HttpApiHandler {
     const MHD_ConnectionInfo* info =
         MHD_get_connection_info(ex.conn_, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (info == nullptr) return;
-    ex.fd = info->connect_fd;
-    server->hangups_->Add(&ex, ex.fd, [holder] {
+    server->hangups_->Add(&ex, info->connect_fd, [holder] {
       if (holder->unary != nullptr) holder->unary->ClientGone();
       if (holder->stream != nullptr) holder->stream->ClientGone();
     });

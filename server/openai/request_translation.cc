@@ -100,8 +100,8 @@ absl::Status ReadTokenIds(const Json& ids, v1::GenerateRequest* g) {
 }
 
 constexpr char kOnePrompt[] =
-    "several prompts in one request are not supported (n=1 serving); send "
-    "one request per prompt";
+    "several prompts in one request are not supported; send one request per "
+    "prompt (n asks for several completions of one prompt)";
 
 absl::Status ReadPrompt(const Json& body, v1::GenerateRequest* g) {
   const Json* v = Find(body, "prompt");

@@ -69,6 +69,12 @@ const std::string& RawToken(const v1::TokenLogprob& t) {
   return t.token_bytes().empty() ? t.text() : t.token_bytes();
 }
 
+// RawToken as the string a response shows (an incomplete UTF-8 character
+// as U+FFFD).
+std::string TokenText(const v1::TokenLogprob& t) {
+  return engine::hf_tokenizer::Utf8Lossy(RawToken(t));
+}
+
 double Logprob(const v1::TokenLogprob& t) {
   return std::max(static_cast<double>(t.logprob()), -9999.0);
 }
@@ -84,7 +90,7 @@ Json ChatToken(const v1::TokenLogprob& t) {
   const std::string& raw = RawToken(t);
   Json bytes = Json::array();
   for (char c : raw) bytes.push_back(static_cast<unsigned char>(c));
-  return {{"token", engine::hf_tokenizer::Utf8Lossy(raw)},
+  return {{"token", TokenText(t)},
           {"logprob", Logprob(t)},
           {"bytes", std::move(bytes)}};
 }
@@ -112,18 +118,20 @@ Json CompletionLogprobs(
        top_logprobs = Json::array(), offsets = Json::array();
   for (const v1::Logprobs& lp : logprobs) {
     const v1::TokenLogprob& chosen = lp.chosen();
-    tokens.push_back(engine::hf_tokenizer::Utf8Lossy(RawToken(chosen)));
+    const std::string token = TokenText(chosen);
     token_logprobs.push_back(Logprob(chosen));
     Json alternatives = Json::object();
     for (int i = 0; i < std::min(top, lp.top_size()); ++i) {
-      alternatives[engine::hf_tokenizer::Utf8Lossy(RawToken(lp.top(i)))] =
-          Logprob(lp.top(i));
+      alternatives[TokenText(lp.top(i))] = Logprob(lp.top(i));
     }
-    alternatives[tokens.back().get<std::string>()] = Logprob(chosen);
+    alternatives[token] = Logprob(chosen);
     top_logprobs.push_back(std::move(alternatives));
     offsets.push_back(*text_offset);
-    *text_offset += static_cast<int64_t>(
-        CountCharacters(engine::hf_tokenizer::Utf8Lossy(chosen.token_bytes())));
+    // A token that adds no bytes (its piece stands in) does not move it.
+    if (!chosen.token_bytes().empty()) {
+      *text_offset += static_cast<int64_t>(CountCharacters(token));
+    }
+    tokens.push_back(token);
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_logprobs)},
