@@ -117,11 +117,8 @@ class EngineTest : public ::testing::Test {
     EngineOptions options;
     options.max_num_seqs = 1;
     options.max_waiting = 1;
-    auto engine = Engine::Create(
-        weights_, tokenizer_, backend_, options,
-        [gate](PredictFn) -> absl::StatusOr<std::unique_ptr<ExpertProvider>> {
-          return std::make_unique<GatedExperts>(weights_, gate);
-        });
+    auto engine = Engine::Create(weights_, tokenizer_, backend_, options,
+                                 std::make_unique<GatedExperts>(weights_, gate));
     EXPECT_TRUE(engine.ok()) << engine.status();
     return *std::move(engine);
   }

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model_weights.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/router_probe.h"
 #include "kernels/backend.h"
 
 namespace moeserve::engine {
@@ -45,20 +46,10 @@ class ExpertProvider {
     return absl::OkStatus();
   }
 
-  // The drafter's expectation for the verification about to run
-  // (offload_policy.h); for the offload policy.
-  virtual void OnLookahead(const ExpertLookahead& lookahead) {
-    (void)lookahead;
-  }
-
-  // The offload policy's k for this step (its speculative governor), or -1
-  // to leave k to the engine.
-  virtual int ChooseDraftLength(const DraftLengthQuery& query) {
-    (void)query;
-    return -1;
-  }
-  // Measured seconds of one expert transfer on the link (0: none yet).
-  virtual double link_seconds_per_transfer() const { return 0; }
+  // Called once by MoeModel::Create after AttachCompute: the model's
+  // routers, for a provider whose policy predicts upcoming layers
+  // (router_probe.h). Borrowed; outlives the provider's use of it.
+  virtual void AttachRouterProbe(RouterProbe* probe) { (void)probe; }
 
   // Brackets one forward pass (one engine step).
   virtual void BeginStep(const StepInfo& info) { (void)info; }
@@ -67,7 +58,7 @@ class ExpertProvider {
   // Called once per MoE layer before any Acquire of that layer, with every
   // expert the router selected (ascending), the tokens routed to each, and
   // the router's input `hidden` (F32 [n, hidden_size], in the memory of the
-  // model's device: an opaque handle for MoeModel::PredictExperts), so
+  // model's device: an opaque handle for RouterProbe::PredictExperts), so
   // transfers for the whole layer can be issued at once.
   virtual void BeginLayer(int layer, std::span<const int> experts,
                           std::span<const int> token_counts,

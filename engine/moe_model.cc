@@ -110,6 +110,7 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
   }
   MOESERVE_RETURN_IF_ERROR(
       experts->AttachCompute(backend, model->stream_.get()));
+  experts->AttachRouterProbe(model.get());
   return model;
 }
 

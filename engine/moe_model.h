@@ -38,6 +38,7 @@
 #include "engine/expert_provider.h"
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
+#include "engine/router_probe.h"
 #include "kernels/backend.h"
 
 namespace moeserve::engine {
@@ -76,7 +77,7 @@ struct ForwardOptions {
   RoutingFilter* routing = nullptr;
 };
 
-class MoeModel {
+class MoeModel final : public RouterProbe {
  public:
   static absl::StatusOr<std::unique_ptr<MoeModel>> Create(
       const ModelWeights* weights, kernels::Backend* backend,
@@ -92,13 +93,10 @@ class MoeModel {
 
   const ModelConfig& config() const { return weights_->config(); }
 
-  // Applies `layer`'s router to `hidden` (F32 [n, hidden_size] in the
-  // device memory BeginLayer handed to the expert provider) and returns
-  // the distinct experts of every row's top-k, ascending (empty on error).
-  // For offload policies that predict upcoming layers; callable from inside
-  // a Forward() (from the expert provider's hooks), same thread.
+  // RouterProbe (router_probe.h): `layer`'s router applied ahead of time,
+  // from inside a Forward() (the expert provider's hooks), same thread.
   std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
-                                  int k);
+                                  int k) override;
 
  private:
   struct LayerWeights;

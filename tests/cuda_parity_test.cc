@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/builder/offload_stack.h"
+#include "engine/builder/engine_builder.h"
 #include "engine/expert_provider.h"
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
@@ -115,11 +115,11 @@ class CudaParityTest
     Runner r;
     engine::EngineSpec spec;
     spec.expert_cache_ratio = std::get<1>(GetParam());
-    auto stack = engine::OffloadStack::Create(
+    auto residency = engine::NewResidency(
         weights_.get(), spec, engine::ExpertCacheBytes(*weights_, spec), cuda_,
-        /*registry=*/nullptr, /*predict=*/nullptr);
-    EXPECT_TRUE(stack.ok()) << stack.status();
-    r.experts = *std::move(stack);
+        /*registry=*/nullptr);
+    EXPECT_TRUE(residency.ok()) << residency.status();
+    r.experts = *std::move(residency);
     auto model = MoeModel::Create(weights_.get(), cuda_, r.experts.get());
     EXPECT_TRUE(model.ok()) << model.status();
     r.model = *std::move(model);

@@ -29,7 +29,7 @@ void Ema(double* average, double sample) {
 
 absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
     const ModelWeights* weights, SlowTier* slow, uint64_t capacity_bytes,
-    const LinkOptions& link, OffloadPolicy* policy, PredictFn predict,
+    const LinkOptions& link, OffloadPolicy* policy,
     metrics::Registry* registry, std::string engine_name,
     kernels::Backend* device) {
   if (weights == nullptr || slow == nullptr || policy == nullptr) {
@@ -53,7 +53,7 @@ absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
   const int slots =
       static_cast<int>(std::min<uint64_t>(capacity_bytes / blob, total));
   std::unique_ptr<ExpertResidency> r(
-      new ExpertResidency(weights, slow, slots, policy, std::move(predict)));
+      new ExpertResidency(weights, slow, slots, policy));
   if (absl::Status s = r->Init(link, registry, engine_name, device); !s.ok()) {
     return s;
   }
@@ -61,12 +61,24 @@ absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
   return r;
 }
 
+absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
+    const ModelWeights* weights, std::unique_ptr<SlowTier> slow,
+    uint64_t capacity_bytes, const LinkOptions& link,
+    std::unique_ptr<OffloadPolicy> policy, metrics::Registry* registry,
+    std::string engine_name, kernels::Backend* device) {
+  absl::StatusOr<std::unique_ptr<ExpertResidency>> r =
+      Create(weights, slow.get(), capacity_bytes, link, policy.get(), registry,
+             std::move(engine_name), device);
+  if (!r.ok()) return r.status();
+  (*r)->owned_slow_ = std::move(slow);
+  (*r)->owned_policy_ = std::move(policy);
+  return r;
+}
+
 ExpertResidency::ExpertResidency(const ModelWeights* weights, SlowTier* slow,
-                                 int slots, OffloadPolicy* policy,
-                                 PredictFn predict)
+                                 int slots, OffloadPolicy* policy)
     : slow_(slow),
       policy_(policy),
-      predict_(std::move(predict)),
       num_layers_(weights->num_layers()),
       num_experts_(weights->num_experts()),
       top_k_(static_cast<int>(weights->config().num_experts_per_tok)),
@@ -114,6 +126,10 @@ absl::Status ExpertResidency::AttachCompute(kernels::Backend* backend,
     compute_attached_.store(true, std::memory_order_release);
   }
   return s;
+}
+
+void ExpertResidency::AttachRouterProbe(RouterProbe* probe) {
+  probe_.store(probe, std::memory_order_release);
 }
 
 void ExpertResidency::StartLoad(int slot, ExpertId id) {
@@ -424,8 +440,9 @@ void ExpertResidency::Evict(ExpertId id) { pool_.Evict(id); }
 
 std::vector<int> ExpertResidency::PredictExperts(int layer, const float* hidden,
                                                  int64_t n, int k) {
-  if (!predict_) return {};
-  return predict_(layer, hidden, n, k);
+  RouterProbe* probe = probe_.load(std::memory_order_acquire);
+  if (probe == nullptr) return {};
+  return probe->PredictExperts(layer, hidden, n, k);
 }
 
 bool ExpertResidency::ComputeInPlace(ExpertId id) {

@@ -11,17 +11,21 @@
 //   HookQueue            OnLoaded / OnEvicted on their way to the policy
 //                        (hook_queue.h).
 //
-// Ownership: owns all five. Borrows the ModelWeights, the SlowTier, the
-// policy, the registry and the optional device backend (all must outlive
-// it). Create() calls policy->Attach(this).
+// Ownership: owns all five. Borrows the ModelWeights, the registry and the
+// optional device backend (all must outlive it); the SlowTier and the
+// policy are borrowed or, from the owning Create, owned. Create() calls
+// policy->Attach(this).
 //
 // Slots: slots = min(capacity_bytes / blob bytes, layers x experts), each
 // empty | loading | ready (SlotPool has the state machine and its
 // invariants). A slot is evictable when ready, not in use and not pinned.
 //
 // Semantics:
-//  - OnLookahead: policy->OnLookahead (a drafter's expectation).
-//    ChooseDraftLength: policy->ChooseDraftLength (its governor).
+//  - SpeculationAdvisor: OnLookahead -> policy->OnLookahead (a drafter's
+//    expectation); ChooseDraftLength -> policy->ChooseDraftLength (its
+//    governor); link_seconds_per_transfer: the measured EMA.
+//  - PredictExperts: the attached RouterProbe's (the target model's
+//    routers); empty before one is attached.
 //  - BeginStep: policy->OnStepBegin. EndStep: policy->OnStepEnd with the
 //    step's per-(layer, expert) token counts (summed from BeginLayer).
 //  - BeginLayer(layer, experts, ...): `experts` become the protected set;
@@ -146,6 +150,7 @@
 #include "engine/offload/slot_memory.h"
 #include "engine/offload/slot_pool.h"
 #include "engine/offload/slow_tier.h"
+#include "engine/offload/speculation_advisor.h"
 #include "kernels/backend.h"
 #include "metrics/registry.h"
 
@@ -153,12 +158,9 @@ namespace moeserve::engine {
 
 class ExpertResidency final : public ExpertProvider,
                               public ResidencyControl,
+                              public SpeculationAdvisor,
                               private SlotPool::Loader {
  public:
-  // The engine passes MoeModel::PredictExperts.
-  using PredictFn = std::function<std::vector<int>(
-      int layer, const float* hidden, int64_t n, int k)>;
-
   // InvalidArgument when capacity_bytes holds no blob (or an argument is
   // null); ResourceExhausted when the slot memory cannot be allocated.
   // `registry` may be null (no metrics); `engine_name` is the `policy` label.
@@ -168,9 +170,16 @@ class ExpertResidency final : public ExpertProvider,
   // (the CPU backend exercises the device path in tests).
   static absl::StatusOr<std::unique_ptr<ExpertResidency>> Create(
       const ModelWeights* weights, SlowTier* slow, uint64_t capacity_bytes,
-      const LinkOptions& link, OffloadPolicy* policy, PredictFn predict,
+      const LinkOptions& link, OffloadPolicy* policy,
       metrics::Registry* registry, std::string engine_name,
       kernels::Backend* device = nullptr);
+  // As above, owning `slow` and `policy` (an engine's residency: the engine
+  // owns it, and with it its policy and slow tier).
+  static absl::StatusOr<std::unique_ptr<ExpertResidency>> Create(
+      const ModelWeights* weights, std::unique_ptr<SlowTier> slow,
+      uint64_t capacity_bytes, const LinkOptions& link,
+      std::unique_ptr<OffloadPolicy> policy, metrics::Registry* registry,
+      std::string engine_name, kernels::Backend* device = nullptr);
 
   ~ExpertResidency() override;  // REQUIRES: nothing acquired.
 
@@ -178,9 +187,8 @@ class ExpertResidency final : public ExpertProvider,
   kernels::Device device() const override;
   absl::Status AttachCompute(kernels::Backend* backend,
                              kernels::Stream* stream) override;
-  void OnLookahead(const ExpertLookahead& lookahead) override;
-  int ChooseDraftLength(const DraftLengthQuery& query) override;
-  double link_seconds_per_transfer() const override;
+  // The target model's routers, for PredictExperts (null: none).
+  void AttachRouterProbe(RouterProbe* probe) override;
   void BeginStep(const StepInfo& info) override;
   void EndStep() override;
   void BeginLayer(int layer, std::span<const int> experts,
@@ -215,6 +223,14 @@ class ExpertResidency final : public ExpertProvider,
   int PrefetchBatch(std::span<const ExpertId> ids, int priority) override;
   bool CancelPrefetch(ExpertId id) override;
 
+  // SpeculationAdvisor: the policy's answers.
+  void OnLookahead(const ExpertLookahead& lookahead) override;
+  int ChooseDraftLength(const DraftLengthQuery& query) override;
+  double link_seconds_per_transfer() const override;
+
+  // The policy steering this residency.
+  OffloadPolicy* policy() const { return policy_; }
+
   // The draft model's view of the fast tier (see above); owned by this.
   ExpertProvider* draft_experts() { return &draft_; }
 
@@ -247,7 +263,7 @@ class ExpertResidency final : public ExpertProvider,
   };
 
   ExpertResidency(const ModelWeights* weights, SlowTier* slow, int slots,
-                  OffloadPolicy* policy, PredictFn predict);
+                  OffloadPolicy* policy);
   absl::Status Init(const LinkOptions& link, metrics::Registry* registry,
                     const std::string& engine_name, kernels::Backend* device);
 
@@ -261,9 +277,15 @@ class ExpertResidency final : public ExpertProvider,
       ABSL_LOCKS_EXCLUDED(load_mu_);
   void Released(int slot) override;
 
+  // Set by the owning Create only; declared first so that they outlive
+  // everything below that borrows them.
+  std::unique_ptr<SlowTier> owned_slow_;
+  std::unique_ptr<OffloadPolicy> owned_policy_;
+
   SlowTier* const slow_;
   OffloadPolicy* const policy_;
-  const PredictFn predict_;
+  // The target model's routers (AttachRouterProbe); null: no predictions.
+  std::atomic<RouterProbe*> probe_{nullptr};
   const int num_layers_;
   const int num_experts_;
   const int top_k_;

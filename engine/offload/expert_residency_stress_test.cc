@@ -63,7 +63,7 @@ TEST_P(ExpertResidencyStressTest, ConcurrentAcquireReleasePrefetch) {
   // A little emulated latency widens the loading windows.
   auto r = ExpertResidency::Create(weights.get(), host->get(), 4 * blob,
                                    LinkOptions{.gbps = 20, .latency_us = 20},
-                                   &policy, nullptr, nullptr, "stress",
+                                   &policy, nullptr, "stress",
                                    device_path ? &backend : nullptr);
   ASSERT_TRUE(r.ok()) << r.status();
   ExpertResidency* res = r->get();

@@ -38,7 +38,7 @@ class ResidencyTest : public ::testing::Test {
                                         metrics::Registry* registry = nullptr,
                                         LinkOptions link = {}) {
     auto r = ExpertResidency::Create(weights_.get(), host_.get(), slots * blob_,
-                                     link, policy, nullptr, registry, "test");
+                                     link, policy, registry, "test");
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(*r) : nullptr;
   }
@@ -71,7 +71,7 @@ TEST_F(ResidencyTest, RefusesCapacityBelowOneExpert) {
   LruTestPolicy policy;
   for (uint64_t cap : {uint64_t{0}, uint64_t{blob_ - 1}}) {
     auto r = ExpertResidency::Create(weights_.get(), host_.get(), cap, {},
-                                     &policy, nullptr, nullptr, "test");
+                                     &policy, nullptr, "test");
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("holds no expert"), std::string::npos);
   }
@@ -342,7 +342,7 @@ TEST_F(ResidencyTest, DiskTierBlobsEqualPackedBlobs) {
   ASSERT_TRUE(disk.ok()) << disk.status();
   LruTestPolicy policy;
   auto r = ExpertResidency::Create(unpacked.get(), disk->get(), 3 * blob_, {},
-                                   &policy, nullptr, nullptr, "disk");
+                                   &policy, nullptr, "disk");
   ASSERT_TRUE(r.ok()) << r.status();
   for (int round = 0; round < 2; ++round) {
     for (int l = 0; l < 2; ++l) {
@@ -426,7 +426,7 @@ class LaneResidencyTest : public ResidencyTest {
                                              metrics::Registry* registry) {
     gate_ = std::make_unique<GateTier>(host_.get(), gate);
     auto r = ExpertResidency::Create(weights_.get(), gate_.get(), slots * blob_,
-                                     {}, policy, nullptr, registry, "test");
+                                     {}, policy, registry, "test");
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(*r) : nullptr;
   }
@@ -734,7 +734,7 @@ TEST_F(ResidencyTest, InPlaceFromTheDiskTierReadsTheBlob) {
   policy.inplace = {{1, 4}};
   auto r = ExpertResidency::Create(unpacked.get(), disk->get(), 3 * blob_,
                                    LinkOptions{.inplace_compute_ratio = 1},
-                                   &policy, nullptr, nullptr, "disk");
+                                   &policy, nullptr, "disk");
   ASSERT_TRUE(r.ok()) << r.status();
   (*r)->BeginStep({.step = 0});
   RunLayer(r->get(), 1, {4, 6});
@@ -747,7 +747,7 @@ TEST_F(ResidencyTest, RefusesAnInPlaceRatioBelowOne) {
   LruTestPolicy policy;
   auto r = ExpertResidency::Create(weights_.get(), host_.get(), 3 * blob_,
                                    LinkOptions{.inplace_compute_ratio = 0.5},
-                                   &policy, nullptr, nullptr, "test");
+                                   &policy, nullptr, "test");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("inplace_compute_ratio"),
             std::string::npos);
