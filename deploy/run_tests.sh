@@ -84,9 +84,9 @@ else
 fi
 
 # Parser fuzzers (built with clang outside Bazel), briefly.
-if [ -x engine/fuzz/run_fuzzers.sh ]; then
+if [ -x tests/fuzz/run_fuzzers.sh ]; then
   echo "== fuzzers"
-  if engine/fuzz/run_fuzzers.sh 10; then
+  if tests/fuzz/run_fuzzers.sh 10; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))

@@ -30,29 +30,29 @@ absl::StatusOr<metrics::Histogram*> Histogram(metrics::Registry* registry,
                                               const char* name,
                                               const char* help,
                                               std::vector<double> bounds,
-                                              const std::string& policy) {
+                                              const std::string& engine_name) {
   absl::StatusOr<metrics::HistogramFamily*> family =
       registry->AddHistogram(name, help, {"policy"}, std::move(bounds));
   if (!family.ok()) return family.status();
-  return (*family)->WithLabels({policy});
+  return (*family)->WithLabels({engine_name});
 }
 
 absl::StatusOr<metrics::Counter*> Counter(metrics::Registry* registry,
                                           const char* name, const char* help,
-                                          const std::string& policy) {
+                                          const std::string& engine_name) {
   absl::StatusOr<metrics::CounterFamily*> family =
       registry->AddCounter(name, help, {"policy"});
   if (!family.ok()) return family.status();
-  return (*family)->WithLabels({policy});
+  return (*family)->WithLabels({engine_name});
 }
 
 absl::StatusOr<metrics::CallbackGaugeFamily*> Gauge(
     metrics::Registry* registry, const char* name, const char* help,
-    const std::string& policy, std::function<double()> fn) {
+    const std::string& engine_name, std::function<double()> fn) {
   absl::StatusOr<metrics::CallbackGaugeFamily*> family =
       registry->AddCallbackGauge(name, help, {"policy"});
   if (!family.ok()) return family.status();
-  if (absl::Status st = (*family)->SetCallback({policy}, std::move(fn));
+  if (absl::Status st = (*family)->SetCallback({engine_name}, std::move(fn));
       !st.ok()) {
     return st;
   }
@@ -62,68 +62,68 @@ absl::StatusOr<metrics::CallbackGaugeFamily*> Gauge(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EngineMetrics>> EngineMetrics::Create(
-    metrics::Registry* registry, const std::string& policy,
+    metrics::Registry* registry, const std::string& engine_name,
     std::function<EngineLoad()> load) {
   auto m = std::unique_ptr<EngineMetrics>(new EngineMetrics());
-  m->policy_ = policy;
+  m->engine_name_ = engine_name;
   absl::Status st =
       Assign(Gauge(registry, "moeserve_num_requests_running",
-                   "Requests in the running batch.", policy,
+                   "Requests in the running batch.", engine_name,
                    [load] { return static_cast<double>(load().running); }),
              &m->running_);
   if (st.ok()) {
     st = Assign(Gauge(registry, "moeserve_num_requests_waiting",
-                      "Requests waiting to be admitted.", policy,
+                      "Requests waiting to be admitted.", engine_name,
                       [load] { return static_cast<double>(load().waiting); }),
                 &m->waiting_);
   }
   if (st.ok()) {
     st = Assign(Gauge(registry, "moeserve_kv_cache_usage_ratio",
-                      "Share of KV-cache blocks in use (0-1).", policy,
+                      "Share of KV-cache blocks in use (0-1).", engine_name,
                       [load] { return load().kv_cache_usage; }),
                 &m->kv_usage_);
   }
   const std::vector<double> latency = metrics::DefaultLatencyBuckets();
   if (st.ok()) {
-    st = Assign(
-        Histogram(registry, "moeserve_request_queue_time_seconds",
-                  "Time from arrival to first admission.", latency, policy),
-        &m->queue_time_);
+    st = Assign(Histogram(registry, "moeserve_request_queue_time_seconds",
+                          "Time from arrival to first admission.", latency,
+                          engine_name),
+                &m->queue_time_);
   }
   if (st.ok()) {
     st = Assign(Histogram(registry, "moeserve_time_to_first_token_seconds",
                           "Time from arrival to the first generated token.",
-                          latency, policy),
+                          latency, engine_name),
                 &m->ttft_);
   }
   if (st.ok()) {
     st = Assign(
         Histogram(registry, "moeserve_inter_token_latency_seconds",
                   "Time between consecutive generated tokens of a request.",
-                  InterTokenBuckets(), policy),
+                  InterTokenBuckets(), engine_name),
         &m->itl_);
   }
   if (st.ok()) {
     st = Assign(
         Histogram(registry, "moeserve_e2e_request_latency_seconds",
-                  "Time from arrival to the last token.", latency, policy),
+                  "Time from arrival to the last token.", latency, engine_name),
         &m->e2e_);
   }
   if (st.ok()) {
     st = Assign(Counter(registry, "moeserve_prompt_tokens_total",
-                        "Prompt tokens processed.", policy),
+                        "Prompt tokens processed.", engine_name),
                 &m->prompt_tokens_);
   }
   if (st.ok()) {
     st = Assign(Counter(registry, "moeserve_generation_tokens_total",
-                        "Tokens generated.", policy),
+                        "Tokens generated.", engine_name),
                 &m->generation_tokens_);
   }
   if (st.ok()) {
     st = Assign(Counter(registry, "moeserve_num_preemptions_total",
                         "Sequences preempted (KV blocks reclaimed; "
                         "recomputed later).",
-                        policy),
+                        engine_name),
                 &m->preemptions_);
   }
   struct {
@@ -144,7 +144,8 @@ absl::StatusOr<std::unique_ptr<EngineMetrics>> EngineMetrics::Create(
        "Wall time of target passes that verified drafts.", &m->verify_seconds_},
   };
   for (const auto& c : spec_counters) {
-    if (st.ok()) st = Assign(Counter(registry, c.name, c.help, policy), c.out);
+    if (st.ok())
+      st = Assign(Counter(registry, c.name, c.help, engine_name), c.out);
   }
   if (!st.ok()) return st;
   absl::StatusOr<metrics::CounterFamily*> per_pos = registry->AddCounter(
@@ -160,7 +161,7 @@ absl::StatusOr<std::unique_ptr<EngineMetrics>> EngineMetrics::Create(
   m->finished_.push_back(nullptr);  // kNone finishes nothing
   for (size_t i = 1; i < std::size(kReasonNames); ++i) {
     absl::StatusOr<metrics::Counter*> c =
-        (*finished)->WithLabels({policy, kReasonNames[i]});
+        (*finished)->WithLabels({engine_name, kReasonNames[i]});
     if (!c.ok()) return c.status();
     m->finished_.push_back(*c);
   }
@@ -169,7 +170,7 @@ absl::StatusOr<std::unique_ptr<EngineMetrics>> EngineMetrics::Create(
 
 EngineMetrics::~EngineMetrics() {
   for (metrics::CallbackGaugeFamily* g : {running_, waiting_, kv_usage_}) {
-    if (g != nullptr) g->RemoveCallback({policy_});
+    if (g != nullptr) g->RemoveCallback({engine_name_});
   }
 }
 
@@ -181,7 +182,7 @@ void EngineMetrics::CountVerification(int num_draft_tokens, int num_accepted) {
   // per position is computable in PromQL from the first verification on.
   while (static_cast<int>(accepted_per_pos_.size()) < num_draft_tokens) {
     absl::StatusOr<metrics::Counter*> c = accepted_per_pos_family_->WithLabels(
-        {policy_, std::to_string(accepted_per_pos_.size())});
+        {engine_name_, std::to_string(accepted_per_pos_.size())});
     if (!c.ok()) return;
     accepted_per_pos_.push_back(*c);
   }

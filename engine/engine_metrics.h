@@ -1,5 +1,5 @@
 // EngineMetrics: the serving metrics of one engine instance, with vLLM's
-// meanings and DESIGN.md's names, all labelled `policy` = engine name:
+// meanings and DESIGN.md's names, all labelled `policy` = the engine's name:
 // running/waiting gauges, KV-cache usage, TTFT / inter-token / end-to-end /
 // queue-time histograms, prompt and generation token counters, finished
 // requests by reason, preemptions, and speculative decoding (vLLM's
@@ -35,7 +35,7 @@ class EngineMetrics {
   // `load` runs at scrape time; it must be thread-safe and not call into the
   // registry.
   static absl::StatusOr<std::unique_ptr<EngineMetrics>> Create(
-      metrics::Registry* registry, const std::string& policy,
+      metrics::Registry* registry, const std::string& engine_name,
       std::function<EngineLoad()> load);
   ~EngineMetrics();
 
@@ -57,7 +57,7 @@ class EngineMetrics {
  private:
   EngineMetrics() = default;
 
-  std::string policy_;
+  std::string engine_name_;
   metrics::CallbackGaugeFamily* running_ = nullptr;
   metrics::CallbackGaugeFamily* waiting_ = nullptr;
   metrics::CallbackGaugeFamily* kv_usage_ = nullptr;

@@ -9,31 +9,35 @@
 namespace moeserve::policies {
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> CutoffPolicy::Create(
-    const PolicyConfig& config) {
-  absl::Status keys = CheckConfigKeys(
+    const engine::PolicyConfig& config) {
+  absl::Status keys = engine::CheckConfigKeys(
       "cutoff", config, {"max_cutoff_layer", "prefetch_priority", "drafter"});
   if (!keys.ok()) return keys;
   Options options;
   if (config.contains("max_cutoff_layer")) {
-    absl::StatusOr<int64_t> max_layer = GetIntConfig(
+    absl::StatusOr<int64_t> max_layer = engine::GetIntConfig(
         config, "max_cutoff_layer", /*default_value=*/0, /*min_value=*/0,
         /*max_value=*/std::numeric_limits<int>::max());
     if (!max_layer.ok()) return max_layer.status();
     options.max_cutoff_layer = static_cast<int>(*max_layer);
   }
   absl::StatusOr<int64_t> priority =
-      GetIntConfig(config, "prefetch_priority", /*default_value=*/1,
-                   /*min_value=*/-1000, /*max_value=*/1000);
+      engine::GetIntConfig(config, "prefetch_priority", /*default_value=*/1,
+                           /*min_value=*/-1000, /*max_value=*/1000);
   if (!priority.ok()) return priority.status();
   options.prefetch_priority = static_cast<int>(*priority);
-  if (auto it = config.find("drafter"); it != config.end()) {
-    if (it->second.empty()) {
-      return absl::InvalidArgumentError(
-          "config key 'drafter': expected a drafter name, got ''");
-    }
-    options.drafter = it->second;
-  }
+  // The drafter key is the traits' (Speculation), checked here as well.
+  if (absl::Status s = Speculation(config).status(); !s.ok()) return s;
   return std::make_unique<CutoffPolicy>(std::move(options));
+}
+
+absl::StatusOr<engine::SpeculationDefaults> CutoffPolicy::Speculation(
+    const engine::PolicyConfig& config) {
+  absl::StatusOr<std::string> drafter =
+      engine::GetDrafterConfig(config, "external");
+  if (!drafter.ok()) return drafter.status();
+  return engine::SpeculationDefaults{.drafter = *std::move(drafter),
+                                     .num_speculative_tokens = 0};
 }
 
 void CutoffPolicy::Attach(engine::ResidencyControl* control) {
@@ -115,6 +119,8 @@ void CutoffPolicy::OnLookahead(const engine::ExpertLookahead& lookahead) {
   }
 }
 
-MOESERVE_REGISTER_POLICY("cutoff", CutoffPolicy::Create, {{"drafter", "int4"}});
+MOESERVE_REGISTER_POLICY("cutoff", CutoffPolicy::Create,
+                         {.speculation = CutoffPolicy::Speculation,
+                          .test_config = {{"drafter", "int4"}}});
 
 }  // namespace moeserve::policies

@@ -40,10 +40,11 @@
 // batch), so a prediction counts as a use and the batch's victims are the
 // least recently used experts outside the window first.
 //
-// Speculation defaults: default_drafter() is the `drafter` config
-// ("external": needs EngineSpec::draft_model_dir / --draft_model_dir, which
-// names the draft model; the engine fails to build without it);
-// default_num_speculative_tokens() is 0 (adaptive: the engine's own k).
+// Speculation defaults (Speculation, registered as the policy's traits):
+// the drafter is the `drafter` config ("external": needs
+// EngineSpec::draft_model_dir / --draft_model_dir, which names the draft
+// model; the engine fails to build without it); k is 0 (adaptive: the
+// engine's own k).
 //
 // Config keys:
 //   max_cutoff_layer   the largest L allowed, >= 0. Default: all layers.
@@ -70,8 +71,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "policies/internal/recency.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 
@@ -80,17 +81,18 @@ class CutoffPolicy : public engine::OffloadPolicy {
   struct Options {
     int max_cutoff_layer = -1;  // -1: all layers
     int prefetch_priority = 1;
-    std::string drafter = "external";
   };
 
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
-      const PolicyConfig& config);
+      const engine::PolicyConfig& config);
+  // The speculation this policy brings under `config` (its registered
+  // PolicyTraits::speculation): the `drafter` key's drafter, k 0.
+  static absl::StatusOr<engine::SpeculationDefaults> Speculation(
+      const engine::PolicyConfig& config);
 
   explicit CutoffPolicy(Options options) : options_(std::move(options)) {}
 
   std::string_view name() const override { return "cutoff"; }
-  std::string_view default_drafter() const override { return options_.drafter; }
-  int default_num_speculative_tokens() const override { return 0; }
 
   void Attach(engine::ResidencyControl* control) override;
   void OnLookahead(const engine::ExpertLookahead& lookahead) override;

@@ -41,15 +41,22 @@ void SetTimings(engine::OffloadPolicy* policy, double draft, double link) {
 TEST(CutoffTest, DefaultsAndSpeculationSettings) {
   auto policy = CreatePolicyOrFail<CutoffPolicy>();
   EXPECT_EQ(policy->name(), "cutoff");
-  EXPECT_EQ(policy->default_drafter(), "external");
-  EXPECT_EQ(policy->default_num_speculative_tokens(), 0);  // adaptive
+  const engine::SpeculationDefaults defaults =
+      engine::PolicySpeculation("cutoff", {}).value();
+  EXPECT_EQ(defaults.drafter, "external");
+  EXPECT_EQ(defaults.num_speculative_tokens, 0);  // adaptive
   const auto& o = AsCutoff(policy.get())->options();
   EXPECT_EQ(o.max_cutoff_layer, -1);  // all layers
   EXPECT_EQ(o.prefetch_priority, 1);
   EXPECT_EQ(AsCutoff(policy.get())->cutoff_layer(), -1);  // none yet
-  auto registered = CreatePolicy("cutoff", PolicyTestConfig("cutoff"));
+  auto registered =
+      engine::CreatePolicy("cutoff", engine::PolicyTestConfig("cutoff"));
   ASSERT_TRUE(registered.ok()) << registered.status();
-  EXPECT_EQ((*registered)->default_drafter(), "int4");
+  EXPECT_EQ(
+      engine::PolicySpeculation("cutoff", engine::PolicyTestConfig("cutoff"))
+          .value()
+          .drafter,
+      "int4");
   auto set = CreatePolicyOrFail<CutoffPolicy>(
       {{"max_cutoff_layer", "2"}, {"prefetch_priority", "-3"}});
   EXPECT_EQ(AsCutoff(set.get())->options().max_cutoff_layer, 2);
@@ -65,7 +72,7 @@ TEST(CutoffTest, ConfigErrorsNameTheKey) {
            {"prefetch_priority", "100000"},
            {"drafter", ""},
            {"no_such_key", "1"}}) {
-    auto policy = CreatePolicy("cutoff", {{key, value}});
+    auto policy = engine::CreatePolicy("cutoff", {{key, value}});
     ASSERT_FALSE(policy.ok()) << key << "=" << value;
     EXPECT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(policy.status().message(), HasSubstr(key));

@@ -101,17 +101,17 @@ absl::StatusOr<ExpertProfile> ReadProfile(const std::string& path) {
 }
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> LfuStaticPolicy::Create(
-    const PolicyConfig& config) {
-  absl::Status keys = CheckConfigKeys(
+    const engine::PolicyConfig& config) {
+  absl::Status keys = engine::CheckConfigKeys(
       "lfu_static", config, {"top_percent", "profile", "profile_steps"});
   if (!keys.ok()) return keys;
   Options options;
   absl::StatusOr<double> top_percent =
-      GetDoubleConfig(config, "top_percent", 10, 0, 100);
+      engine::GetDoubleConfig(config, "top_percent", 10, 0, 100);
   if (!top_percent.ok()) return top_percent.status();
   options.top_percent = *top_percent;
   absl::StatusOr<int64_t> steps =
-      GetIntConfig(config, "profile_steps", 32, 1, 1 << 30);
+      engine::GetIntConfig(config, "profile_steps", 32, 1, 1 << 30);
   if (!steps.ok()) return steps.status();
   options.profile_steps = static_cast<int>(*steps);
   if (auto it = config.find("profile"); it != config.end()) {
@@ -234,6 +234,6 @@ void LfuStaticPolicy::ChooseVictims(
 
 // Tests that run every policy see the pins after two steps.
 MOESERVE_REGISTER_POLICY("lfu_static", LfuStaticPolicy::Create,
-                         {{"profile_steps", "2"}});
+                         {.test_config = {{"profile_steps", "2"}}});
 
 }  // namespace moeserve::policies

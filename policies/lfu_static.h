@@ -44,8 +44,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "policies/internal/loaded_experts.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 
@@ -74,7 +74,7 @@ class LfuStaticPolicy : public engine::OffloadPolicy {
   };
 
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
-      const PolicyConfig& config);
+      const engine::PolicyConfig& config);
 
   explicit LfuStaticPolicy(Options options);
 

@@ -23,7 +23,8 @@ using testing::ToPairs;
 constexpr int kLayers = 4;
 constexpr int kExperts = 8;  // 32 experts in all
 
-std::unique_ptr<LfuStaticPolicy> MakePolicy(const PolicyConfig& config) {
+std::unique_ptr<LfuStaticPolicy> MakePolicy(
+    const engine::PolicyConfig& config) {
   auto policy = LfuStaticPolicy::Create(config);
   EXPECT_TRUE(policy.ok()) << policy.status();
   if (!policy.ok()) return nullptr;

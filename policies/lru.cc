@@ -3,8 +3,8 @@
 namespace moeserve::policies {
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> LruPolicy::Create(
-    const PolicyConfig& config) {
-  absl::Status keys = CheckConfigKeys("lru", config, {});
+    const engine::PolicyConfig& config) {
+  absl::Status keys = engine::CheckConfigKeys("lru", config, {});
   if (!keys.ok()) return keys;
   return std::make_unique<LruPolicy>();
 }

@@ -19,15 +19,15 @@
 
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "policies/internal/recency.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 
 class LruPolicy : public engine::OffloadPolicy {
  public:
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
-      const PolicyConfig& config);
+      const engine::PolicyConfig& config);
 
   std::string_view name() const override { return "lru"; }
   void OnAccess(engine::ExpertId id) override { recency_.Touch(id); }

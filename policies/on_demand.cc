@@ -5,8 +5,8 @@
 namespace moeserve::policies {
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> OnDemandPolicy::Create(
-    const PolicyConfig& config) {
-  absl::Status keys = CheckConfigKeys("on_demand", config, {});
+    const engine::PolicyConfig& config) {
+  absl::Status keys = engine::CheckConfigKeys("on_demand", config, {});
   if (!keys.ok()) return keys;
   return std::make_unique<OnDemandPolicy>();
 }

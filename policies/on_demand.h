@@ -21,15 +21,15 @@
 
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "policies/internal/loaded_experts.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 
 class OnDemandPolicy : public engine::OffloadPolicy {
  public:
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
-      const PolicyConfig& config);
+      const engine::PolicyConfig& config);
 
   std::string_view name() const override { return "on_demand"; }
   void Attach(engine::ResidencyControl* control) override {

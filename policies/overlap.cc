@@ -3,11 +3,11 @@
 namespace moeserve::policies {
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> OverlapPolicy::Create(
-    const PolicyConfig& config) {
-  absl::Status keys = CheckConfigKeys("overlap", config, {"lookahead"});
+    const engine::PolicyConfig& config) {
+  absl::Status keys = engine::CheckConfigKeys("overlap", config, {"lookahead"});
   if (!keys.ok()) return keys;
   absl::StatusOr<int64_t> lookahead =
-      GetIntConfig(config, "lookahead", 1, 1, 2);
+      engine::GetIntConfig(config, "lookahead", 1, 1, 2);
   if (!lookahead.ok()) return lookahead.status();
   return std::make_unique<OverlapPolicy>(static_cast<int>(*lookahead));
 }

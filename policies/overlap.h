@@ -29,15 +29,15 @@
 
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "policies/internal/recency.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 
 class OverlapPolicy : public engine::OffloadPolicy {
  public:
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
-      const PolicyConfig& config);
+      const engine::PolicyConfig& config);
 
   explicit OverlapPolicy(int lookahead) : lookahead_(lookahead) {}
 

@@ -9,22 +9,30 @@
 namespace moeserve::policies {
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> QuantDraftPolicy::Create(
-    const PolicyConfig& config) {
-  absl::Status keys = CheckConfigKeys(
+    const engine::PolicyConfig& config) {
+  absl::Status keys = engine::CheckConfigKeys(
       "quant_draft", config,
       {"num_speculative_tokens", "max_speculative_tokens", "phase2_start"});
   if (!keys.ok()) return keys;
   Options options;
-  absl::StatusOr<SpeculativeTokens> k = GetSpeculativeTokens(config);
+  absl::StatusOr<engine::SpeculativeTokens> k =
+      engine::GetSpeculativeTokens(config);
   if (!k.ok()) return k.status();
   options.max_speculative_tokens = k->max;
   options.num_speculative_tokens = k->num;
-  absl::StatusOr<double> phase2 =
-      GetDoubleConfig(config, "phase2_start", /*default_value=*/1.0 / 3.0,
-                      /*min_value=*/0, /*max_value=*/1);
+  absl::StatusOr<double> phase2 = engine::GetDoubleConfig(
+      config, "phase2_start", /*default_value=*/1.0 / 3.0,
+      /*min_value=*/0, /*max_value=*/1);
   if (!phase2.ok()) return phase2.status();
   options.phase2_start = *phase2;
   return std::make_unique<QuantDraftPolicy>(options);
+}
+
+absl::StatusOr<engine::SpeculationDefaults> QuantDraftPolicy::Speculation(
+    const engine::PolicyConfig& config) {
+  (void)config;
+  return engine::SpeculationDefaults{.drafter = "int4",
+                                     .num_speculative_tokens = 0};
 }
 
 void QuantDraftPolicy::Attach(engine::ResidencyControl* control) {
@@ -259,7 +267,8 @@ int QuantDraftPolicy::ChooseDraftLength(const engine::DraftLengthQuery& q) {
 
 // Small k bounds keep the invariance test's verifications short.
 MOESERVE_REGISTER_POLICY("quant_draft", QuantDraftPolicy::Create,
-                         {{"num_speculative_tokens", "2"},
-                          {"max_speculative_tokens", "4"}});
+                         {.speculation = QuantDraftPolicy::Speculation,
+                          .test_config = {{"num_speculative_tokens", "2"},
+                                          {"max_speculative_tokens", "4"}}});
 
 }  // namespace moeserve::policies

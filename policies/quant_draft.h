@@ -65,9 +65,9 @@
 // 1 once (when allowed), so acceptance keeps being measured. num_seqs does
 // not move the optimum (the timings are the batch's) and is ignored.
 //
-// Speculation defaults: default_drafter() is "int4";
-// default_num_speculative_tokens() is 0 (adaptive: the engine asks
-// ChooseDraftLength every step).
+// Speculation defaults (Speculation, registered as the policy's traits):
+// drafter "int4"; k 0 (adaptive: the engine asks ChooseDraftLength every
+// step).
 //
 // Config keys:
 //   num_speculative_tokens  k before the governor has measurements, in
@@ -94,8 +94,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "policies/internal/recency.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 
@@ -114,13 +114,15 @@ class QuantDraftPolicy : public engine::OffloadPolicy {
   static constexpr int kProbeInterval = 8;
 
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
-      const PolicyConfig& config);
+      const engine::PolicyConfig& config);
+  // The speculation this policy brings (its registered
+  // PolicyTraits::speculation): drafter int4, k 0, under every config.
+  static absl::StatusOr<engine::SpeculationDefaults> Speculation(
+      const engine::PolicyConfig& config);
 
   explicit QuantDraftPolicy(Options options) : options_(options) {}
 
   std::string_view name() const override { return "quant_draft"; }
-  std::string_view default_drafter() const override { return "int4"; }
-  int default_num_speculative_tokens() const override { return 0; }
 
   void Attach(engine::ResidencyControl* control) override;
   void OnLookahead(const engine::ExpertLookahead& lookahead) override;

@@ -34,15 +34,17 @@ QuantDraftPolicy* AsQuantDraft(engine::OffloadPolicy* p) {
 TEST(QuantDraftTest, DefaultsAndSpeculationSettings) {
   auto policy = CreatePolicyOrFail<QuantDraftPolicy>();
   EXPECT_EQ(policy->name(), "quant_draft");
-  EXPECT_EQ(policy->default_drafter(), "int4");
-  EXPECT_EQ(policy->default_num_speculative_tokens(), 0);  // the governor
+  const engine::SpeculationDefaults defaults =
+      engine::PolicySpeculation("quant_draft", {}).value();
+  EXPECT_EQ(defaults.drafter, "int4");
+  EXPECT_EQ(defaults.num_speculative_tokens, 0);  // the governor
   const auto& o = AsQuantDraft(policy.get())->options();
   EXPECT_EQ(o.num_speculative_tokens, 4);
   EXPECT_EQ(o.max_speculative_tokens, 8);
   EXPECT_DOUBLE_EQ(o.phase2_start, 1.0 / 3.0);
   EXPECT_LT(kLow, kHigh);
-  auto registered =
-      CreatePolicy("quant_draft", PolicyTestConfig("quant_draft"));
+  auto registered = engine::CreatePolicy(
+      "quant_draft", engine::PolicyTestConfig("quant_draft"));
   ASSERT_TRUE(registered.ok()) << registered.status();
 }
 
@@ -351,7 +353,7 @@ TEST(QuantDraftGovernorTest, LowAcceptanceDraftsLittleOrNothing) {
 }
 
 TEST(QuantDraftTest, RefusesBadConfigNamingTheKey) {
-  const std::vector<std::pair<PolicyConfig, std::string>> bad = {
+  const std::vector<std::pair<engine::PolicyConfig, std::string>> bad = {
       {{{"draft_experts", "2"}}, "draft_experts"},
       {{{"num_speculative_tokens", "-1"}}, "num_speculative_tokens"},
       {{{"num_speculative_tokens", "x"}}, "num_speculative_tokens"},

@@ -8,29 +8,37 @@
 namespace moeserve::policies {
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> SelfSpecPolicy::Create(
-    const PolicyConfig& config) {
-  absl::Status keys = CheckConfigKeys(
+    const engine::PolicyConfig& config) {
+  absl::Status keys = engine::CheckConfigKeys(
       "self_spec", config,
       {"draft_experts", "num_speculative_tokens", "hotness_decay"});
   if (!keys.ok()) return keys;
   Options options;
   absl::StatusOr<int64_t> draft =
-      GetIntConfig(config, "draft_experts", /*default_value=*/-1,
-                   /*min_value=*/0, /*max_value=*/int64_t{1} << 20);
+      engine::GetIntConfig(config, "draft_experts", /*default_value=*/-1,
+                           /*min_value=*/0, /*max_value=*/int64_t{1} << 20);
   if (!draft.ok()) return draft.status();
   options.draft_experts = static_cast<int>(*draft);
-  absl::StatusOr<int64_t> k =
-      GetIntConfig(config, "num_speculative_tokens", /*default_value=*/4,
-                   /*min_value=*/0, /*max_value=*/16);  // kMaxSpeculativeTokens
-  if (!k.ok()) return k.status();
-  options.num_speculative_tokens = static_cast<int>(*k);
+  absl::StatusOr<engine::SpeculationDefaults> speculation = Speculation(config);
+  if (!speculation.ok()) return speculation.status();
+  options.num_speculative_tokens = speculation->num_speculative_tokens;
   // [0, 1): GetDoubleConfig's bounds are inclusive.
   absl::StatusOr<double> decay =
-      GetDoubleConfig(config, "hotness_decay", /*default_value=*/0.5,
-                      /*min_value=*/0, /*max_value=*/0.999999);
+      engine::GetDoubleConfig(config, "hotness_decay", /*default_value=*/0.5,
+                              /*min_value=*/0, /*max_value=*/0.999999);
   if (!decay.ok()) return decay.status();
   options.hotness_decay = *decay;
   return std::make_unique<SelfSpecPolicy>(options);
+}
+
+absl::StatusOr<engine::SpeculationDefaults> SelfSpecPolicy::Speculation(
+    const engine::PolicyConfig& config) {
+  absl::StatusOr<int64_t> k = engine::GetIntConfig(
+      config, "num_speculative_tokens", /*default_value=*/4,
+      /*min_value=*/0, /*max_value=*/16);  // kMaxSpeculativeTokens
+  if (!k.ok()) return k.status();
+  return engine::SpeculationDefaults{
+      .drafter = "self", .num_speculative_tokens = static_cast<int>(*k)};
 }
 
 void SelfSpecPolicy::Attach(engine::ResidencyControl* control) {
@@ -171,6 +179,7 @@ void SelfSpecPolicy::OnStepEnd(const engine::StepStats& stats) {
 
 // Tests that run every policy see pins replaced within a few steps.
 MOESERVE_REGISTER_POLICY("self_spec", SelfSpecPolicy::Create,
-                         {{"hotness_decay", "0"}});
+                         {.speculation = SelfSpecPolicy::Speculation,
+                          .test_config = {{"hotness_decay", "0"}}});
 
 }  // namespace moeserve::policies

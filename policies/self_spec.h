@@ -36,9 +36,10 @@
 // ties by (layer, expert)); pinned experts are never candidates.
 //
 // Speculation settings, for the engine builder: this policy only stores
-// them. num_speculative_tokens() is k (0 = adaptive) and default_drafter()
-// is "self"; the builder uses them when the engine spec names neither
-// (DESIGN.md: "a speculative policy brings its own default").
+// them. Speculation (registered as the policy's traits) gives drafter
+// "self" and k = num_speculative_tokens (0 = adaptive); the builder uses
+// them when the engine spec names neither (DESIGN.md: "a speculative policy
+// brings its own default").
 //
 // Config keys:
 //   draft_experts           N, draft experts per layer, in [0, 1 << 20].
@@ -72,8 +73,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "policies/internal/recency.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 
@@ -86,7 +87,12 @@ class SelfSpecPolicy : public engine::OffloadPolicy {
   };
 
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
-      const PolicyConfig& config);
+      const engine::PolicyConfig& config);
+  // The speculation this policy brings under `config` (its registered
+  // PolicyTraits::speculation): the drafter it is designed for, "self", and
+  // the `num_speculative_tokens` key's k.
+  static absl::StatusOr<engine::SpeculationDefaults> Speculation(
+      const engine::PolicyConfig& config);
 
   explicit SelfSpecPolicy(Options options) : options_(options) {}
 
@@ -104,12 +110,6 @@ class SelfSpecPolicy : public engine::OffloadPolicy {
 
   // k for the engine builder: draft tokens per step; 0 = adaptive.
   int num_speculative_tokens() const { return options_.num_speculative_tokens; }
-  int default_num_speculative_tokens() const override {
-    return num_speculative_tokens();
-  }
-  // The drafter this policy is designed for (the engine builder's default
-  // when the engine spec names none).
-  std::string_view default_drafter() const override { return "self"; }
 
   // N after Attach (the configured value or the model's default), before
   // the pin budget; the configured value (-1: default) before Attach.

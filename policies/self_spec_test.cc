@@ -21,7 +21,8 @@ using testing::Id;
 using ::testing::IsEmpty;
 using testing::ToPairs;
 
-std::unique_ptr<SelfSpecPolicy> MakePolicy(const PolicyConfig& config = {}) {
+std::unique_ptr<SelfSpecPolicy> MakePolicy(
+    const engine::PolicyConfig& config = {}) {
   auto policy = SelfSpecPolicy::Create(config);
   EXPECT_TRUE(policy.ok()) << policy.status();
   if (!policy.ok()) return nullptr;
@@ -252,7 +253,7 @@ TEST(SelfSpecTest, SettingsAndDefaults) {
   auto policy = MakePolicy();
   EXPECT_EQ(policy->name(), "self_spec");
   EXPECT_EQ(policy->num_speculative_tokens(), 4);
-  EXPECT_EQ(policy->default_drafter(), "self");
+  EXPECT_EQ(engine::PolicySpeculation("self_spec", {}).value().drafter, "self");
   EXPECT_EQ(policy->draft_experts(), -1);  // model default, after Attach
   EXPECT_EQ(policy->pins_per_layer(), 0);
   {
@@ -273,6 +274,14 @@ TEST(SelfSpecTest, SettingsAndDefaults) {
   EXPECT_EQ(
       MakePolicy({{"num_speculative_tokens", "10"}})->num_speculative_tokens(),
       10);
+  EXPECT_EQ(
+      engine::PolicySpeculation("self_spec", {}).value().num_speculative_tokens,
+      4);
+  EXPECT_EQ(
+      engine::PolicySpeculation("self_spec", {{"num_speculative_tokens", "10"}})
+          .value()
+          .num_speculative_tokens,
+      10);
   {
     auto p = MakePolicy({{"draft_experts", "0"}});
     FakeResidencyControl fake(1, 8, 2, 64);
@@ -283,9 +292,10 @@ TEST(SelfSpecTest, SettingsAndDefaults) {
     EXPECT_THAT(fake.pin_calls, IsEmpty());  // plain LRU
   }
   // The registered test config is accepted.
-  auto registered = CreatePolicy("self_spec", PolicyTestConfig("self_spec"));
+  auto registered =
+      engine::CreatePolicy("self_spec", engine::PolicyTestConfig("self_spec"));
   EXPECT_TRUE(registered.ok()) << registered.status();
-  EXPECT_FALSE(PolicyTestConfig("self_spec").empty());
+  EXPECT_FALSE(engine::PolicyTestConfig("self_spec").empty());
 }
 
 TEST(SelfSpecTest, ConfigErrorsNameTheKey) {
@@ -306,7 +316,8 @@ TEST(SelfSpecTest, ConfigErrorsNameTheKey) {
     EXPECT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(policy.status().message(), HasSubstr(key));
   }
-  auto via_registry = CreatePolicy("self_spec", {{"draft_experts", "x"}});
+  auto via_registry =
+      engine::CreatePolicy("self_spec", {{"draft_experts", "x"}});
   EXPECT_THAT(via_registry.status().message(),
               HasSubstr("policy 'self_spec': config key 'draft_experts'"));
 }

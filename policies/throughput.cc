@@ -38,35 +38,40 @@ double ResidentShare(int layers, int experts, int slots) {
 }
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> ThroughputPolicy::Create(
-    const PolicyConfig& config) {
-  absl::Status keys =
-      CheckConfigKeys("throughput", config,
-                      {"num_speculative_tokens", "max_speculative_tokens",
-                       "stream_all_coverage", "prefetch_priority", "drafter"});
+    const engine::PolicyConfig& config) {
+  absl::Status keys = engine::CheckConfigKeys(
+      "throughput", config,
+      {"num_speculative_tokens", "max_speculative_tokens",
+       "stream_all_coverage", "prefetch_priority", "drafter"});
   if (!keys.ok()) return keys;
   Options options;
-  absl::StatusOr<SpeculativeTokens> k = GetSpeculativeTokens(config);
+  absl::StatusOr<engine::SpeculativeTokens> k =
+      engine::GetSpeculativeTokens(config);
   if (!k.ok()) return k.status();
   options.max_speculative_tokens = k->max;
   options.num_speculative_tokens = k->num;
-  absl::StatusOr<double> coverage =
-      GetDoubleConfig(config, "stream_all_coverage", /*default_value=*/0.9,
-                      /*min_value=*/0, /*max_value=*/1);
+  absl::StatusOr<double> coverage = engine::GetDoubleConfig(
+      config, "stream_all_coverage", /*default_value=*/0.9,
+      /*min_value=*/0, /*max_value=*/1);
   if (!coverage.ok()) return coverage.status();
   options.stream_all_coverage = *coverage;
   absl::StatusOr<int64_t> priority =
-      GetIntConfig(config, "prefetch_priority", /*default_value=*/1,
-                   /*min_value=*/-1000, /*max_value=*/1000);
+      engine::GetIntConfig(config, "prefetch_priority", /*default_value=*/1,
+                           /*min_value=*/-1000, /*max_value=*/1000);
   if (!priority.ok()) return priority.status();
   options.prefetch_priority = static_cast<int>(*priority);
-  if (auto it = config.find("drafter"); it != config.end()) {
-    if (it->second.empty()) {
-      return absl::InvalidArgumentError(
-          "config key 'drafter': expected a drafter name, got ''");
-    }
-    options.drafter = it->second;
-  }
+  // The drafter key is the traits' (Speculation), checked here as well.
+  if (absl::Status s = Speculation(config).status(); !s.ok()) return s;
   return std::make_unique<ThroughputPolicy>(std::move(options));
+}
+
+absl::StatusOr<engine::SpeculationDefaults> ThroughputPolicy::Speculation(
+    const engine::PolicyConfig& config) {
+  absl::StatusOr<std::string> drafter =
+      engine::GetDrafterConfig(config, "external");
+  if (!drafter.ok()) return drafter.status();
+  return engine::SpeculationDefaults{.drafter = *std::move(drafter),
+                                     .num_speculative_tokens = 0};
 }
 
 void ThroughputPolicy::Attach(engine::ResidencyControl* control) {
@@ -280,8 +285,9 @@ void ThroughputPolicy::ChooseVictims(
 // Small k bounds keep the invariance test's verifications short; int4:
 // those tests have no draft model.
 MOESERVE_REGISTER_POLICY("throughput", ThroughputPolicy::Create,
-                         {{"drafter", "int4"},
-                          {"num_speculative_tokens", "2"},
-                          {"max_speculative_tokens", "4"}});
+                         {.speculation = ThroughputPolicy::Speculation,
+                          .test_config = {{"drafter", "int4"},
+                                          {"num_speculative_tokens", "2"},
+                                          {"max_speculative_tokens", "4"}}});
 
 }  // namespace moeserve::policies

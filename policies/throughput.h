@@ -87,10 +87,10 @@
 // measurements; the offline search over (b, k) is moeserve_bench
 // --optimize (tools/bench/optimizer.h). Micro-batches (m) are not modelled.
 //
-// Speculation defaults: default_drafter() is the `drafter` config
-// ("external": needs EngineSpec::draft_model_dir / --draft_model_dir);
-// default_num_speculative_tokens() is 0 (adaptive: the engine asks
-// ChooseDraftLength every step).
+// Speculation defaults (Speculation, registered as the policy's traits):
+// the drafter is the `drafter` config ("external": needs
+// EngineSpec::draft_model_dir / --draft_model_dir); k is 0 (adaptive: the
+// engine asks ChooseDraftLength every step).
 //
 // Config keys:
 //   num_speculative_tokens  k before the governor has measurements, in
@@ -124,8 +124,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "policies/internal/recency.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 
@@ -140,7 +140,6 @@ class ThroughputPolicy : public engine::OffloadPolicy {
     int max_speculative_tokens = 8;
     double stream_all_coverage = 0.9;
     int prefetch_priority = 1;
-    std::string drafter = "external";
   };
   // The governor's step model for one k (see the header comment).
   struct StepEstimate {
@@ -157,13 +156,15 @@ class ThroughputPolicy : public engine::OffloadPolicy {
   static constexpr double kMinContextSpread = 16;
 
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
-      const PolicyConfig& config);
+      const engine::PolicyConfig& config);
+  // The speculation this policy brings under `config` (its registered
+  // PolicyTraits::speculation): the `drafter` key's drafter, k 0.
+  static absl::StatusOr<engine::SpeculationDefaults> Speculation(
+      const engine::PolicyConfig& config);
 
   explicit ThroughputPolicy(Options options) : options_(std::move(options)) {}
 
   std::string_view name() const override { return "throughput"; }
-  std::string_view default_drafter() const override { return options_.drafter; }
-  int default_num_speculative_tokens() const override { return 0; }
 
   void Attach(engine::ResidencyControl* control) override;
   void OnStepBegin(const engine::StepInfo& info) override;

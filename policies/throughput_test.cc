@@ -53,7 +53,7 @@ struct QueryBuilder {
 // A fresh policy attached to a fake with 4 layers x 8 experts, top-2 and
 // `slots` slots; k for `q`.
 int ChooseK(const DraftLengthQuery& q, int slots = 8,
-            const PolicyConfig& config = {}) {
+            const engine::PolicyConfig& config = {}) {
   FakeResidencyControl fake(/*layers=*/4, /*experts=*/8, /*k=*/2, slots);
   auto owned = CreatePolicyOrFail<ThroughputPolicy>(config);
   fake.set_policy(owned.get());
@@ -63,28 +63,36 @@ int ChooseK(const DraftLengthQuery& q, int slots = 8,
 TEST(ThroughputTest, DefaultsAndSpeculationSettings) {
   auto policy = CreatePolicyOrFail<ThroughputPolicy>();
   EXPECT_EQ(policy->name(), "throughput");
-  EXPECT_EQ(policy->default_drafter(), "external");
-  EXPECT_EQ(policy->default_num_speculative_tokens(), 0);  // adaptive
+  const engine::SpeculationDefaults defaults =
+      engine::PolicySpeculation("throughput", {}).value();
+  EXPECT_EQ(defaults.drafter, "external");
+  EXPECT_EQ(defaults.num_speculative_tokens, 0);  // adaptive
   const auto& o = AsThroughput(policy.get())->options();
   EXPECT_EQ(o.num_speculative_tokens, 4);
   EXPECT_EQ(o.max_speculative_tokens, 8);
   EXPECT_DOUBLE_EQ(o.stream_all_coverage, 0.9);
   EXPECT_EQ(o.prefetch_priority, 1);
-  auto registered = CreatePolicy("throughput", PolicyTestConfig("throughput"));
+  auto registered = engine::CreatePolicy(
+      "throughput", engine::PolicyTestConfig("throughput"));
   ASSERT_TRUE(registered.ok()) << registered.status();
-  EXPECT_EQ((*registered)->default_drafter(), "int4");
-  auto set =
-      CreatePolicyOrFail<ThroughputPolicy>({{"num_speculative_tokens", "1"},
-                                            {"max_speculative_tokens", "3"},
-                                            {"stream_all_coverage", "0.5"},
-                                            {"prefetch_priority", "-2"},
-                                            {"drafter", "self"}});
+  EXPECT_EQ(engine::PolicySpeculation("throughput",
+                                      engine::PolicyTestConfig("throughput"))
+                .value()
+                .drafter,
+            "int4");
+  const engine::PolicyConfig set_config = {{"num_speculative_tokens", "1"},
+                                           {"max_speculative_tokens", "3"},
+                                           {"stream_all_coverage", "0.5"},
+                                           {"prefetch_priority", "-2"},
+                                           {"drafter", "self"}};
+  auto set = CreatePolicyOrFail<ThroughputPolicy>(set_config);
   const auto& s = AsThroughput(set.get())->options();
   EXPECT_EQ(s.num_speculative_tokens, 1);
   EXPECT_EQ(s.max_speculative_tokens, 3);
   EXPECT_DOUBLE_EQ(s.stream_all_coverage, 0.5);
   EXPECT_EQ(s.prefetch_priority, -2);
-  EXPECT_EQ(set->default_drafter(), "self");
+  EXPECT_EQ(engine::PolicySpeculation("throughput", set_config).value().drafter,
+            "self");
 }
 
 TEST(ThroughputTest, ConfigErrorsNameTheKey) {
@@ -99,7 +107,7 @@ TEST(ThroughputTest, ConfigErrorsNameTheKey) {
            {"prefetch_priority", "2000"},
            {"drafter", ""},
            {"no_such_key", "1"}}) {
-    auto policy = CreatePolicy("throughput", {{key, value}});
+    auto policy = engine::CreatePolicy("throughput", {{key, value}});
     ASSERT_FALSE(policy.ok()) << key << "=" << value;
     EXPECT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(policy.status().message(), HasSubstr(key));

@@ -11,6 +11,12 @@ namespace {
 
 using engine::ExpertId;
 
+// The `gamma` key: the draft length, in [1, 16].
+absl::StatusOr<int64_t> GetGamma(const engine::PolicyConfig& config) {
+  return engine::GetIntConfig(config, "gamma", UtilityPolicy::Options().gamma,
+                              /*min_value=*/1, /*max_value=*/16);
+}
+
 // round(count * window / tokens), half up; tokens > 0.
 int Normalise(int64_t count, int window, int64_t tokens) {
   return static_cast<int>((2 * count * window + tokens) / (2 * tokens));
@@ -87,25 +93,23 @@ int UtilityPolicy::SolveTau(const TauProblem& p) {
 // ---------------------------------------------------------------- factory
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> UtilityPolicy::Create(
-    const PolicyConfig& config) {
-  absl::Status keys = CheckConfigKeys(
+    const engine::PolicyConfig& config) {
+  absl::Status keys = engine::CheckConfigKeys(
       "utility", config,
       {"gamma", "max_utility", "forgetting_factor", "initial_tau", "drafter"});
   if (!keys.ok()) return keys;
   Options options;
-  absl::StatusOr<int64_t> gamma = GetIntConfig(config, "gamma", options.gamma,
-                                               /*min_value=*/1,
-                                               /*max_value=*/16);
+  absl::StatusOr<int64_t> gamma = GetGamma(config);
   if (!gamma.ok()) return gamma.status();
   options.gamma = static_cast<int>(*gamma);
   absl::StatusOr<int64_t> k =
-      GetIntConfig(config, "max_utility", std::min(4, options.gamma),
-                   /*min_value=*/1, /*max_value=*/options.gamma);
+      engine::GetIntConfig(config, "max_utility", std::min(4, options.gamma),
+                           /*min_value=*/1, /*max_value=*/options.gamma);
   if (!k.ok()) return k.status();
   options.max_utility = static_cast<int>(*k);
-  absl::StatusOr<double> lambda =
-      GetDoubleConfig(config, "forgetting_factor", options.forgetting_factor,
-                      /*min_value=*/0, /*max_value=*/1);
+  absl::StatusOr<double> lambda = engine::GetDoubleConfig(
+      config, "forgetting_factor", options.forgetting_factor,
+      /*min_value=*/0, /*max_value=*/1);
   if (!lambda.ok()) return lambda.status();
   if (*lambda <= 0) {
     return absl::InvalidArgumentError(
@@ -113,18 +117,25 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> UtilityPolicy::Create(
   }
   options.forgetting_factor = *lambda;
   absl::StatusOr<int64_t> tau =
-      GetIntConfig(config, "initial_tau", options.initial_tau,
-                   /*min_value=*/1, /*max_value=*/options.max_utility);
+      engine::GetIntConfig(config, "initial_tau", options.initial_tau,
+                           /*min_value=*/1, /*max_value=*/options.max_utility);
   if (!tau.ok()) return tau.status();
   options.initial_tau = static_cast<int>(*tau);
-  if (auto it = config.find("drafter"); it != config.end()) {
-    if (it->second.empty()) {
-      return absl::InvalidArgumentError(
-          "config key 'drafter': expected a drafter name, got ''");
-    }
-    options.drafter = it->second;
-  }
+  // The drafter key is the traits' (Speculation), checked here as well.
+  if (absl::Status s = Speculation(config).status(); !s.ok()) return s;
   return std::make_unique<UtilityPolicy>(std::move(options));
+}
+
+absl::StatusOr<engine::SpeculationDefaults> UtilityPolicy::Speculation(
+    const engine::PolicyConfig& config) {
+  absl::StatusOr<int64_t> gamma = GetGamma(config);
+  if (!gamma.ok()) return gamma.status();
+  absl::StatusOr<std::string> drafter =
+      engine::GetDrafterConfig(config, "external");
+  if (!drafter.ok()) return drafter.status();
+  return engine::SpeculationDefaults{
+      .drafter = *std::move(drafter),
+      .num_speculative_tokens = static_cast<int>(*gamma)};
 }
 
 // ---------------------------------------------------------------- hooks
@@ -376,8 +387,9 @@ void UtilityPolicy::ChooseVictims(std::span<const ExpertId> candidates,
 }
 
 MOESERVE_REGISTER_POLICY("utility", UtilityPolicy::Create,
-                         {{"drafter", "int4"},
-                          {"gamma", "2"},
-                          {"max_utility", "2"}});
+                         {.speculation = UtilityPolicy::Speculation,
+                          .test_config = {{"drafter", "int4"},
+                                          {"gamma", "2"},
+                                          {"max_utility", "2"}}});
 
 }  // namespace moeserve::policies

@@ -103,11 +103,11 @@
 // step's routed experts computed in place / routed experts) and
 // moeserve_utility_mean_tau (tau averaged over layers).
 //
-// Speculation defaults: default_drafter() is the `drafter` config
-// ("external": the seed drafts with a separate dense model; needs
-// EngineSpec::draft_model_dir / --draft_model_dir);
-// default_num_speculative_tokens() is gamma (the seed's fixed draft length
-// 8). ChooseDraftLength records draft_seconds_per_position and returns -1.
+// Speculation defaults (Speculation, registered as the policy's traits):
+// the drafter is the `drafter` config ("external": the seed drafts with a
+// separate dense model; needs EngineSpec::draft_model_dir /
+// --draft_model_dir); k is gamma (the seed's fixed draft length 8).
+// ChooseDraftLength records draft_seconds_per_position and returns -1.
 //
 // Config keys:
 //   gamma              draft length and the estimator's window (gamma + 1
@@ -136,8 +136,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "policies/internal/recency.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 
@@ -148,7 +148,6 @@ class UtilityPolicy : public engine::OffloadPolicy {
     int max_utility = 4;             // K
     double forgetting_factor = 0.1;  // lambda
     int initial_tau = 1;
-    std::string drafter = "external";
   };
 
   // One expert's estimator state (Alg. 1).
@@ -179,13 +178,15 @@ class UtilityPolicy : public engine::OffloadPolicy {
   static int SolveTau(const TauProblem& p);
 
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
-      const PolicyConfig& config);
+      const engine::PolicyConfig& config);
+  // The speculation this policy brings under `config` (its registered
+  // PolicyTraits::speculation): the `drafter` key's drafter, k = gamma.
+  static absl::StatusOr<engine::SpeculationDefaults> Speculation(
+      const engine::PolicyConfig& config);
 
   explicit UtilityPolicy(Options options) : options_(std::move(options)) {}
 
   std::string_view name() const override { return "utility"; }
-  std::string_view default_drafter() const override { return options_.drafter; }
-  int default_num_speculative_tokens() const override { return options_.gamma; }
   int ChooseDraftLength(const engine::DraftLengthQuery& q) override;
 
   void Attach(engine::ResidencyControl* control) override;

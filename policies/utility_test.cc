@@ -33,33 +33,41 @@ UtilityPolicy* AsUtility(engine::OffloadPolicy* p) {
 TEST(UtilityTest, DefaultsAndSpeculationSettings) {
   auto policy = CreatePolicyOrFail<UtilityPolicy>();
   EXPECT_EQ(policy->name(), "utility");
-  EXPECT_EQ(policy->default_drafter(), "external");
-  EXPECT_EQ(policy->default_num_speculative_tokens(), 8);  // the seed's gamma
+  const engine::SpeculationDefaults defaults =
+      engine::PolicySpeculation("utility", {}).value();
+  EXPECT_EQ(defaults.drafter, "external");
+  EXPECT_EQ(defaults.num_speculative_tokens, 8);  // the seed's gamma
   EXPECT_EQ(policy->ChooseDraftLength({.max_k = 4}), -1);
   const auto& o = AsUtility(policy.get())->options();
   EXPECT_EQ(o.gamma, 8);
   EXPECT_EQ(o.max_utility, 4);
   EXPECT_DOUBLE_EQ(o.forgetting_factor, 0.1);
   EXPECT_EQ(o.initial_tau, 1);
-  auto registered = CreatePolicy("utility", PolicyTestConfig("utility"));
+  auto registered =
+      engine::CreatePolicy("utility", engine::PolicyTestConfig("utility"));
   ASSERT_TRUE(registered.ok()) << registered.status();
-  EXPECT_EQ((*registered)->default_drafter(), "int4");
-  EXPECT_EQ((*registered)->default_num_speculative_tokens(), 2);
+  const engine::SpeculationDefaults tested =
+      engine::PolicySpeculation("utility", engine::PolicyTestConfig("utility"))
+          .value();
+  EXPECT_EQ(tested.drafter, "int4");
+  EXPECT_EQ(tested.num_speculative_tokens, 2);
   // K defaults to gamma when gamma < 4.
   auto small = CreatePolicyOrFail<UtilityPolicy>({{"gamma", "3"}});
   EXPECT_EQ(AsUtility(small.get())->options().max_utility, 3);
-  auto set = CreatePolicyOrFail<UtilityPolicy>({{"max_utility", "6"},
-                                                {"forgetting_factor", "0.5"},
-                                                {"initial_tau", "2"},
-                                                {"drafter", "self"}});
+  const engine::PolicyConfig set_config = {{"max_utility", "6"},
+                                           {"forgetting_factor", "0.5"},
+                                           {"initial_tau", "2"},
+                                           {"drafter", "self"}};
+  auto set = CreatePolicyOrFail<UtilityPolicy>(set_config);
   EXPECT_EQ(AsUtility(set.get())->options().max_utility, 6);
   EXPECT_DOUBLE_EQ(AsUtility(set.get())->options().forgetting_factor, 0.5);
   EXPECT_EQ(AsUtility(set.get())->options().initial_tau, 2);
-  EXPECT_EQ(set->default_drafter(), "self");
+  EXPECT_EQ(engine::PolicySpeculation("utility", set_config).value().drafter,
+            "self");
 }
 
 TEST(UtilityTest, ConfigErrorsNameTheKey) {
-  const std::vector<std::pair<PolicyConfig, std::string>> cases = {
+  const std::vector<std::pair<engine::PolicyConfig, std::string>> cases = {
       {{{"gamma", "0"}}, "gamma"},
       {{{"gamma", "17"}}, "gamma"},
       {{{"gamma", "x"}}, "gamma"},
@@ -74,7 +82,7 @@ TEST(UtilityTest, ConfigErrorsNameTheKey) {
       {{{"no_such_key", "1"}}, "no_such_key"},
   };
   for (const auto& [config, key] : cases) {
-    auto policy = CreatePolicy("utility", config);
+    auto policy = engine::CreatePolicy("utility", config);
     ASSERT_FALSE(policy.ok()) << key;
     EXPECT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(policy.status().message(), HasSubstr(key));

@@ -1,13 +1,17 @@
 #include "server/engines_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "engine/builder/engine_settings.h"
 #include "engine/json_util.h"
 
 namespace moeserve::server {
@@ -17,36 +21,34 @@ using engine::EngineSpec;
 using nlohmann::json;
 namespace json_util = engine::json_util;
 
-constexpr const char* kEngineKeys[] = {"name",
-                                       "policy",
-                                       "policy_config",
-                                       "expert_cache_ratio",
-                                       "expert_cache_mb",
-                                       "slow_tier",
-                                       "link_gbps",
-                                       "link_latency_us",
-                                       "inplace_compute_ratio",
-                                       "kv_cache_mb",
-                                       "max_num_seqs",
-                                       "max_batched_tokens",
-                                       "max_waiting",
-                                       "drafter",
-                                       "num_speculative_tokens",
-                                       "draft_model_dir",
-                                       "draft_budget"};
-constexpr const char* kTopKeys[] = {"engines", "ab", "default"};
+// An engine's keys: its name and policy, then every engine setting
+// (engine/builder/engine_settings.h), in the table's order.
+const std::vector<absl::string_view>& EngineKeys() {
+  static const auto* const keys = [] {
+    auto* keys =
+        new std::vector<absl::string_view>{"name", "policy", "policy_config"};
+    for (const engine::EngineSetting& s : engine::EngineSettings()) {
+      keys->push_back(s.name);
+    }
+    return keys;
+  }();
+  return *keys;
+}
 
-template <size_t N>
-absl::Status CheckKeys(const json& obj, const char* const (&known)[N],
+const std::vector<absl::string_view>& TopKeys() {
+  static const auto* const keys =
+      new std::vector<absl::string_view>{"engines", "ab", "default"};
+  return *keys;
+}
+
+absl::Status CheckKeys(const json& obj,
+                       const std::vector<absl::string_view>& known,
                        absl::string_view where) {
   for (const auto& [key, value] : obj.items()) {
-    bool found = false;
-    for (const char* k : known) found = found || key == k;
-    if (!found) {
-      std::vector<std::string> names(std::begin(known), std::end(known));
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "unknown key '", key,
-                       "' (known: ", absl::StrJoin(names, ", "), ")"));
+                       "' (known: ", absl::StrJoin(known, ", "), ")"));
     }
   }
   return absl::OkStatus();
@@ -65,21 +67,32 @@ absl::StatusOr<std::string> ConfigValue(const json& value,
       "policy_config: key '", key, "' must be a string, number or boolean"));
 }
 
-absl::StatusOr<int> GetPositiveInt(const json& obj, absl::string_view key,
-                                   int default_value) {
-  MOESERVE_ASSIGN_OR_RETURN(int64_t v,
-                            json_util::GetInt(obj, key, default_value));
-  if (v < 0 || v > (1 << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, ": ", v, " is out of range"));
+// The value of setting `s` in `obj` (which has its key, not null), typed
+// as its row; a wrong JSON type is refused naming the key.
+absl::StatusOr<engine::SettingValue> JsonValue(const json& obj,
+                                               const engine::EngineSetting& s) {
+  switch (s.type) {
+    case engine::SettingType::kInt: {
+      MOESERVE_ASSIGN_OR_RETURN(int64_t v, json_util::GetInt(obj, s.name));
+      return engine::SettingValue(v);
+    }
+    case engine::SettingType::kDouble: {
+      MOESERVE_ASSIGN_OR_RETURN(double v, json_util::GetDouble(obj, s.name));
+      return engine::SettingValue(v);
+    }
+    case engine::SettingType::kString: {
+      MOESERVE_ASSIGN_OR_RETURN(std::string v,
+                                json_util::GetString(obj, s.name));
+      return engine::SettingValue(std::move(v));
+    }
   }
-  return static_cast<int>(v);
+  return absl::InternalError(absl::StrCat(s.name, ": unknown type"));
 }
 
 // Fills `spec` from one element of "engines" (already known to be an
 // object with a name). Errors name the key.
 absl::Status ReadEngine(const json& obj, EngineSpec* spec) {
-  MOESERVE_RETURN_IF_ERROR(CheckKeys(obj, kEngineKeys, ""));
+  MOESERVE_RETURN_IF_ERROR(CheckKeys(obj, EngineKeys(), ""));
   MOESERVE_ASSIGN_OR_RETURN(spec->policy,
                             json_util::GetString(obj, "policy", spec->name));
   spec->policy_config.clear();
@@ -103,57 +116,14 @@ absl::Status ReadEngine(const json& obj, EngineSpec* spec) {
   // An engine's own budget replaces the server-wide one whole.
   if (has_mb) spec->expert_cache_ratio = 1.0;
   if (has_ratio) spec->expert_cache_mb = 0;
-  MOESERVE_ASSIGN_OR_RETURN(spec->expert_cache_ratio,
-                            json_util::GetDouble(obj, "expert_cache_ratio",
-                                                 spec->expert_cache_ratio));
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->expert_cache_mb,
-      json_util::GetInt(obj, "expert_cache_mb", spec->expert_cache_mb));
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->slow_tier, json_util::GetString(obj, "slow_tier", spec->slow_tier));
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->link.gbps, json_util::GetDouble(obj, "link_gbps", spec->link.gbps));
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->link.latency_us,
-      json_util::GetDouble(obj, "link_latency_us", spec->link.latency_us));
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->link.inplace_compute_ratio,
-      json_util::GetDouble(obj, "inplace_compute_ratio",
-                           spec->link.inplace_compute_ratio));
-  MOESERVE_ASSIGN_OR_RETURN(
-      int kv_mb, GetPositiveInt(obj, "kv_cache_mb",
-                                static_cast<int>(spec->kv_cache_bytes >> 20)));
-  spec->kv_cache_bytes = static_cast<uint64_t>(kv_mb) << 20;
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->max_num_seqs,
-      GetPositiveInt(obj, "max_num_seqs", spec->max_num_seqs));
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->max_batched_tokens,
-      GetPositiveInt(obj, "max_batched_tokens", spec->max_batched_tokens));
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->max_waiting, GetPositiveInt(obj, "max_waiting", spec->max_waiting));
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->drafter, json_util::GetString(obj, "drafter", spec->drafter));
-  // 0..16 here; -1 (the policy's own) is what leaving the key out gives
-  // when --num_speculative_tokens is not set either.
-  if (json_util::HasNonNull(obj, "num_speculative_tokens")) {
-    MOESERVE_ASSIGN_OR_RETURN(int64_t k,
-                              json_util::GetInt(obj, "num_speculative_tokens",
-                                                spec->num_speculative_tokens));
-    if (k < 0 || k > engine::kMaxSpeculativeTokens) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "num_speculative_tokens: must be in [0, ",
-          engine::kMaxSpeculativeTokens,
-          "] (0: adaptive; leave it out for the policy's own), got ", k));
-    }
-    spec->num_speculative_tokens = static_cast<int>(k);
+  // Each setting the engine names is checked as it is read (a file may not
+  // write a setting's "left to the policy" value: it leaves the key out).
+  for (const engine::EngineSetting& s : engine::EngineSettings()) {
+    if (!json_util::HasNonNull(obj, s.name)) continue;
+    MOESERVE_ASSIGN_OR_RETURN(engine::SettingValue value, JsonValue(obj, s));
+    MOESERVE_RETURN_IF_ERROR(
+        engine::SetSetting(s, value, spec, engine::SettingSource::kFile));
   }
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->draft_model_dir,
-      json_util::GetString(obj, "draft_model_dir", spec->draft_model_dir));
-  MOESERVE_ASSIGN_OR_RETURN(
-      spec->draft_budget,
-      json_util::GetString(obj, "draft_budget", spec->draft_budget));
   return engine::CheckEngineSpec(*spec);
 }
 
@@ -203,7 +173,7 @@ absl::StatusOr<EnginesConfig> ParseEnginesConfig(absl::string_view text,
   if (!root.is_object()) {
     return absl::InvalidArgumentError("the top level must be an object");
   }
-  MOESERVE_RETURN_IF_ERROR(CheckKeys(root, kTopKeys, ""));
+  MOESERVE_RETURN_IF_ERROR(CheckKeys(root, TopKeys(), ""));
   if (!root.contains("engines") || !root.at("engines").is_array() ||
       root.at("engines").empty()) {
     return absl::InvalidArgumentError(

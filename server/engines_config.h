@@ -13,7 +13,9 @@
 //   }
 //
 // Engine keys: name (required), policy (default: the name), policy_config
-// (object; values are strings, numbers or booleans), expert_cache_ratio,
+// (object; values are strings, numbers or booleans), and every engine
+// setting under its flag's name, read and checked through the settings
+// table (engine/builder/engine_settings.h): expert_cache_ratio,
 // expert_cache_mb, slow_tier, link_gbps, link_latency_us,
 // inplace_compute_ratio, kv_cache_mb, max_num_seqs, max_batched_tokens,
 // max_waiting, drafter, num_speculative_tokens, draft_model_dir, draft_budget.

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/grpc_code_name.h"
 #include "engine/model_config.h"
-#include "engine/spec/quantized_experts.h"
+#include "engine/spec/drafter_registry.h"
 #include "server/client_message.h"
 
 namespace moeserve::server {
@@ -43,22 +43,28 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
   // ResolveEngines resolved each engine's drafter and k from its policy
   // where the flags and file left them open: the labels show what the
   // engine runs (as ListModels does).
-  // The int4 draft's bytes (what BuildEngine charges, BuiltEngine::
-  // draft_bytes) follow from the model's config alone; without a readable
-  // config.json the model will not load either, and the label is empty.
+  // A drafter's own bytes in fast memory (its DrafterTraits, e.g. the int4
+  // draft's pool: what BuildEngine charges, BuiltEngine::draft_bytes)
+  // follow from the model's config alone; without a readable config.json
+  // the model will not load either, and the label is empty.
   std::optional<engine::ModelConfig> model_config;
   for (const engine::EngineSpec& spec : options.engines) {
-    if (spec.drafter != "int4" || model_config.has_value()) continue;
+    if (!engine::spec::DrafterUsesFastMemory(spec.drafter) ||
+        model_config.has_value()) {
+      continue;
+    }
     absl::StatusOr<engine::ModelConfig> c =
         engine::LoadModelConfig(options.model_dir);
     if (c.ok()) model_config = *std::move(c);
     break;
   }
   auto draft_bytes = [&model_config](const engine::EngineSpec& spec) {
-    if (spec.drafter != "int4") return std::string("0");
+    if (!engine::spec::DrafterUsesFastMemory(spec.drafter)) {
+      return std::string("0");
+    }
     if (!model_config.has_value()) return std::string();
     absl::StatusOr<uint64_t> bytes =
-        engine::spec::QuantizedExperts::BytesFor(*model_config);
+        engine::spec::DrafterFastMemoryBytes(spec.drafter, *model_config);
     return bytes.ok() ? absl::StrCat(*bytes) : std::string();
   };
   for (const engine::EngineSpec& spec : options.engines) {

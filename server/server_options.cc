@@ -14,8 +14,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/install_paths.h"
+#include "engine/builder/engine_setting_flags.h"
+#include "engine/builder/engine_settings.h"
 #include "engine/offload/offload_policy.h"
-#include "policies/registry.h"
+#include "engine/offload/policy_registry.h"
 #include "server/engines_config.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
@@ -72,61 +74,10 @@ ABSL_FLAG(int, cuda_device, 0, "CUDA device ordinal (--backend=cuda).");
 ABSL_FLAG(int, threads, 0,
           "Compute threads (0: every core); at most 4 per core, at most "
           "1024.");
-ABSL_FLAG(int, kv_cache_mb, 256, "Paged KV cache size per engine, MiB.");
-ABSL_FLAG(int, max_num_seqs, 64, "Most sequences in one engine step.");
-ABSL_FLAG(int, max_batched_tokens, 2048,
-          "Most tokens (decode + prefill chunks) in one engine step.");
-ABSL_FLAG(int, max_waiting, 256,
-          "Most requests waiting per engine; beyond it, RESOURCE_EXHAUSTED.");
-ABSL_FLAG(double, expert_cache_ratio, 1.0,
-          "Fast-tier (expert cache) budget as a share of all expert bytes, "
-          "in (0, 1]. Ignored when --expert_cache_mb is set.");
-ABSL_FLAG(int64_t, expert_cache_mb, 0,
-          "Fast-tier (expert cache) budget in MiB per engine (0: use "
-          "--expert_cache_ratio).");
-ABSL_FLAG(std::string, slow_tier, "host",
-          "Where every expert lives: host (RAM) or disk (the safetensors "
-          "files, read with pread; O_DIRECT where the filesystem allows).");
-ABSL_FLAG(double, link_gbps, 0,
-          "Emulated slow-to-fast link bandwidth in GB/s (1e9 bytes/s), to "
-          "reproduce a GPU's PCIe transfer/compute ratio on a CPU run. 0: "
-          "off (the real copy speed).");
-ABSL_FLAG(double, link_latency_us, 0,
-          "Emulated per-transfer link latency in microseconds.");
-ABSL_FLAG(double, inplace_compute_ratio, 8,
-          "Emulated slow-tier/fast-tier compute time ratio for experts a "
-          "policy computes in place (utility): they take ratio x their "
-          "measured CPU time, overlapped with the rest of their layer, as a "
-          "CPU computing next to a GPU would. >= 1; 1 = no charge.");
 ABSL_FLAG(std::string, policy_config, "",
           "Offload policy settings of the --policy engine only, k=v,k=v "
           "(e.g. top_percent=10 for lfu_static). Other engines: "
           "--engines_config.");
-ABSL_FLAG(std::string, drafter, "",
-          "Speculative decoding drafter of every engine: a registered "
-          "drafter (self: the target restricted to its resident experts; "
-          "int4: an int4 copy of every expert), "
-          "none (no speculation, even for self_spec), or empty for each "
-          "policy's own (self_spec: self; quant_draft: int4; the others: "
-          "none). Engines in "
-          "--engines_config may set their own \"drafter\".");
-ABSL_FLAG(int, num_speculative_tokens, -1,
-          "Draft tokens per speculative step, 1 to 16 (fixed); 0: adaptive "
-          "(per sequence, from the acceptance rate); -1: the policy's own "
-          "(self_spec: its num_speculative_tokens config, 4 by default; "
-          "quant_draft and the others: adaptive, quant_draft's from its "
-          "governor). Only matters with a drafter.");
-ABSL_FLAG(std::string, draft_model_dir, "models/demo-draft",
-          "Model directory of the external drafter (reserved: passed to the "
-          "engines, read by no drafter yet).");
-ABSL_FLAG(std::string, draft_budget, "shared",
-          "Where a drafter's own expert weights (the int4 draft's pool, "
-          "quant_draft's default) come from: shared (out of each engine's "
-          "--expert_cache_ratio / --expert_cache_mb budget: the same-memory "
-          "comparison; an engine whose budget cannot hold the draft plus one "
-          "expert is refused) or extra (on top of it: the same expert "
-          "cache). Engines in --engines_config may set their own "
-          "\"draft_budget\".");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 512,
           "Largest max_new_tokens a request may ask for (and the default).");
 ABSL_FLAG(uint32_t, max_input_tokens, 2048, "Longest prompt, in tokens.");
@@ -217,35 +168,37 @@ absl::StatusOr<std::vector<EngineSpec>> ParseEngineSpecs(
     for (size_t i = 1; i < fields.size(); ++i) {
       std::pair<absl::string_view, absl::string_view> opt =
           absl::StrSplit(fields[i], absl::MaxSplits('=', 1));
-      // An engine's own budget replaces the server-wide one whole.
+      // An engine's own budget replaces the server-wide one whole. The
+      // ranges are the settings table's.
+      absl::Status st;
       if (opt.first == "ratio") {
         double ratio = 0;
-        if (!absl::SimpleAtod(opt.second, &ratio) ||
-            !(ratio > 0 && ratio <= 1)) {
-          return FlagError(
-              "engines", absl::StrCat("engine '", spec.name, "': '", fields[i],
-                                      "': ratio must be in (0, 1]"));
-        }
-        spec.expert_cache_ratio = ratio;
+        st = absl::SimpleAtod(opt.second, &ratio)
+                 ? engine::SetSetting(
+                       *engine::FindEngineSetting("expert_cache_ratio"), ratio,
+                       &spec)
+                 : absl::InvalidArgumentError("ratio must be a number");
         spec.expert_cache_mb = 0;
       } else if (opt.first == "mb") {
-        // A whole number of MiB: "0.5" used to become 0 (the ratio) and
-        // "1e30" an undefined cast.
+        // A whole number of MiB ("0.5" used to become 0, the ratio, and
+        // "1e30" an undefined cast); 0, the table's "use the ratio", means
+        // nothing here.
         int64_t mb = 0;
-        if (!absl::SimpleAtoi(opt.second, &mb) || mb < 1 ||
-            mb > engine::kMaxExpertCacheMb) {
-          return FlagError(
-              "engines",
-              absl::StrCat("engine '", spec.name, "': '", fields[i],
-                           "': mb must be a whole number of MiB in [1, ",
-                           engine::kMaxExpertCacheMb, "]"));
-        }
-        spec.expert_cache_mb = mb;
+        st = absl::SimpleAtoi(opt.second, &mb) && mb != 0
+                 ? engine::SetSetting(
+                       *engine::FindEngineSetting("expert_cache_mb"), mb, &spec)
+                 : absl::InvalidArgumentError(
+                       "mb must be a whole number of MiB, at least 1");
       } else {
         return FlagError(
             "engines",
             absl::StrCat("unknown option '", fields[i], "' of engine '",
                          spec.name, "' (want ratio=R in (0, 1] or mb=N)"));
+      }
+      if (!st.ok()) {
+        return FlagError("engines",
+                         absl::StrCat("engine '", spec.name, "': '", fields[i],
+                                      "': ", st.message()));
       }
     }
     for (const EngineSpec& seen : specs) {
@@ -402,8 +355,8 @@ absl::Status ResolveFromFlags(const EngineFlags& flags,
   if (options->engines.size() > kMaxEngines) {
     return FlagError("ab", absl::StrCat("more than ", kMaxEngines, " engines"));
   }
-  absl::StatusOr<policies::PolicyConfig> config =
-      policies::ParsePolicyConfig(flags.policy_config);
+  absl::StatusOr<engine::PolicyConfig> config =
+      engine::ParsePolicyConfig(flags.policy_config);
   if (!config.ok()) {
     return FlagError("policy_config", config.status().message());
   }
@@ -415,14 +368,15 @@ absl::Status ResolveFromFlags(const EngineFlags& flags,
 
 absl::Status ResolveEngines(const EngineFlags& flags, ServerOptions* options) {
   options->engines_config = flags.engines_config;
-  // The server-wide speculation flags first, so that a bad one is refused
-  // by its flag's name (not as some engine's setting). CheckEngineSpec's
-  // field names are the flags' names.
-  EngineSpec speculation;
-  speculation.drafter = flags.defaults.drafter;
-  speculation.num_speculative_tokens = flags.defaults.num_speculative_tokens;
-  speculation.draft_budget = flags.defaults.draft_budget;
-  if (absl::Status st = engine::CheckEngineSpec(speculation); !st.ok()) {
+  // The server-wide per-engine settings first, so that a bad one is refused
+  // by its flag's name (not as some engine's setting): CheckEngineSpec's
+  // field names are the flags' names (engine/builder/engine_settings.h).
+  // Name, policy and policy_config are no such flags: EngineSpec's own.
+  EngineSpec settings = flags.defaults;
+  settings.name = EngineSpec().name;
+  settings.policy = EngineSpec().policy;
+  settings.policy_config.clear();
+  if (absl::Status st = engine::CheckEngineSpec(settings); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("--", st.message()));
   }
   std::string source;
@@ -511,68 +465,15 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
                      " (0: every core; at most 4 per core)"));
   }
 
-  // The server-wide per-engine settings: each engine's defaults.
+  // The server-wide per-engine settings (engine/builder/engine_settings.h):
+  // every engine's defaults, each checked by its flag's name.
   EngineFlags flags;
-  EngineSpec& d = flags.defaults;
-  // Ranges are CheckEngineSpec's (engine_spec.h), checked here by flag name
-  // so that the message names the flag rather than an engine.
-  const int kv_mb = absl::GetFlag(FLAGS_kv_cache_mb);
-  if (auto st = CheckIntRange("kv_cache_mb", kv_mb, 1,
-                              engine::kMaxKvCacheBytes >> 20);
+  if (absl::Status st = engine::EngineSettingsFromFlags(&flags.defaults);
       !st.ok()) {
     return st;
   }
-  d.kv_cache_bytes = static_cast<uint64_t>(kv_mb) << 20;
-  d.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
-  d.max_batched_tokens = absl::GetFlag(FLAGS_max_batched_tokens);
-  d.max_waiting = absl::GetFlag(FLAGS_max_waiting);
-  if (auto st =
-          CheckIntRange("max_num_seqs", d.max_num_seqs, 1, engine::kMaxNumSeqs);
-      !st.ok()) {
-    return st;
-  }
-  if (auto st = CheckIntRange("max_batched_tokens", d.max_batched_tokens, 1,
-                              engine::kMaxBatchedTokens);
-      !st.ok()) {
-    return st;
-  }
-  // 0 refused every request, the warm-up's included: never ready.
-  if (auto st =
-          CheckIntRange("max_waiting", d.max_waiting, 1, engine::kMaxWaiting);
-      !st.ok()) {
-    return st;
-  }
-  d.expert_cache_ratio = absl::GetFlag(FLAGS_expert_cache_ratio);
-  if (!(d.expert_cache_ratio > 0 && d.expert_cache_ratio <= 1)) {
-    return FlagError("expert_cache_ratio", "must be in (0, 1]");
-  }
-  d.expert_cache_mb = absl::GetFlag(FLAGS_expert_cache_mb);
-  if (auto st = CheckIntRange("expert_cache_mb", d.expert_cache_mb, 0,
-                              engine::kMaxExpertCacheMb);
-      !st.ok()) {
-    return st;
-  }
-  d.slow_tier = absl::GetFlag(FLAGS_slow_tier);
-  if (d.slow_tier != "host" && d.slow_tier != "disk") {
-    return FlagError("slow_tier", absl::StrCat("must be host or disk, got '",
-                                               d.slow_tier, "'"));
-  }
-  d.link.gbps = absl::GetFlag(FLAGS_link_gbps);
-  d.link.latency_us = absl::GetFlag(FLAGS_link_latency_us);
-  d.link.inplace_compute_ratio = absl::GetFlag(FLAGS_inplace_compute_ratio);
-  // CheckEngineSpec's field names are these flags' names.
-  {
-    EngineSpec link_only;
-    link_only.link = d.link;
-    if (absl::Status st = engine::CheckEngineSpec(link_only); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("--", st.message()));
-    }
-  }
-  d.drafter = absl::GetFlag(FLAGS_drafter);
-  d.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
-  d.draft_model_dir =
-      base::ResolveDataPath(absl::GetFlag(FLAGS_draft_model_dir));
-  d.draft_budget = absl::GetFlag(FLAGS_draft_budget);
+  flags.defaults.draft_model_dir =
+      base::ResolveDataPath(flags.defaults.draft_model_dir);
   flags.policy = absl::GetFlag(FLAGS_policy);
   flags.policy_given = !flags.policy.empty();
   if (flags.policy.empty()) flags.policy = "lru";

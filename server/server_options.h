@@ -86,8 +86,8 @@ struct EngineFlags {
   std::string ab;              // --ab
   std::string engines;         // --engines
   std::string engines_config;  // --engines_config
-  // The server-wide per-engine flags (including --drafter,
-  // --num_speculative_tokens, --draft_model_dir): every engine's defaults.
+  // The server-wide per-engine flags (engine/builder/engine_settings.h:
+  // --kv_cache_mb, --link_gbps, --drafter, ...): every engine's defaults.
   engine::EngineSpec defaults;
 };
 
@@ -95,7 +95,8 @@ struct EngineFlags {
 // engine (policy registered, policy_config keys, drafter registered, ranges)
 // and resolving the drafter and num_speculative_tokens each engine leaves
 // to its policy. Errors name the flag (and the file), the engine and the
-// key; a bad --drafter / --num_speculative_tokens is named as that flag.
+// key; a bad value in flags.defaults (--drafter, --max_waiting, ...) is
+// named as that flag.
 absl::Status ResolveEngines(const EngineFlags& flags, ServerOptions* options);
 
 // Reads every flag and checks it; errors name the flag.

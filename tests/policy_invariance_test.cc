@@ -1,7 +1,7 @@
 // The offload invariant (DESIGN.md): a policy decides only where expert
 // weights are and when they move, never what is computed. Greedy output must
 // be identical for every registered policy (with the test config its
-// registration supplies, policies::PolicyTestConfig; no list here) x
+// registration supplies, engine::PolicyTestConfig; no list here) x
 // fast-tier budget x link speed x slow tier,
 // on the trained demo model and on an architecture fixture with a shared
 // expert (qwen2_moe), with several requests batched together, and for every
@@ -19,12 +19,12 @@
 #include "engine/builder/engine_builder.h"
 #include "engine/engine.h"
 #include "engine/model_weights.h"
+#include "engine/offload/policy_registry.h"
 #include "engine/testing/golden.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "policies/registry.h"
 
 namespace moeserve {
 namespace {
@@ -154,7 +154,7 @@ TEST_P(PolicyInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
   engine::EngineSpec spec;
   spec.name = policy;
   spec.policy = policy;
-  spec.policy_config = policies::PolicyTestConfig(policy);
+  spec.policy_config = engine::PolicyTestConfig(policy);
   const uint64_t blob = f.weights->expert({0, 0}).bytes;
   // "layer": room for exactly one token's top-k blobs of one layer.
   spec.expert_cache_ratio = budget == "25%" ? 0.25 : 1.0;
@@ -191,14 +191,14 @@ std::string Name(const ::testing::TestParamInfo<Params>& info) {
 
 // The matrix below is empty if no policy is linked in.
 TEST(PolicyInvarianceMatrixTest, SomePolicyIsRegistered) {
-  EXPECT_FALSE(policies::RegisteredPolicies().empty());
+  EXPECT_FALSE(engine::RegisteredPolicies().empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Matrix, PolicyInvarianceTest,
     ::testing::Combine(::testing::Values("mixtral_demo", "qwen2_moe",
                                          "qwen3_demo_fg", "qwen3_demo_draft"),
-                       ::testing::ValuesIn(policies::RegisteredPolicies()),
+                       ::testing::ValuesIn(engine::RegisteredPolicies()),
                        ::testing::Values("layer", "25%", "100%"),
                        ::testing::Bool(), ::testing::Values("host", "disk"),
                        ::testing::Values("cpu", "cpu_dev", "cuda")),

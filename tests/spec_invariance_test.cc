@@ -25,12 +25,12 @@
 #include "engine/builder/engine_builder.h"
 #include "engine/engine.h"
 #include "engine/model_weights.h"
+#include "engine/offload/policy_registry.h"
 #include "engine/spec/testing/test_drafters.h"
 #include "engine/testing/golden.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "policies/registry.h"
 
 namespace moeserve {
 namespace {
@@ -180,7 +180,7 @@ TEST_P(SpecInvarianceTest, GreedyOutputIsIdenticalToPlainDecoding) {
   engine::EngineSpec spec;
   spec.name = policy;
   spec.policy = policy;
-  spec.policy_config = policies::PolicyTestConfig(policy);
+  spec.policy_config = engine::PolicyTestConfig(policy);
   spec.drafter = drafter;
   spec.num_speculative_tokens = k;
   // The int4 pool on top of the budget: "layer" could not hold it.
@@ -238,7 +238,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("mixtral_demo", "qwen3_demo_fg"),
                        ::testing::Values("oracle", "adversarial", "repeat_last",
                                          "self", "int4", "external"),
-                       ::testing::ValuesIn(policies::RegisteredPolicies()),
+                       ::testing::ValuesIn(engine::RegisteredPolicies()),
                        ::testing::Values("layer", "25%", "100%"),
                        ::testing::Values(1, 4, 0)),
     Name);

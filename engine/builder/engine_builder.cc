@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "engine/builder/offload_stack.h"
+#include "engine/offload/expert_residency.h"
+#include "engine/offload/policy_registry.h"
+#include "engine/offload/slow_tier.h"
 #include "engine/spec/drafter_registry.h"
-#include "engine/spec/quantized_experts.h"
-#include "policies/registry.h"
 
 namespace moeserve::engine {
 namespace {
@@ -18,19 +18,22 @@ absl::Status InEngine(const EngineSpec& spec, const absl::Status& status) {
                                                   "': ", status.message()));
 }
 
-// The int4 draft's pool lives in fast memory: with draft_budget "shared"
-// it comes out of the expert cache's budget.
+// A drafter's own weights in fast memory (its DrafterTraits, e.g. the int4
+// draft's pool): with draft_budget "shared" they come out of the expert
+// cache's budget.
 absl::Status ChargeDraftMemory(const ModelWeights& weights,
                                BuiltEngine* built) {
-  if (built->spec.drafter != "int4") return absl::OkStatus();
-  MOESERVE_ASSIGN_OR_RETURN(built->draft_bytes,
-                            spec::QuantizedExperts::BytesFor(weights.config()));
-  if (built->spec.draft_budget != "shared") return absl::OkStatus();
+  MOESERVE_ASSIGN_OR_RETURN(
+      built->draft_bytes,
+      spec::DrafterFastMemoryBytes(built->spec.drafter, weights.config()));
+  if (built->draft_bytes == 0 || built->spec.draft_budget != "shared") {
+    return absl::OkStatus();
+  }
   const uint64_t blob = weights.expert({0, 0}).bytes;
   if (built->expert_cache_bytes < built->draft_bytes + blob) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "expert_cache_ratio: the int4 draft takes ", built->draft_bytes,
-        " bytes of the ", built->expert_cache_bytes,
+        "expert_cache_ratio: the ", built->spec.drafter, " draft takes ",
+        built->draft_bytes, " bytes of the ", built->expert_cache_bytes,
         "-byte fast-tier budget, leaving less than one expert slot (", blob,
         " bytes); raise the budget or set draft_budget extra"));
   }
@@ -54,6 +57,21 @@ absl::Status ExportDraftBytes(metrics::Registry* registry,
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertResidency>> NewResidency(
+    const ModelWeights* weights, const EngineSpec& spec,
+    uint64_t capacity_bytes, kernels::Backend* fast_tier_backend,
+    metrics::Registry* registry) {
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<OffloadPolicy> policy,
+                            CreatePolicy(spec.policy, spec.policy_config));
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<SlowTier> slow,
+                            spec.slow_tier == "disk"
+                                ? NewDiskSlowTier(weights)
+                                : NewHostSlowTier(weights));
+  return ExpertResidency::Create(weights, std::move(slow), capacity_bytes,
+                                 spec.link, std::move(policy), registry,
+                                 spec.name, fast_tier_backend);
+}
 
 absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
                                         const EngineSpec& spec) {
@@ -91,16 +109,14 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
               !spec.fast_tier_in_backend_memory
           ? nullptr
           : model.backend;
-  OffloadStack* stack = nullptr;
-  auto make_experts = [&](PredictFn predict)
-      -> absl::StatusOr<std::unique_ptr<ExpertProvider>> {
-    absl::StatusOr<std::unique_ptr<OffloadStack>> s = OffloadStack::Create(
-        model.weights, spec, built.expert_cache_bytes, fast_tier_backend,
-        model.registry, std::move(predict));
-    if (!s.ok()) return s.status();
-    stack = s->get();
-    return std::unique_ptr<ExpertProvider>(*std::move(s));
-  };
+  // The engine's two-tier expert memory: the residency, owning its policy
+  // and slow tier; the engine owns the residency.
+  absl::StatusOr<std::unique_ptr<ExpertResidency>> residency =
+      NewResidency(model.weights, spec, built.expert_cache_bytes,
+                   fast_tier_backend, model.registry);
+  if (!residency.ok()) return InEngine(spec, residency.status());
+  ExpertResidency* raw_residency = residency->get();
+  options.advisor = raw_residency;
   if (built.spec.drafter != "none") {
     const spec::DrafterFactory* factory = spec::FindDrafter(built.spec.drafter);
     if (factory == nullptr) {
@@ -108,30 +124,30 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
           spec, absl::NotFoundError(absl::StrCat(
                     "drafter '", built.spec.drafter, "' is not registered")));
     }
-    // Runs inside Engine::Create, after make_experts built the stack.
-    options.make_drafter = [&model, &stack, factory,
-                            draft_model_dir = built.spec.draft_model_dir](
-                               MoeModel* target, KvCache* kv) {
-      spec::DrafterContext context;
-      context.weights = model.weights;
+    spec::DrafterContext context;
+    context.weights = model.weights;
+    context.draft_experts = raw_residency->draft_experts();
+    context.residency = raw_residency;
+    context.policy = raw_residency->policy();
+    context.backend = model.backend;
+    context.draft_model_dir = built.spec.draft_model_dir;
+    // Runs inside Engine::Create, once the target model and KV cache exist.
+    options.make_drafter = [factory, context](MoeModel* target,
+                                              KvCache* kv) mutable {
       context.target = target;
       context.kv = kv;
-      context.draft_experts = stack->mutable_residency().draft_experts();
-      context.residency = &stack->residency();
-      context.policy = stack->policy();
-      context.backend = model.backend;
-      context.draft_model_dir = draft_model_dir;
       return (*factory)(context);
     };
   }
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
-      model.weights, model.tokenizer, model.backend, options, make_experts);
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(model.weights, model.tokenizer, model.backend, options,
+                     *std::move(residency));
   if (!engine.ok()) return InEngine(spec, engine.status());
   built.engine = *std::move(engine);
   if (absl::Status st = ExportDraftBytes(model.registry, built); !st.ok()) {
     return InEngine(spec, st);
   }
-  built.residency = &stack->residency();
+  built.residency = raw_residency;
   return built;
 }
 

@@ -1,10 +1,14 @@
 // BuildEngine: the one function that turns a loaded model plus an
 // EngineSpec into a running engine (offload policy + slow tier + fast tier
-// + link + scheduler). The server, moeserve_bench and every test that needs
-// an offloaded engine call it; nothing else assembles one.
+// + link + scheduler, and the drafter). The server, moeserve_bench and
+// every test that needs an offloaded engine call it; nothing else
+// assembles one. The engine owns the residency, which owns the policy and
+// the slow tier; the residency is also the engine's SpeculationAdvisor.
 //
-// Layering: this package sits above policies/ (it creates policies by name)
-// and below server/ and tools/. engine/ itself never includes it.
+// Layering: this package creates policies and drafters by name through
+// their registries (engine/offload/policy_registry.h,
+// engine/spec/drafter_registry.h) and links every registered one; it sits
+// below server/ and tools/. The rest of engine/ never includes it.
 #ifndef MOESERVE_ENGINE_BUILDER_ENGINE_BUILDER_H_
 #define MOESERVE_ENGINE_BUILDER_ENGINE_BUILDER_H_
 
@@ -50,6 +54,18 @@ struct BuiltEngine {
 // REQUIRES: for spec.slow_tier "host", model.weights has packed experts.
 absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
                                         const EngineSpec& spec);
+
+// The two-tier expert memory `spec` asks for with `capacity_bytes` of fast
+// tier: its policy (by name), its slow tier (host RAM or disk) and the
+// residency over them, which owns both. BuildEngine hands it to the engine,
+// which owns it. `fast_tier_backend`: the backend whose memory holds the
+// expert slots (VRAM on CUDA); null for host RAM. Borrowed, as are
+// `weights` and `registry` (may be null).
+// REQUIRES: for slow_tier "host", `weights` was loaded with packed experts.
+absl::StatusOr<std::unique_ptr<ExpertResidency>> NewResidency(
+    const ModelWeights* weights, const EngineSpec& spec,
+    uint64_t capacity_bytes, kernels::Backend* fast_tier_backend,
+    metrics::Registry* registry);
 
 // Whether weights for these specs must be loaded with packed experts (any
 // engine with a host slow tier).

@@ -6,8 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/builder/engine_settings.h"
+#include "engine/offload/policy_registry.h"
 #include "engine/spec/drafter_registry.h"
-#include "policies/registry.h"
 
 namespace moeserve::engine {
 namespace {
@@ -30,63 +31,8 @@ absl::Status CheckEngineSpec(const EngineSpec& spec) {
     return FieldError("name",
                       absl::StrCat("'", spec.name, "' is not [a-z0-9_]{1,64}"));
   }
-  if (!(spec.expert_cache_ratio > 0 && spec.expert_cache_ratio <= 1)) {
-    return FieldError(
-        "expert_cache_ratio",
-        absl::StrCat("must be in (0, 1], got ", spec.expert_cache_ratio));
-  }
-  if (spec.expert_cache_mb < 0 || spec.expert_cache_mb > kMaxExpertCacheMb) {
-    return FieldError("expert_cache_mb",
-                      absl::StrCat("must be in [1, ", kMaxExpertCacheMb,
-                                   "] MiB (0: use expert_cache_ratio), got ",
-                                   spec.expert_cache_mb));
-  }
-  if (spec.slow_tier != "host" && spec.slow_tier != "disk") {
-    return FieldError("slow_tier", absl::StrCat("must be host or disk, got '",
-                                                spec.slow_tier, "'"));
-  }
-  // NaN fails every comparison below, so each check is written to accept.
-  const double gbps = spec.link.gbps;
-  if (!(gbps == 0 || (gbps >= kMinLinkGbps && gbps <= kMaxLinkGbps))) {
-    return FieldError(
-        "link_gbps", absl::StrCat("must be 0 (off) or in [", kMinLinkGbps, ", ",
-                                  kMaxLinkGbps, "] GB/s, got ", gbps));
-  }
-  if (!(spec.link.latency_us >= 0 &&
-        spec.link.latency_us <= kMaxLinkLatencyUs)) {
-    return FieldError("link_latency_us",
-                      absl::StrCat("must be in [0, ", kMaxLinkLatencyUs,
-                                   "], got ", spec.link.latency_us));
-  }
-  if (!(spec.link.inplace_compute_ratio >= 1 &&
-        spec.link.inplace_compute_ratio <= kMaxInplaceComputeRatio)) {
-    return FieldError("inplace_compute_ratio",
-                      absl::StrCat("must be in [1, ", kMaxInplaceComputeRatio,
-                                   "], got ", spec.link.inplace_compute_ratio));
-  }
-  if (spec.kv_cache_bytes < (1u << 20) ||
-      spec.kv_cache_bytes > kMaxKvCacheBytes) {
-    return FieldError("kv_cache_mb", absl::StrCat("must be in [1, ",
-                                                  kMaxKvCacheBytes >> 20, "]"));
-  }
-  if (spec.max_num_seqs < 1 || spec.max_num_seqs > kMaxNumSeqs) {
-    return FieldError("max_num_seqs",
-                      absl::StrCat("must be in [1, ", kMaxNumSeqs, "], got ",
-                                   spec.max_num_seqs));
-  }
-  if (spec.max_batched_tokens < 1 ||
-      spec.max_batched_tokens > kMaxBatchedTokens) {
-    return FieldError("max_batched_tokens",
-                      absl::StrCat("must be in [1, ", kMaxBatchedTokens,
-                                   "], got ", spec.max_batched_tokens));
-  }
-  // 0 would refuse every request, the engine's own warm-up included: the
-  // server would never become ready.
-  if (spec.max_waiting < 1 || spec.max_waiting > kMaxWaiting) {
-    return FieldError("max_waiting",
-                      absl::StrCat("must be in [1, ", kMaxWaiting, "], got ",
-                                   spec.max_waiting));
-  }
+  // Every setting's range (engine_settings.h).
+  if (absl::Status st = CheckEngineSettings(spec); !st.ok()) return st;
   if (!spec.drafter.empty() && spec.drafter != "none" &&
       spec::FindDrafter(spec.drafter) == nullptr) {
     return FieldError(
@@ -94,21 +40,9 @@ absl::Status CheckEngineSpec(const EngineSpec& spec) {
         absl::StrCat("unknown drafter '", spec.drafter, "' (registered: none, ",
                      absl::StrJoin(spec::RegisteredDrafters(), ", "), ")"));
   }
-  if (spec.draft_budget != "shared" && spec.draft_budget != "extra") {
-    return FieldError(
-        "draft_budget",
-        absl::StrCat("must be shared or extra, got '", spec.draft_budget, "'"));
-  }
-  if (spec.num_speculative_tokens < -1 ||
-      spec.num_speculative_tokens > kMaxSpeculativeTokens) {
-    return FieldError(
-        "num_speculative_tokens",
-        absl::StrCat("must be in [0, ", kMaxSpeculativeTokens,
-                     "] (0: adaptive), got ", spec.num_speculative_tokens));
-  }
   // The factory is the authority on its keys: build one and drop it.
   absl::StatusOr<std::unique_ptr<OffloadPolicy>> policy =
-      policies::CreatePolicy(spec.policy, spec.policy_config);
+      CreatePolicy(spec.policy, spec.policy_config);
   if (!policy.ok()) {
     return absl::Status(
         policy.status().code(),
@@ -146,14 +80,13 @@ absl::Status ResolveSpeculation(EngineSpec* spec) {
   if (!spec->drafter.empty() && spec->num_speculative_tokens >= 0) {
     return absl::OkStatus();
   }
-  absl::StatusOr<std::unique_ptr<OffloadPolicy>> policy =
-      policies::CreatePolicy(spec->policy, spec->policy_config);
-  if (!policy.ok()) return policy.status();
-  if (spec->drafter.empty()) {
-    spec->drafter = std::string((*policy)->default_drafter());
-  }
+  // The policy's registered traits; no policy is built.
+  absl::StatusOr<SpeculationDefaults> defaults =
+      PolicySpeculation(spec->policy, spec->policy_config);
+  if (!defaults.ok()) return defaults.status();
+  if (spec->drafter.empty()) spec->drafter = defaults->drafter;
   if (spec->num_speculative_tokens < 0) {
-    spec->num_speculative_tokens = (*policy)->default_num_speculative_tokens();
+    spec->num_speculative_tokens = defaults->num_speculative_tokens;
     if (spec->num_speculative_tokens < 0 ||
         spec->num_speculative_tokens > kMaxSpeculativeTokens) {
       return FieldError(

@@ -25,7 +25,7 @@ struct EngineSpec {
   // What requests (`policy` field), --ab and the `policy` metric label call
   // this engine: [a-z0-9_]{1,64}.
   std::string name = "lru";
-  // Offload policy, by registry name (policies/registry.h).
+  // Offload policy, by registry name (engine/offload/policy_registry.h).
   std::string policy = "lru";
   // The policy's own settings (key -> value), checked by its factory.
   std::map<std::string, std::string> policy_config;
@@ -53,7 +53,7 @@ struct EngineSpec {
 
   // Speculative decoding. drafter: a registered drafter
   // (engine/spec/drafter_registry.h: self, ...), "none", or "" for the
-  // policy's own (OffloadPolicy::default_drafter: self_spec -> self, the
+  // policy's own (its registered PolicyTraits: self_spec -> self, the
   // others none). num_speculative_tokens: draft tokens per step, > 0 fixed,
   // 0 adaptive, -1 the policy's own (adaptive for a policy without one).
   // BuildEngine resolves both; BuiltEngine::spec holds the result.
@@ -69,7 +69,8 @@ struct EngineSpec {
 // The most draft tokens per step an engine may ask for.
 inline constexpr int kMaxSpeculativeTokens = 16;
 
-// Bounds CheckEngineSpec enforces (issue 16: values outside them were
+// Bounds CheckEngineSpec enforces through the settings table
+// (engine_settings.h; issue 16: values outside them were
 // accepted and then misapplied: a budget that wrapped when turned into
 // bytes, a link so slow that its arithmetic overflowed into "no throttle").
 // Fast-tier budget: 1 MiB .. 16 TiB (a budget above the model's experts
@@ -90,19 +91,22 @@ inline constexpr int kMaxWaiting = 1 << 20;
 // True for a usable engine name: [a-z0-9_], 1 to 64 characters.
 bool IsValidEngineName(std::string_view name);
 
-// Checks every field of `spec`: ranges, the slow tier, the drafter, that
+// Checks every field of `spec`: each setting's range or choices (the
+// table in engine_settings.h), the drafter, that
 // the policy is registered and that its factory accepts policy_config.
 // INVALID_ARGUMENT (NOT_FOUND for an unknown policy) naming the field or the
 // policy_config key; the message does not repeat the engine's name (callers
 // prefix it with where the spec came from).
 absl::Status CheckEngineSpec(const EngineSpec& spec);
 
-// Fills in the drafter and k that `spec` leaves to its policy
-// (OffloadPolicy::default_drafter, default_num_speculative_tokens), so that
-// what an engine reports (ListModels, moeserve_engine_info, logs) is what it
-// runs. BuildEngine calls it; so does the server before it registers
-// engine_info. Errors: the policy's (unknown name, bad policy_config) or a
-// policy k outside [0, kMaxSpeculativeTokens].
+// Fills in the drafter and k that `spec` leaves to its policy (the
+// policy's registered traits, PolicySpeculation in
+// engine/offload/policy_registry.h; no policy is built), so that what an
+// engine reports (ListModels, moeserve_engine_info, logs) is what it runs.
+// BuildEngine calls it; so does the server before it registers
+// engine_info, both after CheckEngineSpec. Errors: the registry's (unknown
+// policy; a malformed policy_config key the traits read) or a policy k
+// outside [0, kMaxSpeculativeTokens].
 absl::Status ResolveSpeculation(EngineSpec* spec);
 
 // Fast-tier bytes for `spec`'s budget on `weights` (at least one blob; a

@@ -35,7 +35,7 @@ bool Resolve(void* handle, const char* name, F* fn, std::string* error) {
 }
 
 // GCC defines __SANITIZE_*__; clang before 15 only answers __has_feature
-// (the libFuzzer targets of engine/fuzz are built with clang).
+// (the libFuzzer targets, tests/fuzz/run_fuzzers.sh, are built with clang).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define MOESERVE_SANITIZED 1
 #elif defined(__has_feature)

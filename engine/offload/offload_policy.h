@@ -209,12 +209,8 @@ class OffloadPolicy {
 
   virtual std::string_view name() const = 0;
 
-  // The drafter a speculative policy brings (engine/spec/drafter_registry.h
-  // names; "none": not speculative) and its k (draft tokens per step; 0 =
-  // adaptive). An engine's --drafter / --num_speculative_tokens override
-  // them.
-  virtual std::string_view default_drafter() const { return "none"; }
-  virtual int default_num_speculative_tokens() const { return 0; }
+  // (The drafter and k a speculative policy brings are its registration's
+  // traits, read without building it: policy_registry.h, PolicyTraits.)
 
   // The draft length k for this step, in [0, q.max_k]; -1: the engine's own
   // k.

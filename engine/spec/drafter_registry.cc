@@ -1,48 +1,52 @@
 #include "engine/spec/drafter_registry.h"
 
-#include <map>
 #include <utility>
 
-#include "base/mutex.h"
+#include "base/named_registry.h"
 
 namespace moeserve::engine::spec {
 namespace {
 
-struct Registry {
-  base::Mutex mu;
-  std::map<std::string, DrafterFactory, std::less<>> factories
-      ABSL_GUARDED_BY(mu);
+struct Registration {
+  DrafterFactory factory;
+  DrafterTraits traits;
 };
 
-Registry& TheRegistry() {
-  static auto* registry = new Registry;
+base::NamedRegistry<Registration>& Drafters() {
+  static auto* registry = new base::NamedRegistry<Registration>("drafter");
   return *registry;
 }
 
 }  // namespace
 
 const DrafterFactory* FindDrafter(std::string_view name) {
-  Registry& r = TheRegistry();
-  base::MutexLock lock(&r.mu);
-  auto it = r.factories.find(name);
-  // Factories are never removed, so the pointer stays valid.
-  return it == r.factories.end() ? nullptr : &it->second;
+  const Registration* r = Drafters().Find(name);
+  return r == nullptr ? nullptr : &r->factory;
 }
 
-std::vector<std::string> RegisteredDrafters() {
-  Registry& r = TheRegistry();
-  base::MutexLock lock(&r.mu);
-  std::vector<std::string> names;
-  for (const auto& [name, factory] : r.factories) names.push_back(name);
-  return names;
+const DrafterTraits* FindDrafterTraits(std::string_view name) {
+  const Registration* r = Drafters().Find(name);
+  return r == nullptr ? nullptr : &r->traits;
+}
+
+std::vector<std::string> RegisteredDrafters() { return Drafters().Names(); }
+
+bool DrafterUsesFastMemory(std::string_view name) {
+  const DrafterTraits* traits = FindDrafterTraits(name);
+  return traits != nullptr && traits->fast_memory_bytes != nullptr;
+}
+
+absl::StatusOr<uint64_t> DrafterFastMemoryBytes(std::string_view name,
+                                                const ModelConfig& config) {
+  if (!DrafterUsesFastMemory(name)) return 0;
+  return FindDrafterTraits(name)->fast_memory_bytes(config);
 }
 
 namespace internal {
-DrafterRegistration::DrafterRegistration(const char* name,
-                                         DrafterFactory factory) {
-  Registry& r = TheRegistry();
-  base::MutexLock lock(&r.mu);
-  r.factories.emplace(name, std::move(factory));
+bool RegisterDrafter(std::string_view name, DrafterFactory factory,
+                     DrafterTraits traits) {
+  return Drafters().Register(
+      name, Registration{std::move(factory), std::move(traits)});
 }
 }  // namespace internal
 

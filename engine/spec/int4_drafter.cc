@@ -26,6 +26,8 @@ Int4Drafter::Int4Drafter(const DrafterContext& context,
     // here and lives as long as the drafter.
     : ModelDrafter(context, experts.get()), experts_(std::move(experts)) {}
 
-MOESERVE_REGISTER_DRAFTER("int4", Int4Drafter::Create);
+// Its pool of int4 experts lives in fast memory.
+MOESERVE_REGISTER_DRAFTER("int4", Int4Drafter::Create,
+                          {.fast_memory_bytes = QuantizedExperts::BytesFor});
 
 }  // namespace moeserve::engine::spec

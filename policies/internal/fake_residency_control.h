@@ -49,10 +49,10 @@
 
 #include "engine/offload/hook_queue.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "engine/offload/residency_accounting.h"
 #include "engine/offload/slot_pool.h"
 #include "gtest/gtest.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies::testing {
 
@@ -61,7 +61,7 @@ using Id = std::pair<int, int>;  // (layer, expert), printable by gtest
 // P::Create(config); a refusal fails the calling test.
 template <typename P>
 std::unique_ptr<engine::OffloadPolicy> CreatePolicyOrFail(
-    const PolicyConfig& config = {}) {
+    const engine::PolicyConfig& config = {}) {
   auto policy = P::Create(config);
   EXPECT_TRUE(policy.ok()) << policy.status();
   return *std::move(policy);

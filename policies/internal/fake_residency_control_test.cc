@@ -27,10 +27,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/offload/expert_residency.h"
+#include "engine/offload/policy_registry.h"
 #include "engine/offload/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "policies/registry.h"
 
 namespace moeserve::policies {
 namespace {
@@ -213,7 +213,7 @@ struct Outcome {
 };
 
 std::unique_ptr<engine::OffloadPolicy> NewPolicy(const std::string& name) {
-  auto policy = CreatePolicy(name, PolicyTestConfig(name));
+  auto policy = engine::CreatePolicy(name, engine::PolicyTestConfig(name));
   EXPECT_TRUE(policy.ok()) << policy.status();
   return policy.ok() ? *std::move(policy) : nullptr;
 }
@@ -245,16 +245,22 @@ Outcome RunReal(const std::string& name, int slots,
                 const std::vector<std::vector<Layer>>& workload) {
   auto inner = NewPolicy(name);
   TracingPolicy policy(inner.get());
-  std::map<int, std::vector<int>> predictions;
-  auto predict = [&predictions](int layer, const float*, int64_t, int) {
-    return predictions[layer];
-  };
+  // The layers' predictions the workload scripts, as the model's routers.
+  struct ScriptedProbe final : engine::RouterProbe {
+    std::map<int, std::vector<int>> predictions;
+    std::vector<int> PredictExperts(int layer, const float*, int64_t,
+                                    int) override {
+      return predictions[layer];
+    }
+  } probe;
+  std::map<int, std::vector<int>>& predictions = probe.predictions;
   auto r = engine::ExpertResidency::Create(
       &w, slow, slots * w.expert({0, 0}).bytes, engine::LinkOptions{}, &policy,
-      predict, nullptr, name);
+      nullptr, name);
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return {};
   engine::ExpertResidency* res = r->get();
+  res->AttachRouterProbe(&probe);
   policy.set_wait([res] { res->WaitIdle(); });
   for (size_t s = 0; s < workload.size(); ++s) {
     res->BeginStep({.step = static_cast<int64_t>(s)});
@@ -440,7 +446,7 @@ TEST_P(FakeVersusResidencyTest, SameTraceSameCounts) {
 
 INSTANTIATE_TEST_SUITE_P(
     EveryRegisteredPolicy, FakeVersusResidencyTest,
-    ::testing::Combine(::testing::ValuesIn(RegisteredPolicies()),
+    ::testing::Combine(::testing::ValuesIn(engine::RegisteredPolicies()),
                        ::testing::Values(2, 3, 5, 16)),
     [](const auto& info) {
       return absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param),

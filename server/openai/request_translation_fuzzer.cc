@@ -10,7 +10,7 @@
 // has consistent logprobs fields (generate.logprobs = max(1, N), 0 without)
 // and, on chat, at least one message; rendering refuses only with
 // INVALID_ARGUMENT; the validator's refusals are INVALID_ARGUMENT too.
-// Built and run by engine/fuzz/run_fuzzers.sh (request_translation_fuzzer).
+// Built and run by tests/fuzz/run_fuzzers.sh (request_translation_fuzzer).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

@@ -9,7 +9,7 @@
 // again in reverse order gives the same identities. Bit 0 set: the bytes are
 // an Authorization header checked against a fixed token set; only
 // "Bearer <a token of the set>" may pass, with that token's identity.
-// Built and run by engine/fuzz/run_fuzzers.sh (bearer_tokens_fuzzer).
+// Built and run by tests/fuzz/run_fuzzers.sh (bearer_tokens_fuzzer).
 #include <cstddef>
 #include <cstdint>
 #include <string>

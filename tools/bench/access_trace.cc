@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/offload/offload_policy.h"
-#include "policies/registry.h"
+#include "engine/offload/policy_registry.h"
 
 namespace moeserve::bench {
 namespace {
@@ -41,12 +41,6 @@ class TracingPolicy final : public engine::OffloadPolicy {
       : inner_(std::move(inner)), trace_(std::move(trace)) {}
 
   std::string_view name() const override { return inner_->name(); }
-  std::string_view default_drafter() const override {
-    return inner_->default_drafter();
-  }
-  int default_num_speculative_tokens() const override {
-    return inner_->default_num_speculative_tokens();
-  }
   int ChooseDraftLength(const engine::DraftLengthQuery& q) override {
     return inner_->ChooseDraftLength(q);
   }
@@ -84,17 +78,21 @@ class TracingPolicy final : public engine::OffloadPolicy {
   const std::shared_ptr<AccessTrace> trace_;
 };
 
+absl::Status NeedsKeys() {
+  return absl::InvalidArgumentError(
+      absl::StrCat(kPolicyName, ": needs ", kInnerKey, " and ", kTraceKey,
+                   " (tools/bench/access_trace.h)"));
+}
+
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> CreateTracing(
-    const policies::PolicyConfig& config) {
-  policies::PolicyConfig rest = config;
+    const engine::PolicyConfig& config) {
+  engine::PolicyConfig rest = config;
   auto inner_it = rest.find(kInnerKey);
   auto trace_it = rest.find(kTraceKey);
   int64_t id = 0;
   if (inner_it == rest.end() || trace_it == rest.end() ||
       !absl::SimpleAtoi(trace_it->second, &id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kPolicyName, ": needs ", kInnerKey, " and ", kTraceKey,
-                     " (tools/bench/access_trace.h)"));
+    return NeedsKeys();
   }
   std::shared_ptr<AccessTrace> trace = FindTrace(id);
   if (trace == nullptr) {
@@ -105,13 +103,26 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> CreateTracing(
   rest.erase(kInnerKey);
   rest.erase(kTraceKey);
   absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> inner =
-      policies::CreatePolicy(inner_name, rest);
+      engine::CreatePolicy(inner_name, rest);
   if (!inner.ok()) return inner.status();
   return std::unique_ptr<engine::OffloadPolicy>(
       new TracingPolicy(*std::move(inner), std::move(trace)));
 }
 
-MOESERVE_REGISTER_POLICY(kPolicyName, CreateTracing);
+// The wrapped policy's speculation (its traits), as if it ran unwrapped.
+absl::StatusOr<engine::SpeculationDefaults> TracingSpeculation(
+    const engine::PolicyConfig& config) {
+  engine::PolicyConfig rest = config;
+  auto inner_it = rest.find(kInnerKey);
+  if (inner_it == rest.end() || !rest.contains(kTraceKey)) return NeedsKeys();
+  const std::string inner_name = inner_it->second;
+  rest.erase(kInnerKey);
+  rest.erase(kTraceKey);
+  return engine::PolicySpeculation(inner_name, rest);
+}
+
+MOESERVE_REGISTER_POLICY(kPolicyName, CreateTracing,
+                         {.speculation = TracingSpeculation});
 
 }  // namespace
 

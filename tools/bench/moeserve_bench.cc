@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +24,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/flag_help.h"
+#include "engine/builder/engine_setting_flags.h"
+#include "engine/builder/engine_spec.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tools/bench/generated_model.h"
@@ -86,28 +89,23 @@ ABSL_FLAG(std::string, drafters, "own",
           "(self, int4, ...), none (no speculation, even for self_spec or "
           "quant_draft), or own / an empty entry (the policy's own drafter), "
           "e.g. --drafters=own,none,int4.");
-ABSL_FLAG(std::string, draft_model_dir, "models/demo-draft",
-          "Policy mode: the external drafter's model (cutoff, utility and "
-          "throughput use it by default; --drafters=external).");
 ABSL_FLAG(std::string, draft_budget, "shared",
           "Policy mode: comma list of EngineSpec::draft_budget values for "
           "cells whose drafter has its own pool in fast memory (int4): "
           "shared (taken from the fast-tier budget: same memory) and/or "
           "extra (added on top: same expert cache).");
-ABSL_FLAG(int, num_speculative_tokens, -1,
-          "Policy mode: draft tokens per step for every drafted cell: > 0 "
-          "fixed, 0 adaptive, -1 the policy's own (adaptive for a policy "
-          "without one; self_spec: its num_speculative_tokens, 4).");
 ABSL_FLAG(std::string, expert_cache_ratio, "0.25,0.5",
           "Policy mode: fast-tier budget(s) as a share of all expert bytes.");
-ABSL_FLAG(double, link_gbps, 0,
-          "Policy mode: emulated link GB/s (0 = no emulation).");
-ABSL_FLAG(double, link_latency_us, 0,
-          "Policy mode: emulated per-transfer latency in microseconds.");
-ABSL_FLAG(double, inplace_compute_ratio, 8,
-          "Policy mode: emulated slow/fast compute time ratio charged to "
-          "experts computed in place (LinkOptions::inplace_compute_ratio).");
-ABSL_FLAG(std::string, slow_tier, "host", "Policy mode: host or disk.");
+// The engine settings the bench takes as they are (their name, default,
+// help and range are the settings table's, engine/builder/engine_settings.h;
+// policy and optimize modes). --expert_cache_ratio, --draft_budget,
+// --drafters and --concurrency above and below are lists to sweep instead.
+MOESERVE_ENGINE_SETTING_FLAG(std::string, slow_tier);
+MOESERVE_ENGINE_SETTING_FLAG(double, link_gbps);
+MOESERVE_ENGINE_SETTING_FLAG(double, link_latency_us);
+MOESERVE_ENGINE_SETTING_FLAG(double, inplace_compute_ratio);
+MOESERVE_ENGINE_SETTING_FLAG(int, num_speculative_tokens);
+MOESERVE_ENGINE_SETTING_FLAG(std::string, draft_model_dir);
 ABSL_FLAG(std::string, policy_config, "",
           "Policy mode: k=v,... passed to every policy.");
 ABSL_FLAG(int, num_requests, 8, "Policy mode: requests per run.");
@@ -205,8 +203,23 @@ int WriteJson(const nlohmann::json& j) {
   return 0;
 }
 
+// The engine settings taken as flags, each checked by its flag's name;
+// nullopt (after saying why) for a value the settings table refuses.
+std::optional<engine::EngineSpec> SettingsFromFlags() {
+  engine::EngineSpec spec;
+  if (absl::Status st = engine::EngineSettingsFromFlags(&spec); !st.ok()) {
+    std::fprintf(stderr, "moeserve_bench: %s\n",
+                 std::string(st.message()).c_str());
+    return std::nullopt;
+  }
+  spec.draft_model_dir = Resolve(spec.draft_model_dir);
+  return spec;
+}
+
 int PolicyMain(int threads) {
   PolicyBenchOptions o;
+  const std::optional<engine::EngineSpec> settings = SettingsFromFlags();
+  if (!settings) return 2;
   const std::vector<std::string> dirs = absl::GetFlag(FLAGS_model_dir);
   const GeneratedModelSpec gen{.kind = absl::GetFlag(FLAGS_gen_model),
                                .layers = absl::GetFlag(FLAGS_gen_layers)};
@@ -221,20 +234,20 @@ int PolicyMain(int threads) {
     return 2;
   }
   o.model_dir = Resolve(dirs.empty() ? "models/demo" : dirs.front());
-  o.draft_model_dir = Resolve(absl::GetFlag(FLAGS_draft_model_dir));
+  o.draft_model_dir = settings->draft_model_dir;
   o.policies =
       absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
   // Empty entries are kept: "" is the policy's own drafter (as "own").
   o.drafters = absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',');
   o.draft_budgets =
       absl::StrSplit(absl::GetFlag(FLAGS_draft_budget), ',', absl::SkipEmpty());
-  o.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  o.num_speculative_tokens = settings->num_speculative_tokens;
   o.ratios = ParseDoubles(absl::GetFlag(FLAGS_expert_cache_ratio));
   o.concurrencies = ParseInts(absl::GetFlag(FLAGS_concurrency));
-  o.link_gbps = absl::GetFlag(FLAGS_link_gbps);
-  o.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
-  o.inplace_compute_ratio = absl::GetFlag(FLAGS_inplace_compute_ratio);
-  o.slow_tier = absl::GetFlag(FLAGS_slow_tier);
+  o.link_gbps = settings->link.gbps;
+  o.link_latency_us = settings->link.latency_us;
+  o.inplace_compute_ratio = settings->link.inplace_compute_ratio;
+  o.slow_tier = settings->slow_tier;
   o.policy_config = absl::GetFlag(FLAGS_policy_config);
   o.num_requests = absl::GetFlag(FLAGS_num_requests);
   o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
@@ -291,14 +304,16 @@ int PolicyMain(int threads) {
 
 int OptimizeMain(int threads) {
   OptimizerOptions o;
+  const std::optional<engine::EngineSpec> settings = SettingsFromFlags();
+  if (!settings) return 2;
   const std::vector<std::string> dirs = absl::GetFlag(FLAGS_model_dir);
   o.model_dir = Resolve(dirs.empty() ? "models/demo" : dirs.front());
-  o.draft_model_dir = Resolve(absl::GetFlag(FLAGS_draft_model_dir));
+  o.draft_model_dir = settings->draft_model_dir;
   o.policy = absl::GetFlag(FLAGS_optimize_policy);
   o.ratio = ParseDoubles(absl::GetFlag(FLAGS_expert_cache_ratio)).front();
-  o.link_gbps = absl::GetFlag(FLAGS_link_gbps);
-  o.link_latency_us = absl::GetFlag(FLAGS_link_latency_us);
-  o.slow_tier = absl::GetFlag(FLAGS_slow_tier);
+  o.link_gbps = settings->link.gbps;
+  o.link_latency_us = settings->link.latency_us;
+  o.slow_tier = settings->slow_tier;
   o.batches = ParseInts(absl::GetFlag(FLAGS_optimize_batches));
   o.max_k = absl::GetFlag(FLAGS_optimize_max_k);
   o.num_requests = absl::GetFlag(FLAGS_num_requests);

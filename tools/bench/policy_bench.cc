@@ -20,9 +20,9 @@
 #include "engine/generation.h"
 #include "engine/model_weights.h"
 #include "engine/offload/offload_policy.h"
+#include "engine/offload/policy_registry.h"
 #include "engine/tokenizer.h"
 #include "kernels/tensor.h"
-#include "policies/registry.h"
 #include "tools/bench/access_trace.h"
 #include "tools/bench/belady.h"
 #include "tools/bench/expert_compute.h"
@@ -95,13 +95,18 @@ struct Cell {
 // Every (policy, drafter entry) of `o`, resolved as EngineSpec would be
 // (policy_bench.h), in policy-major order; duplicates dropped.
 absl::StatusOr<std::vector<Cell>> ResolveCells(
-    const PolicyBenchOptions& o, const policies::PolicyConfig& config) {
+    const PolicyBenchOptions& o, const engine::PolicyConfig& config) {
   std::vector<Cell> cells;
   for (const std::string& policy : o.policies) {
+    // The factory checks the config (as BuildEngine will); the policy's
+    // registered traits give its own drafter and k.
     absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> p =
-        policies::CreatePolicy(policy, config);
+        engine::CreatePolicy(policy, config);
     if (!p.ok()) return p.status();
-    const std::string own_drafter((*p)->default_drafter());
+    absl::StatusOr<engine::SpeculationDefaults> own =
+        engine::PolicySpeculation(policy, config);
+    if (!own.ok()) return own.status();
+    const std::string own_drafter = own->drafter;
     for (const std::string& entry : o.drafters) {
       Cell c{.policy = policy, .entry = entry};
       if (entry == "off") {
@@ -112,9 +117,8 @@ absl::StatusOr<std::vector<Cell>> ResolveCells(
       }
       c.drafter = entry.empty() || entry == "own" ? own_drafter : entry;
       if (c.drafter != "none") {
-        c.k = o.num_speculative_tokens >= 0
-                  ? o.num_speculative_tokens
-                  : (*p)->default_num_speculative_tokens();
+        c.k = o.num_speculative_tokens >= 0 ? o.num_speculative_tokens
+                                            : own->num_speculative_tokens;
       }
       const bool seen =
           std::any_of(cells.begin(), cells.end(), [&c](const Cell& x) {
@@ -132,7 +136,7 @@ absl::StatusOr<std::vector<Cell>> ResolveCells(
 absl::StatusOr<std::map<std::string, uint64_t>> DraftPools(
     const std::vector<Cell>& cells, const engine::ModelWeights* weights,
     const engine::Tokenizer* tokenizer, kernels::Backend* backend,
-    const PolicyBenchOptions& o, const policies::PolicyConfig& config) {
+    const PolicyBenchOptions& o, const engine::PolicyConfig& config) {
   std::map<std::string, uint64_t> pools;
   for (const Cell& c : cells) {
     if (c.drafter == "none" || pools.contains(c.drafter)) continue;
@@ -197,7 +201,7 @@ std::string OrNa(double v, int digits) {
 absl::StatusOr<PolicyResult> RunOne(
     const engine::ModelWeights* weights, const engine::Tokenizer* tokenizer,
     kernels::Backend* backend, const PolicyBenchOptions& o,
-    const policies::PolicyConfig& config,
+    const engine::PolicyConfig& config,
     const std::vector<std::vector<int32_t>>& prompts, const Cell& cell,
     double ratio, int concurrency) {
   const std::string& policy = cell.policy;
@@ -377,8 +381,8 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
                      engine::kMaxSpeculativeTokens,
                      "] (-1: the policy's own, 0: adaptive)"));
   }
-  absl::StatusOr<policies::PolicyConfig> config =
-      policies::ParsePolicyConfig(o.policy_config);
+  absl::StatusOr<engine::PolicyConfig> config =
+      engine::ParsePolicyConfig(o.policy_config);
   if (!config.ok()) return config.status();
   for (const std::string& b : o.draft_budgets) {
     if (b != "shared" && b != "extra") {

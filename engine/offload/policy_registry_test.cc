@@ -1,4 +1,4 @@
-#include "policies/registry.h"
+#include "engine/offload/policy_registry.h"
 
 #include <algorithm>
 #include <string>
@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace moeserve::policies {
+namespace moeserve::engine {
 namespace {
 
 using ::testing::HasSubstr;
@@ -92,6 +92,39 @@ TEST(RegistryTest, ParsePolicyConfig) {
   }
 }
 
+TEST(RegistryTest, SpeculationReadsTraitsWithoutBuildingThePolicy) {
+  for (const std::string& name : kPolicies) {
+    absl::StatusOr<SpeculationDefaults> s = PolicySpeculation(name, {});
+    ASSERT_TRUE(s.ok()) << name << ": " << s.status();
+    EXPECT_EQ(s->drafter, "none") << name;
+    EXPECT_EQ(s->num_speculative_tokens, 0) << name;
+  }
+  absl::StatusOr<SpeculationDefaults> unknown = PolicySpeculation("belady", {});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unknown.status().message(),
+            CreatePolicy("belady", {}).status().message());
+}
+
+TEST(RegistryTest, SpeculationErrorsAreTheFactorysErrors) {
+  const PolicyConfig bad = {{"num_speculative_tokens", "17"}};
+  absl::StatusOr<SpeculationDefaults> s = PolicySpeculation("self_spec", bad);
+  EXPECT_EQ(s.status(), CreatePolicy("self_spec", bad).status());
+  const PolicyConfig empty_drafter = {{"drafter", ""}};
+  for (const char* name : {"cutoff", "utility", "throughput"}) {
+    EXPECT_EQ(PolicySpeculation(name, empty_drafter).status(),
+              CreatePolicy(name, empty_drafter).status())
+        << name;
+  }
+}
+
+TEST(PolicyConfigTest, DrafterKey) {
+  EXPECT_EQ(*GetDrafterConfig({}, "external"), "external");
+  EXPECT_EQ(*GetDrafterConfig({{"drafter", "int4"}}, "external"), "int4");
+  absl::StatusOr<std::string> empty = GetDrafterConfig({{"drafter", ""}}, "x");
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(empty.status().message(), HasSubstr("'drafter'"));
+}
+
 TEST(PolicyConfigTest, SpeculativeTokensDefaultAndBound) {
   absl::StatusOr<SpeculativeTokens> defaults = GetSpeculativeTokens({});
   ASSERT_TRUE(defaults.ok());
@@ -111,4 +144,4 @@ TEST(PolicyConfigTest, SpeculativeTokensDefaultAndBound) {
 }
 
 }  // namespace
-}  // namespace moeserve::policies
+}  // namespace moeserve::engine

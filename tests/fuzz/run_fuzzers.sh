@@ -1,8 +1,10 @@
 #!/bin/bash
 # Builds the libFuzzer targets of every parser with clang (outside Bazel:
-# Bazel's toolchain here is g++) and runs each for a budget (see README.md):
-#   engine/fuzz/run_fuzzers.sh [seconds]        each for N seconds (default 20)
-#   engine/fuzz/run_fuzzers.sh -runs=N [names]  each for N executions
+# Bazel's toolchain here is g++) and runs each for a budget (see README.md).
+# Each fuzzer sits beside the parser it fuzzes (<dir>/<name>.cc, seeds in
+# <dir>/fuzz_seeds/); this script is the one place that lists them:
+#   tests/fuzz/run_fuzzers.sh [seconds]        each for N seconds (default 20)
+#   tests/fuzz/run_fuzzers.sh -runs=N [names]  each for N executions
 #   (names: safetensors_fuzzer config_fuzzer tokenizer_fuzzer
 #    request_validator_fuzzer engines_config_fuzzer bearer_tokens_fuzzer
 #    request_translation_fuzzer;
@@ -22,7 +24,7 @@ if ! command -v "$CXX" >/dev/null 2>&1; then
   exit 0
 fi
 
-WORK="$(mktemp -d /tmp/engine_fuzz.XXXXXX)"
+WORK="$(mktemp -d /tmp/moeserve_fuzz.XXXXXX)"
 echo "work dir: $WORK"
 
 FLAGS=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined
@@ -62,13 +64,13 @@ if [ "${#MODEL_SRCS[@]}" -eq 0 ]; then
   exit 1
 fi
 
-build() {  # name, extra link flags..., -- sources...
-  local name="$1"; shift
+build() {  # dir, name, extra link flags..., -- sources...
+  local dir="$1" name="$2"; shift 2
   local libs=()
   while [ "$1" != "--" ]; do libs+=("$1"); shift; done
   shift
   echo "building $name"
-  "$CXX" "${FLAGS[@]}" "$E/fuzz/$name.cc" "$@" "${ABSL_LIBS[@]}" \
+  "$CXX" "${FLAGS[@]}" "$dir/$name.cc" "$@" "${ABSL_LIBS[@]}" \
     "${libs[@]}" -o "$WORK/$name"
 }
 
@@ -92,7 +94,7 @@ run() {  # name, seed dir[, max input length]
 encode_request_seeds() {
   local out="$WORK/seeds_request" f type mode
   mkdir -p "$out"
-  for f in "$E"/fuzz/seeds/request/*.txtpb; do
+  for f in "$S"/fuzz_seeds/request_validator/*.txtpb; do
     case "$(basename "$f")" in
       tokenize*) type=TokenizeRequest; mode='\x01' ;;
       *) type=GenerateRequest; mode='\x00' ;;
@@ -110,24 +112,24 @@ wanted() {  # name: selected on the command line (or nothing selected)
 SELECTED=("$@")
 
 if wanted safetensors_fuzzer; then
-  build safetensors_fuzzer -- "${SAFETENSORS_SRCS[@]}"
-  run safetensors_fuzzer "$E/fuzz/seeds/safetensors"
+  build "$E" safetensors_fuzzer -- "${SAFETENSORS_SRCS[@]}"
+  run safetensors_fuzzer "$E/fuzz_seeds/safetensors"
 fi
 if wanted config_fuzzer; then
-  build config_fuzzer -- "${MODEL_SRCS[@]}"
-  run config_fuzzer "$E/fuzz/seeds/config"
+  build "$E" config_fuzzer -- "${MODEL_SRCS[@]}"
+  run config_fuzzer "$E/fuzz_seeds/config"
 fi
 if wanted tokenizer_fuzzer; then
   # The sentencepiece plugin the tokenizer dlopens (engine/BUILD), without
   # sanitizers: sentencepiece itself is not instrumented.
   "$CXX" -std=c++20 -O1 -g -shared -fPIC "$E/internal/spm_plugin.cc" \
     -lsentencepiece -o "$WORK/libmoeserve_spm.so"
-  build tokenizer_fuzzer "${TOKENIZER_LIBS[@]}" -- "${TOKENIZER_SRCS[@]}"
+  build "$E" tokenizer_fuzzer "${TOKENIZER_LIBS[@]}" -- "${TOKENIZER_SRCS[@]}"
   export MOESERVE_SPM_PLUGIN="$WORK/libmoeserve_spm.so"
   export MOESERVE_FUZZ_TOKENIZER="$ROOT/models/demo/tokenizer.model"
   # 4 KiB inputs: a tokenizer piece is 16 KiB, and inputs that long run at
   # a tenth of the speed; tokenizer_test covers piecewise encoding.
-  run tokenizer_fuzzer "$E/fuzz/seeds/tokenizer" 4096
+  run tokenizer_fuzzer "$E/fuzz_seeds/tokenizer" 4096
 fi
 # The request messages (request_validator.h includes them).
 mkdir -p "$WORK/gen"
@@ -135,29 +137,24 @@ protoc -I"$ROOT" --cpp_out="$WORK/gen" "$ROOT/proto/moeserve.proto"
 
 if wanted request_validator_fuzzer; then
   encode_request_seeds
-  build request_validator_fuzzer -lprotobuf -- "${VALIDATOR_SRCS[@]}" \
+  build "$S" request_validator_fuzzer -lprotobuf -- "${VALIDATOR_SRCS[@]}" \
     "$WORK/gen/proto/moeserve.pb.cc"
   run request_validator_fuzzer "$WORK/seeds_request"
 fi
 if wanted engines_config_fuzzer; then
-  build engines_config_fuzzer -lspdlog -lfmt -lprotobuf -- \
+  build "$S" engines_config_fuzzer -lspdlog -lfmt -lprotobuf -- \
     "${ENGINES_CONFIG_SRCS[@]}" "$WORK/gen/proto/moeserve.pb.cc"
-  run engines_config_fuzzer "$E/fuzz/seeds/engines_config"
+  run engines_config_fuzzer "$S/fuzz_seeds/engines_config"
 fi
 # The token file and Authorization header parsers (server/security).
 if wanted bearer_tokens_fuzzer; then
-  echo "building bearer_tokens_fuzzer"
-  "$CXX" "${FLAGS[@]}" "$S/security/bearer_tokens_fuzzer.cc" \
-    "${BEARER_SRCS[@]}" \
-    "${ABSL_LIBS[@]}" -lcrypto -o "$WORK/bearer_tokens_fuzzer"
+  build "$S/security" bearer_tokens_fuzzer -lcrypto -- "${BEARER_SRCS[@]}"
   run bearer_tokens_fuzzer "$S/security/fuzz_seeds" 8192
 fi
 # The OpenAI API's request bodies (server/openai).
 if wanted request_translation_fuzzer; then
-  echo "building request_translation_fuzzer"
-  "$CXX" "${FLAGS[@]}" "$S/openai/request_translation_fuzzer.cc" \
-    "${TRANSLATION_SRCS[@]}" "$WORK/gen/proto/moeserve.pb.cc" \
-    "${ABSL_LIBS[@]}" -lprotobuf -o "$WORK/request_translation_fuzzer"
+  build "$S/openai" request_translation_fuzzer -lprotobuf -- \
+    "${TRANSLATION_SRCS[@]}" "$WORK/gen/proto/moeserve.pb.cc"
   export MOESERVE_FUZZ_MODEL_DIR="$ROOT/models/demo"
   run request_translation_fuzzer "$S/openai/fuzz_seeds" 16384
 fi

@@ -1,6 +1,8 @@
 // libFuzzer target: config.json parsing (ParseModelConfig), including every
 // registered Architecture's ParseHparams and the expected-tensor list of
 // accepted configs.
+//
+// Built and run by tests/fuzz/run_fuzzers.sh (config_fuzzer).
 
 #include <cstddef>
 #include <cstdint>

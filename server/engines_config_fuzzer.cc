@@ -10,6 +10,8 @@
 // Input: one mode byte (bit 0: the flag parsers; else the JSON file).
 // Checked: no crash; an accepted config has 1..kMaxEngines engines, each
 // passing CheckEngineSpec, and A/B weights that are finite and sum to 1.
+//
+// Built and run by tests/fuzz/run_fuzzers.sh (engines_config_fuzzer).
 
 #include <cmath>
 #include <cstddef>
@@ -21,13 +23,13 @@
 
 #include "engine/builder/engine_spec.h"
 #include "engine/offload/offload_policy.h"
-#include "policies/registry.h"
+#include "engine/offload/policy_registry.h"
 #include "server/engines_config.h"
 #include "server/server_options.h"
 
 namespace {
 
-namespace policies = moeserve::policies;
+namespace engine = moeserve::engine;
 using moeserve::engine::EngineSpec;
 
 class StandInPolicy : public moeserve::engine::OffloadPolicy {
@@ -47,21 +49,20 @@ class StandInPolicy : public moeserve::engine::OffloadPolicy {
 };
 
 absl::StatusOr<std::unique_ptr<moeserve::engine::OffloadPolicy>> MakeLru(
-    const policies::PolicyConfig& config) {
-  if (auto st = policies::CheckConfigKeys("lru", config, {}); !st.ok()) {
+    const engine::PolicyConfig& config) {
+  if (auto st = engine::CheckConfigKeys("lru", config, {}); !st.ok()) {
     return st;
   }
   return std::make_unique<StandInPolicy>("lru");
 }
 
 absl::StatusOr<std::unique_ptr<moeserve::engine::OffloadPolicy>> MakeLfu(
-    const policies::PolicyConfig& config) {
-  if (auto st =
-          policies::CheckConfigKeys("lfu_static", config, {"top_percent"});
+    const engine::PolicyConfig& config) {
+  if (auto st = engine::CheckConfigKeys("lfu_static", config, {"top_percent"});
       !st.ok()) {
     return st;
   }
-  if (auto v = policies::GetDoubleConfig(config, "top_percent", 10, 0, 100);
+  if (auto v = engine::GetDoubleConfig(config, "top_percent", 10, 0, 100);
       !v.ok()) {
     return v.status();
   }

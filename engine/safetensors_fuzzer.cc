@@ -1,6 +1,8 @@
 // libFuzzer target: the safetensors header parser (SafetensorsFile::
 // FromBuffer) on arbitrary bytes. Any crash, sanitizer report or escaped
 // exception is a finding; refusals are expected.
+//
+// Built and run by tests/fuzz/run_fuzzers.sh (safetensors_fuzzer).
 
 #include <cstddef>
 #include <cstdint>

@@ -1,20 +1,17 @@
-#include "policies/registry.h"
+#include "engine/offload/policy_registry.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
+#include "base/named_registry.h"
 
-namespace moeserve::policies {
+namespace moeserve::engine {
 namespace {
 
 // The Debian Abseil's string_view is its own type, not std::string_view.
@@ -22,76 +19,61 @@ absl::string_view A(std::string_view s) { return {s.data(), s.size()}; }
 
 struct Registration {
   PolicyFactory factory;
-  PolicyConfig test_config;
+  PolicyTraits traits;
 };
 
-struct Registry {
-  absl::Mutex mu;
-  std::map<std::string, Registration, std::less<>> policies ABSL_GUARDED_BY(mu);
-};
-
-Registry& GetRegistry() {
-  static Registry* registry = new Registry();
+base::NamedRegistry<Registration>& Policies() {
+  static auto* registry =
+      new base::NamedRegistry<Registration>("offload policy");
   return *registry;
+}
+
+absl::Status UnknownPolicy(std::string_view name) {
+  return absl::NotFoundError(absl::StrCat(
+      "unknown offload policy '", A(name),
+      "'; registered: ", absl::StrJoin(RegisteredPolicies(), ", ")));
+}
+
+// A factory's or traits' error, as CreatePolicy reports it.
+absl::Status InPolicy(std::string_view name, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("policy '", A(name),
+                                                  "': ", status.message()));
 }
 
 }  // namespace
 
 namespace internal {
 bool RegisterPolicy(std::string_view name, PolicyFactory factory,
-                    PolicyConfig test_config) {
-  Registry& registry = GetRegistry();
-  absl::MutexLock lock(&registry.mu);
-  if (!registry.policies
-           .emplace(std::string(name),
-                    Registration{std::move(factory), std::move(test_config)})
-           .second) {
-    std::fprintf(stderr, "moeserve: offload policy '%.*s' registered twice\n",
-                 static_cast<int>(name.size()), name.data());
-    std::abort();
-  }
-  return true;
+                    PolicyTraits traits) {
+  return Policies().Register(
+      name, Registration{std::move(factory), std::move(traits)});
 }
 }  // namespace internal
 
-std::vector<std::string> RegisteredPolicies() {
-  Registry& registry = GetRegistry();
-  absl::MutexLock lock(&registry.mu);
-  std::vector<std::string> names;
-  for (const auto& [name, r] : registry.policies) names.push_back(name);
-  return names;  // std::map: already sorted
-}
+std::vector<std::string> RegisteredPolicies() { return Policies().Names(); }
 
 PolicyConfig PolicyTestConfig(std::string_view name) {
-  Registry& registry = GetRegistry();
-  absl::MutexLock lock(&registry.mu);
-  auto it = registry.policies.find(name);
-  return it == registry.policies.end() ? PolicyConfig{}
-                                       : it->second.test_config;
+  const Registration* r = Policies().Find(name);
+  return r == nullptr ? PolicyConfig{} : r->traits.test_config;
 }
 
-absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> CreatePolicy(
+absl::StatusOr<std::unique_ptr<OffloadPolicy>> CreatePolicy(
     std::string_view name, const PolicyConfig& config) {
-  PolicyFactory factory;
-  {
-    Registry& registry = GetRegistry();
-    absl::MutexLock lock(&registry.mu);
-    auto it = registry.policies.find(name);
-    if (it != registry.policies.end()) factory = it->second.factory;
-  }
-  if (!factory) {
-    return absl::NotFoundError(absl::StrCat(
-        "unknown offload policy '", A(name),
-        "'; registered: ", absl::StrJoin(RegisteredPolicies(), ", ")));
-  }
-  absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> policy =
-      factory(config);
-  if (!policy.ok()) {
-    return absl::Status(
-        policy.status().code(),
-        absl::StrCat("policy '", A(name), "': ", policy.status().message()));
-  }
+  const Registration* r = Policies().Find(name);
+  if (r == nullptr) return UnknownPolicy(name);
+  absl::StatusOr<std::unique_ptr<OffloadPolicy>> policy = r->factory(config);
+  if (!policy.ok()) return InPolicy(name, policy.status());
   return policy;
+}
+
+absl::StatusOr<SpeculationDefaults> PolicySpeculation(
+    std::string_view name, const PolicyConfig& config) {
+  const Registration* r = Policies().Find(name);
+  if (r == nullptr) return UnknownPolicy(name);
+  if (!r->traits.speculation) return SpeculationDefaults{};
+  absl::StatusOr<SpeculationDefaults> defaults = r->traits.speculation(config);
+  if (!defaults.ok()) return InPolicy(name, defaults.status());
+  return defaults;
 }
 
 absl::StatusOr<PolicyConfig> ParsePolicyConfig(std::string_view text_in) {
@@ -168,6 +150,17 @@ absl::StatusOr<double> GetDoubleConfig(const PolicyConfig& config,
   return value;
 }
 
+absl::StatusOr<std::string> GetDrafterConfig(const PolicyConfig& config,
+                                             std::string_view default_value) {
+  auto it = config.find("drafter");
+  if (it == config.end()) return std::string(default_value);
+  if (it->second.empty()) {
+    return absl::InvalidArgumentError(
+        "config key 'drafter': expected a drafter name, got ''");
+  }
+  return it->second;
+}
+
 absl::StatusOr<SpeculativeTokens> GetSpeculativeTokens(
     const PolicyConfig& config) {
   SpeculativeTokens tokens;
@@ -188,4 +181,4 @@ absl::StatusOr<SpeculativeTokens> GetSpeculativeTokens(
   return tokens;
 }
 
-}  // namespace moeserve::policies
+}  // namespace moeserve::engine

@@ -6,6 +6,8 @@
 // Input: one mode byte (bit 0: Tokenize), then the serialized message.
 // Checked: no crash; every refusal is INVALID_ARGUMENT whose message starts
 // with the offending field ("field: what").
+//
+// Built and run by tests/fuzz/run_fuzzers.sh (request_validator_fuzzer).
 
 #include <cstddef>
 #include <cstdint>

@@ -8,6 +8,8 @@
 // Checked: no crash; every streamed delta is valid UTF-8 and carries no
 // U+FFFD from an unfinished prompt tail; without a prompt the deltas add up
 // to Decode(ids) (IncrementalDetokenizer's contract).
+//
+// Built and run by tests/fuzz/run_fuzzers.sh (tokenizer_fuzzer).
 
 #include <algorithm>
 #include <cstddef>
