@@ -1,7 +1,7 @@
 // NamedRegistry: the one registry of every plugin kind (offload policies,
 // engine/offload/policy_registry.h; drafters,
-// engine/spec/drafter_registry.h), as TF Serving's class_registry.h serves
-// every kind of its plugins.
+// engine/spec_decode/drafter_registry.h), as TF Serving's class_registry.h
+// serves every kind of its plugins.
 //
 // A plugin registers an entry (its factory and traits) under a name from a
 // static initialiser in its own .cc (alwayslink), so adding one touches no

@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                       KvCache::BlocksForBytes(c, options.kv_block_size,
                                               options.kv_cache_bytes),
                       options.kv_block_size, backend));
-  std::unique_ptr<spec::Drafter> drafter;
+  std::unique_ptr<spec_decode::Drafter> drafter;
   if (options.make_drafter) {
     MOESERVE_ASSIGN_OR_RETURN(
         drafter, options.make_drafter(model.get(), engine->kv_.get()));
@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   }
   engine->output_ = std::make_unique<OutputProcessor>(
       EosIds(*weights, *tokenizer), c.vocab_size, c.max_position_embeddings);
-  spec::Drafter* raw_drafter = drafter.get();
+  spec_decode::Drafter* raw_drafter = drafter.get();
   engine->runner_ = std::make_unique<ModelRunner>(
       options.name, std::move(model), engine->kv_.get(), engine->output_.get(),
       std::move(drafter), engine->governor_.get(), options.advisor);

@@ -11,9 +11,9 @@
 //   plan = scheduler.Schedule(); runner.Run(plan);
 //   for each request: runner.Deliver -> (ends?) scheduler.Finish.
 //
-// Speculative decoding (with a drafter, engine/spec/drafter.h): a decoding
-// request may run k draft tokens per step (SpeculationGovernor, fixed or
-// adaptive; the offload policy answers through the SpeculationAdvisor the
+// Speculative decoding (with a drafter, engine/spec_decode/drafter.h): a
+// decoding request may run k draft tokens per step (SpeculationGovernor, fixed
+// or adaptive; the offload policy answers through the SpeculationAdvisor the
 // builder hands over). Greedy output is identical to the non-speculative
 // engine's; sampled output has the same distribution.
 //
@@ -44,7 +44,7 @@
 #include "engine/offload/speculation_advisor.h"
 #include "engine/output_processor.h"
 #include "engine/scheduler.h"
-#include "engine/spec/drafter.h"
+#include "engine/spec_decode/drafter.h"
 #include "engine/speculation_governor.h"
 #include "engine/tokenizer.h"
 #include "kernels/backend.h"
@@ -68,8 +68,8 @@ struct EngineOptions {
 
   // Speculative decoding. make_drafter null: none. Called once by Create
   // with the engine's target model and KV cache.
-  std::function<absl::StatusOr<std::unique_ptr<spec::Drafter>>(MoeModel*,
-                                                               KvCache*)>
+  std::function<absl::StatusOr<std::unique_ptr<spec_decode::Drafter>>(MoeModel*,
+                                                                      KvCache*)>
       make_drafter;
   // Draft tokens per step: > 0 fixed; 0 adaptive, up to
   // max_speculative_tokens.

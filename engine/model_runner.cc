@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
-#include "engine/spec/verifier.h"
+#include "engine/spec_decode/verifier.h"
 #include "spdlog/spdlog.h"
 
 namespace moeserve::engine {
@@ -12,7 +12,7 @@ namespace moeserve::engine {
 ModelRunner::ModelRunner(std::string engine_name,
                          std::unique_ptr<MoeModel> model, KvCache* kv,
                          OutputProcessor* output,
-                         std::unique_ptr<spec::Drafter> drafter,
+                         std::unique_ptr<spec_decode::Drafter> drafter,
                          SpeculationGovernor* governor,
                          SpeculationAdvisor* advisor)
     : engine_name_(std::move(engine_name)),
@@ -91,7 +91,7 @@ SpecStats ModelRunner::spec_stats() const {
 
 void ModelRunner::Draft(std::span<RequestState* const> scheduled) {
   std::vector<RequestState*> drafting;
-  std::vector<spec::DraftInput> inputs;
+  std::vector<spec_decode::DraftInput> inputs;
   for (RequestState* state : scheduled) {
     if (state->spec_k <= 0) continue;
     drafting.push_back(state);
@@ -103,14 +103,14 @@ void ModelRunner::Draft(std::span<RequestState* const> scheduled) {
                       state->sampler.get(), seed, state->id});
   }
   if (inputs.empty()) return;
-  std::vector<spec::DraftOutput> outputs;
+  std::vector<spec_decode::DraftOutput> outputs;
   const absl::Time start = absl::Now();
   absl::Status st = drafter_->Propose(inputs, &outputs, &lookahead_);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   step_spec_.draft_seconds += seconds;
   if (metrics_ != nullptr) metrics_->AddDraftSeconds(seconds);
   int positions = 0;
-  for (const spec::DraftInput& in : inputs) {
+  for (const spec_decode::DraftInput& in : inputs) {
     positions = std::max(positions, in.k);
   }
   governor_->RecordDraftTime(seconds, positions);
@@ -127,7 +127,7 @@ void ModelRunner::Draft(std::span<RequestState* const> scheduled) {
   }
   const int64_t vocab = output_->vocab_size();
   for (size_t i = 0; i < drafting.size(); ++i) {
-    spec::DraftOutput& out = outputs[i];
+    spec_decode::DraftOutput& out = outputs[i];
     const bool valid =
         static_cast<int>(out.tokens.size()) <= drafting[i]->spec_k &&
         (out.q.empty() || out.q.size() == out.tokens.size()) &&
@@ -139,7 +139,7 @@ void ModelRunner::Draft(std::span<RequestState* const> scheduled) {
 
 Delivery ModelRunner::Verify(RequestState* state, const float* rows) {
   const int64_t vocab = output_->vocab_size();
-  const spec::DraftOutput& draft = state->draft;
+  const spec_decode::DraftOutput& draft = state->draft;
   const int num_drafts = static_cast<int>(draft.tokens.size());
   GenerationEvent event;
   FinishReason reason = FinishReason::kNone;

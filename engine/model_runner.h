@@ -33,7 +33,7 @@
 #include "engine/offload/speculation_advisor.h"
 #include "engine/output_processor.h"
 #include "engine/request_state.h"
-#include "engine/spec/drafter.h"
+#include "engine/spec_decode/drafter.h"
 #include "engine/speculation_governor.h"
 
 namespace moeserve::engine {
@@ -43,7 +43,7 @@ class ModelRunner {
   // `drafter` null: no speculation (then `governor` is null too).
   ModelRunner(std::string engine_name, std::unique_ptr<MoeModel> model,
               KvCache* kv, OutputProcessor* output,
-              std::unique_ptr<spec::Drafter> drafter,
+              std::unique_ptr<spec_decode::Drafter> drafter,
               SpeculationGovernor* governor, SpeculationAdvisor* advisor);
 
   // Before the threads start (metrics are created last).
@@ -75,7 +75,7 @@ class ModelRunner {
   std::unique_ptr<MoeModel> model_;
   KvCache* const kv_;
   OutputProcessor* const output_;
-  std::unique_ptr<spec::Drafter> drafter_;  // null: no speculation
+  std::unique_ptr<spec_decode::Drafter> drafter_;  // null: no speculation
   SpeculationGovernor* const governor_;
   SpeculationAdvisor* const advisor_;
   EngineMetrics* metrics_ = nullptr;

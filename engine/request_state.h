@@ -21,7 +21,7 @@
 #include "engine/kv_cache.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_strings.h"
-#include "engine/spec/drafter.h"
+#include "engine/spec_decode/drafter.h"
 #include "engine/tokenizer.h"
 
 namespace moeserve::engine {
@@ -51,7 +51,7 @@ struct RequestState {
   // Speculation: k granted this step (Scheduler), the drafter's proposal,
   // and the verify chunk's tokens (last token + drafts; ModelRunner).
   int spec_k = 0;
-  spec::DraftOutput draft;
+  spec_decode::DraftOutput draft;
   std::vector<int32_t> verify_tokens;
   double acceptance = kInitialAcceptance;
   int steps_without_draft = 0;

@@ -9,7 +9,7 @@
 namespace moeserve::engine {
 
 Scheduler::Scheduler(const SchedulerOptions& options, KvCache* kv,
-                     OutputProcessor* output, spec::Drafter* drafter,
+                     OutputProcessor* output, spec_decode::Drafter* drafter,
                      SpeculationGovernor* governor)
     : options_(options),
       kv_(kv),

@@ -48,7 +48,7 @@
 #include "engine/kv_cache.h"
 #include "engine/output_processor.h"
 #include "engine/request_state.h"
-#include "engine/spec/drafter.h"
+#include "engine/spec_decode/drafter.h"
 #include "engine/speculation_governor.h"
 
 namespace moeserve::engine {
@@ -70,7 +70,7 @@ class Scheduler {
  public:
   // `drafter` and `governor`: both or neither (no speculation).
   Scheduler(const SchedulerOptions& options, KvCache* kv,
-            OutputProcessor* output, spec::Drafter* drafter,
+            OutputProcessor* output, spec_decode::Drafter* drafter,
             SpeculationGovernor* governor);
   // Stop().
   ~Scheduler();
@@ -142,7 +142,7 @@ class Scheduler {
   const SchedulerOptions options_;
   KvCache* const kv_;
   OutputProcessor* const output_;
-  spec::Drafter* const drafter_;
+  spec_decode::Drafter* const drafter_;
   SpeculationGovernor* const governor_;
   EngineMetrics* metrics_ = nullptr;
 

@@ -12,7 +12,7 @@
 #include "engine/model_config.h"
 #include "engine/output_processor.h"
 #include "engine/request_state.h"
-#include "engine/spec/drafter.h"
+#include "engine/spec_decode/drafter.h"
 #include "engine/speculation_governor.h"
 #include "engine/testing/fake_tokenizer.h"
 #include "gtest/gtest.h"
@@ -35,11 +35,11 @@ ModelConfig SmallConfig() {
 
 // Forgets nothing it was not told; proposes nothing (the scheduler never
 // calls Propose).
-class RecordingDrafter final : public spec::Drafter {
+class RecordingDrafter final : public spec_decode::Drafter {
  public:
   std::string_view name() const override { return "recording"; }
-  absl::Status Propose(std::span<const spec::DraftInput>,
-                       std::vector<spec::DraftOutput>*,
+  absl::Status Propose(std::span<const spec_decode::DraftInput>,
+                       std::vector<spec_decode::DraftOutput>*,
                        ExpertLookahead*) override {
     return absl::UnimplementedError("not in scheduler tests");
   }

@@ -1,8 +1,8 @@
 // cutoff: SP-MoE (seeds 003 §4.2). The draft is a separate, smaller model
-// (the "external" drafter, engine/spec/external_drafter.h) whose attention
-// output at each draft layer is fed to the target's routers (the seed's
-// cross-model predictor, §4.2.1); what they choose per draft position and
-// layer reaches this policy as an ExpertLookahead, after EACH draft
+// (the "external" drafter, engine/spec_decode/external_drafter.h) whose
+// attention output at each draft layer is fed to the target's routers (the
+// seed's cross-model predictor, §4.2.1); what they choose per draft position
+// and layer reaches this policy as an ExpertLookahead, after EACH draft
 // position (a growing window) and once more when the draft is complete.
 // This policy turns it into prefetches bounded by the cutoff layer L.
 //
@@ -51,7 +51,7 @@
 //   prefetch_priority  the priority of the prefetch batches (higher starts
 //                      first among queued prefetches), in [-1000, 1000].
 //                      Default: 1.
-//   drafter            the default drafter (engine/spec/ registry name).
+//   drafter            the default drafter (engine/spec_decode/ registry name).
 //                      Default: external.
 // Test config (PolicyTestConfig): drafter=int4 (the invariance tests build
 // engines without a draft_model_dir; the int4 drafter fills the same

@@ -1,6 +1,6 @@
 // quant_draft: MoE-SpeQ (seeds 001 §3.2-§3.3). The draft is an int4 copy of
-// the target (the "int4" drafter, engine/spec/); its router's choices per
-// draft position and layer reach this policy as an ExpertLookahead (the
+// the target (the "int4" drafter, engine/spec_decode/); its router's choices
+// per draft position and layer reach this policy as an ExpertLookahead (the
 // seed's Expert Lookahead Buffer, ELB), which drives prefetch, eviction and
 // the draft length.
 //

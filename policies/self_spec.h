@@ -1,9 +1,9 @@
 // self_spec: SpecMoE (seeds 000 §III-B, "Self-Assisted Speculative
 // Decoding"). The draft model is the target itself restricted to N "draft
 // experts" per MoE layer that stay pinned in the fast tier; the drafter
-// ("self", engine/spec/) routes each token among them, remapping a
+// ("self", engine/spec_decode/) routes each token among them, remapping a
 // non-draft choice to the nearest draft expert by the affinity table
-// (engine/spec/expert_affinity.h). This policy owns the fast-tier side:
+// (engine/spec_decode/expert_affinity.h). This policy owns the fast-tier side:
 // which experts are pinned as draft experts, and the eviction order of the
 // rest.
 //

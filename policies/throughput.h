@@ -1,7 +1,7 @@
 // throughput: SpecMoEOff (seeds 002 §3, §4.2, §5.2-§5.3). Large-batch
 // speculative decoding with experts offloaded: the draft is a separate,
-// small model (the "external" drafter, engine/spec/external_drafter.h, the
-// seed's EAGLE head), the batch is large, and the target streams its
+// small model (the "external" drafter, engine/spec_decode/external_drafter.h,
+// the seed's EAGLE head), the batch is large, and the target streams its
 // experts over the link layer by layer while it computes. The policy
 // chooses k per step from the batch and the prefix length, streams the
 // next layer's experts during the current layer, and evicts by the sweep
@@ -103,7 +103,7 @@
 //                           Default: 0.9.
 //   prefetch_priority       priority of the stream's prefetches, in
 //                           [-1000, 1000]. Default: 1.
-//   drafter                 the default drafter (engine/spec/ registry
+//   drafter                 the default drafter (engine/spec_decode/ registry
 //                           name). Default: external.
 // Test config (PolicyTestConfig): drafter=int4 (the invariance tests build
 // engines without a draft_model_dir), num_speculative_tokens=2,

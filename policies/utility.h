@@ -117,7 +117,7 @@
 //   forgetting_factor  lambda, in (0, 1]. Default: 0.1.
 //   initial_tau        tau while costs are not measured, in [1, K].
 //                      Default: 1.
-//   drafter            the default drafter (engine/spec/ registry name).
+//   drafter            the default drafter (engine/spec_decode/ registry name).
 //                      Default: external.
 // Test config (PolicyTestConfig): drafter=int4, gamma=2, max_utility=2
 // (no draft model dir in the invariance tests; a short k keeps them fast).

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/grpc_code_name.h"
 #include "engine/model_config.h"
-#include "engine/spec/drafter_registry.h"
+#include "engine/spec_decode/drafter_registry.h"
 #include "server/client_message.h"
 
 namespace moeserve::server {
@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
   // the model will not load either, and the label is empty.
   std::optional<engine::ModelConfig> model_config;
   for (const engine::EngineSpec& spec : options.engines) {
-    if (!engine::spec::DrafterUsesFastMemory(spec.drafter) ||
+    if (!engine::spec_decode::DrafterUsesFastMemory(spec.drafter) ||
         model_config.has_value()) {
       continue;
     }
@@ -59,12 +59,13 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
     break;
   }
   auto draft_bytes = [&model_config](const engine::EngineSpec& spec) {
-    if (!engine::spec::DrafterUsesFastMemory(spec.drafter)) {
+    if (!engine::spec_decode::DrafterUsesFastMemory(spec.drafter)) {
       return std::string("0");
     }
     if (!model_config.has_value()) return std::string();
     absl::StatusOr<uint64_t> bytes =
-        engine::spec::DrafterFastMemoryBytes(spec.drafter, *model_config);
+        engine::spec_decode::DrafterFastMemoryBytes(spec.drafter,
+                                                    *model_config);
     return bytes.ok() ? absl::StrCat(*bytes) : std::string();
   };
   for (const engine::EngineSpec& spec : options.engines) {

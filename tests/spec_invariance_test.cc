@@ -26,7 +26,7 @@
 #include "engine/engine.h"
 #include "engine/model_weights.h"
 #include "engine/offload/policy_registry.h"
-#include "engine/spec/testing/test_drafters.h"
+#include "engine/spec_decode/testing/test_drafters.h"
 #include "engine/testing/golden.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
@@ -108,7 +108,7 @@ struct Fixture {
   std::unique_ptr<engine::Tokenizer> tokenizer;
   std::vector<engine::GenerationRequest> requests;
   std::vector<Outcome> expected;  // plain engine, every expert resident
-  engine::spec::testing::DraftScript script;
+  engine::spec_decode::testing::DraftScript script;
 };
 
 std::unique_ptr<engine::Engine> PlainEngine(const Fixture& f,
@@ -175,7 +175,7 @@ class SpecInvarianceTest : public ::testing::TestWithParam<Params> {};
 TEST_P(SpecInvarianceTest, GreedyOutputIsIdenticalToPlainDecoding) {
   const auto& [model, drafter, policy, budget, k] = GetParam();
   Fixture& f = Load(model);
-  engine::spec::testing::SetRegisteredDraftScript(f.script);
+  engine::spec_decode::testing::SetRegisteredDraftScript(f.script);
   const engine::ModelConfig& c = f.weights->config();
   engine::EngineSpec spec;
   spec.name = policy;
@@ -244,16 +244,16 @@ INSTANTIATE_TEST_SUITE_P(
     Name);
 
 // Engine options with a test drafter and no offload.
-engine::EngineOptions SpecOptions(const Fixture& f,
-                                  engine::spec::testing::TestDrafterKind kind,
-                                  int k) {
+engine::EngineOptions SpecOptions(
+    const Fixture& f, engine::spec_decode::testing::TestDrafterKind kind,
+    int k) {
   engine::EngineOptions options;
   options.num_speculative_tokens = k;
   const int32_t vocab = static_cast<int32_t>(f.weights->config().vocab_size);
   options.make_drafter = [kind, script = f.script, vocab](engine::MoeModel*,
                                                           engine::KvCache*)
-      -> absl::StatusOr<std::unique_ptr<engine::spec::Drafter>> {
-    return engine::spec::testing::MakeTestDrafter(kind, script, vocab);
+      -> absl::StatusOr<std::unique_ptr<engine::spec_decode::Drafter>> {
+    return engine::spec_decode::testing::MakeTestDrafter(kind, script, vocab);
   };
   return options;
 }
@@ -262,7 +262,7 @@ TEST(SpecPreemptionTest, GreedyOutputSurvivesKvPreemption) {
   Fixture& f = Load("mixtral_demo");
   const engine::ModelConfig& c = f.weights->config();
   engine::EngineOptions options =
-      SpecOptions(f, engine::spec::testing::TestDrafterKind::kOracle, 4);
+      SpecOptions(f, engine::spec_decode::testing::TestDrafterKind::kOracle, 4);
   // Blocks for about one of the three sequences: someone is preempted.
   options.kv_block_size = 4;
   size_t longest = 0;
@@ -290,8 +290,8 @@ TEST(SpecPreemptionTest, GreedyOutputSurvivesKvPreemption) {
 TEST(SpecCancellationTest, CancellingBetweenVerificationsLosesNothing) {
   Fixture& f = Load("qwen3_demo_fg");
   auto engine = PlainEngine(
-      f,
-      SpecOptions(f, engine::spec::testing::TestDrafterKind::kRepeatLast, 4));
+      f, SpecOptions(
+             f, engine::spec_decode::testing::TestDrafterKind::kRepeatLast, 4));
   ASSERT_NE(engine, nullptr);
   std::vector<engine::GenerationRequest> requests = f.requests;
   requests[0].request_id = "doomed";
@@ -338,7 +338,7 @@ engine::SpecStats RunOne(const Fixture& f, engine::EngineOptions options,
 
 TEST(SpecLengthTest, AdaptiveKGrowsWhenDraftsPassAndStopsWhenTheyFail) {
   Fixture& f = Load("mixtral_demo");
-  using engine::spec::testing::TestDrafterKind;
+  using engine::spec_decode::testing::TestDrafterKind;
   // The oracle's script covers kNewTokens tokens; all of them pass.
   const engine::SpecStats good =
       RunOne(f, SpecOptions(f, TestDrafterKind::kOracle, 0), kNewTokens);
@@ -356,7 +356,7 @@ TEST(SpecLengthTest, AdaptiveKGrowsWhenDraftsPassAndStopsWhenTheyFail) {
 
 TEST(SpecLengthTest, KIsClampedByTheTokenBudgetAndMaxNewTokens) {
   Fixture& f = Load("mixtral_demo");
-  using engine::spec::testing::TestDrafterKind;
+  using engine::spec_decode::testing::TestDrafterKind;
   engine::EngineOptions options = SpecOptions(f, TestDrafterKind::kOracle, 8);
   // Room for the decode token and 2 drafts per step.
   options.max_batched_tokens = 3;
@@ -407,11 +407,13 @@ TEST(IgnoreEosTest, EosIsMaskedWithAndWithoutDrafts) {
     engine::EngineOptions options;
     options.num_speculative_tokens = 4;
     const int32_t vocab = static_cast<int32_t>(f.weights->config().vocab_size);
-    engine::spec::testing::DraftScript script = {{c.prompt, stopped.tokens}};
+    engine::spec_decode::testing::DraftScript script = {
+        {c.prompt, stopped.tokens}};
     options.make_drafter = [script, vocab](engine::MoeModel*, engine::KvCache*)
-        -> absl::StatusOr<std::unique_ptr<engine::spec::Drafter>> {
-      return engine::spec::testing::MakeTestDrafter(
-          engine::spec::testing::TestDrafterKind::kOracle, script, vocab);
+        -> absl::StatusOr<std::unique_ptr<engine::spec_decode::Drafter>> {
+      return engine::spec_decode::testing::MakeTestDrafter(
+          engine::spec_decode::testing::TestDrafterKind::kOracle, script,
+          vocab);
     };
     auto drafted = PlainEngine(f, options);
     EXPECT_EQ(RunStaggered(drafted.get(), {masked})[0], out) << c.name;
@@ -426,8 +428,8 @@ TEST(IgnoreEosTest, EosIsMaskedWithAndWithoutDrafts) {
 TEST(SpecSeedTest, SeededRequestsAreReproducibleForAFixedDrafterAndK) {
   Fixture& f = Load("qwen3_demo_fg");
   auto engine = PlainEngine(
-      f,
-      SpecOptions(f, engine::spec::testing::TestDrafterKind::kRepeatLast, 3));
+      f, SpecOptions(
+             f, engine::spec_decode::testing::TestDrafterKind::kRepeatLast, 3));
   ASSERT_NE(engine, nullptr);
   engine::GenerationRequest r = f.requests[0];
   r.stop.clear();

@@ -8,7 +8,7 @@
 #include "engine/offload/expert_residency.h"
 #include "engine/offload/policy_registry.h"
 #include "engine/offload/slow_tier.h"
-#include "engine/spec/drafter_registry.h"
+#include "engine/spec_decode/drafter_registry.h"
 
 namespace moeserve::engine {
 namespace {
@@ -23,9 +23,9 @@ absl::Status InEngine(const EngineSpec& spec, const absl::Status& status) {
 // cache's budget.
 absl::Status ChargeDraftMemory(const ModelWeights& weights,
                                BuiltEngine* built) {
-  MOESERVE_ASSIGN_OR_RETURN(
-      built->draft_bytes,
-      spec::DrafterFastMemoryBytes(built->spec.drafter, weights.config()));
+  MOESERVE_ASSIGN_OR_RETURN(built->draft_bytes,
+                            spec_decode::DrafterFastMemoryBytes(
+                                built->spec.drafter, weights.config()));
   if (built->draft_bytes == 0 || built->spec.draft_budget != "shared") {
     return absl::OkStatus();
   }
@@ -118,13 +118,14 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
   ExpertResidency* raw_residency = residency->get();
   options.advisor = raw_residency;
   if (built.spec.drafter != "none") {
-    const spec::DrafterFactory* factory = spec::FindDrafter(built.spec.drafter);
+    const spec_decode::DrafterFactory* factory =
+        spec_decode::FindDrafter(built.spec.drafter);
     if (factory == nullptr) {
       return InEngine(
           spec, absl::NotFoundError(absl::StrCat(
                     "drafter '", built.spec.drafter, "' is not registered")));
     }
-    spec::DrafterContext context;
+    spec_decode::DrafterContext context;
     context.weights = model.weights;
     context.draft_experts = raw_residency->draft_experts();
     context.residency = raw_residency;

@@ -7,8 +7,8 @@
 //
 // Layering: this package creates policies and drafters by name through
 // their registries (engine/offload/policy_registry.h,
-// engine/spec/drafter_registry.h) and links every registered one; it sits
-// below server/ and tools/. The rest of engine/ never includes it.
+// engine/spec_decode/drafter_registry.h) and links every registered one; it
+// sits below server/ and tools/. The rest of engine/ never includes it.
 #ifndef MOESERVE_ENGINE_BUILDER_ENGINE_BUILDER_H_
 #define MOESERVE_ENGINE_BUILDER_ENGINE_BUILDER_H_
 

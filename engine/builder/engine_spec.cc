@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/builder/engine_settings.h"
 #include "engine/offload/policy_registry.h"
-#include "engine/spec/drafter_registry.h"
+#include "engine/spec_decode/drafter_registry.h"
 
 namespace moeserve::engine {
 namespace {
@@ -34,11 +34,12 @@ absl::Status CheckEngineSpec(const EngineSpec& spec) {
   // Every setting's range (engine_settings.h).
   if (absl::Status st = CheckEngineSettings(spec); !st.ok()) return st;
   if (!spec.drafter.empty() && spec.drafter != "none" &&
-      spec::FindDrafter(spec.drafter) == nullptr) {
+      spec_decode::FindDrafter(spec.drafter) == nullptr) {
     return FieldError(
         "drafter",
         absl::StrCat("unknown drafter '", spec.drafter, "' (registered: none, ",
-                     absl::StrJoin(spec::RegisteredDrafters(), ", "), ")"));
+                     absl::StrJoin(spec_decode::RegisteredDrafters(), ", "),
+                     ")"));
   }
   // The factory is the authority on its keys: build one and drop it.
   absl::StatusOr<std::unique_ptr<OffloadPolicy>> policy =

@@ -52,7 +52,7 @@ struct EngineSpec {
   int max_waiting = 256;
 
   // Speculative decoding. drafter: a registered drafter
-  // (engine/spec/drafter_registry.h: self, ...), "none", or "" for the
+  // (engine/spec_decode/drafter_registry.h: self, ...), "none", or "" for the
   // policy's own (its registered PolicyTraits: self_spec -> self, the
   // others none). num_speculative_tokens: draft tokens per step, > 0 fixed,
   // 0 adaptive, -1 the policy's own (adaptive for a policy without one).

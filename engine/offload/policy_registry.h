@@ -45,8 +45,8 @@ using PolicyFactory =
 // The speculation a policy brings: what an engine runs when its spec leaves
 // the drafter or k to the policy (EngineSpec, ResolveSpeculation).
 struct SpeculationDefaults {
-  // A registered drafter (engine/spec/drafter_registry.h), or "none": the
-  // policy does not speculate.
+  // A registered drafter (engine/spec_decode/drafter_registry.h), or "none":
+  // the policy does not speculate.
   std::string drafter = "none";
   // Draft tokens per step: > 0 fixed, 0 adaptive (the engine's governor or
   // the policy's ChooseDraftLength).

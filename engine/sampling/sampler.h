@@ -14,7 +14,8 @@
 // distribution rather than drawing from it: Distribution() applies exactly
 // Sample()'s processing and returns the result, Uniform() and DrawFrom() take
 // draws from the same generator, and Unaccept() undoes a provisional
-// Accept() of a draft token that was then rejected (engine/spec/verifier.h).
+// Accept() of a draft token that was then rejected
+// (engine/spec_decode/verifier.h).
 #ifndef MOESERVE_ENGINE_SAMPLING_SAMPLER_H_
 #define MOESERVE_ENGINE_SAMPLING_SAMPLER_H_
 

@@ -1,4 +1,4 @@
-#include "engine/spec/verifier.h"
+#include "engine/spec_decode/verifier.h"
 
 #include <algorithm>
 #include <cstddef>

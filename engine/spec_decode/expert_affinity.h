@@ -37,8 +37,8 @@
 //
 // Thread safety: immutable after Compute; every const method is
 // thread-safe.
-#ifndef MOESERVE_ENGINE_SPEC_EXPERT_AFFINITY_H_
-#define MOESERVE_ENGINE_SPEC_EXPERT_AFFINITY_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_EXPERT_AFFINITY_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_EXPERT_AFFINITY_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -48,7 +48,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model_weights.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 class ExpertAffinity {
  public:
@@ -102,6 +102,6 @@ class ExpertAffinity {
   std::vector<float> distances_;  // [(layer * E + a) * E + b]
 };
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode
 
-#endif  // MOESERVE_ENGINE_SPEC_EXPERT_AFFINITY_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_EXPERT_AFFINITY_H_

@@ -1,10 +1,10 @@
-#include "engine/spec/drafter_registry.h"
+#include "engine/spec_decode/drafter_registry.h"
 
 #include <utility>
 
 #include "base/named_registry.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 namespace {
 
 struct Registration {
@@ -50,4 +50,4 @@ bool RegisterDrafter(std::string_view name, DrafterFactory factory,
 }
 }  // namespace internal
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

@@ -1,10 +1,10 @@
-#include "engine/spec/model_drafter.h"
+#include "engine/spec_decode/model_drafter.h"
 
 #include <algorithm>
 #include <random>
 #include <utility>
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 ModelDrafter::ModelDrafter(const DrafterContext& context,
                            ExpertProvider* experts)
@@ -73,4 +73,4 @@ absl::Status ModelDrafter::Propose(std::span<const DraftInput> inputs,
   return status;
 }
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

@@ -7,13 +7,14 @@
 // experts it expects the target to route to (the lookahead, for offload
 // policies that prefetch from it). The target then verifies all drafts in
 // one forward pass (a verify chunk per sequence) and keeps the longest run
-// the verifier accepts (engine/spec/verifier.h): the output is the target's
-// whatever the drafter proposes, so a drafter changes speed, never results.
+// the verifier accepts (engine/spec_decode/verifier.h): the output is the
+// target's whatever the drafter proposes, so a drafter changes speed, never
+// results.
 //
 // Drafters register by name (drafter_registry.h) like offload policies.
 // Threading: called from the engine's step thread only, one call at a time.
-#ifndef MOESERVE_ENGINE_SPEC_DRAFTER_H_
-#define MOESERVE_ENGINE_SPEC_DRAFTER_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_DRAFTER_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_DRAFTER_H_
 
 #include <cstdint>
 #include <functional>
@@ -34,7 +35,7 @@
 #include "engine/sampling/sampler.h"
 #include "kernels/backend.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 // One sequence that speculates this step.
 struct DraftInput {
@@ -146,6 +147,6 @@ struct DrafterContext {
 using DrafterFactory = std::function<absl::StatusOr<std::unique_ptr<Drafter>>(
     const DrafterContext& context)>;
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode
 
-#endif  // MOESERVE_ENGINE_SPEC_DRAFTER_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_DRAFTER_H_

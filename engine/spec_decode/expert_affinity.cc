@@ -1,4 +1,4 @@
-#include "engine/spec/expert_affinity.h"
+#include "engine/spec_decode/expert_affinity.h"
 
 #include <algorithm>
 #include <array>
@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/architecture.h"
-#include "engine/spec/expert_matrices.h"
+#include "engine/spec_decode/expert_matrices.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 namespace {
 
 // Columns converted per expert at a time: E * kSegment floats stay in cache
@@ -168,4 +168,4 @@ int ExpertAffinity::Nearest(int layer, int expert,
   return best;
 }
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

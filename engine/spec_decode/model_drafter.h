@@ -16,15 +16,15 @@
 // distribution (penalties included, with the drafts so far in the history);
 // for sampled requests a draw from it with the drafter's own generator,
 // returned as q.
-#ifndef MOESERVE_ENGINE_SPEC_MODEL_DRAFTER_H_
-#define MOESERVE_ENGINE_SPEC_MODEL_DRAFTER_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_MODEL_DRAFTER_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_MODEL_DRAFTER_H_
 
 #include <span>
 #include <vector>
 
-#include "engine/spec/drafter.h"
+#include "engine/spec_decode/drafter.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 class ModelDrafter : public Drafter, private RoutingFilter {
  public:
@@ -65,6 +65,6 @@ class ModelDrafter : public Drafter, private RoutingFilter {
   std::vector<float> logits_;
 };
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode
 
-#endif  // MOESERVE_ENGINE_SPEC_MODEL_DRAFTER_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_MODEL_DRAFTER_H_

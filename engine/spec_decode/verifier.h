@@ -33,8 +33,8 @@
 // generator (sampled: one for the test, one more on rejection; bonus: one;
 // greedy: none), so a seeded request's output depends only on its seed, the
 // logits and the drafts, never on what else shares the batch.
-#ifndef MOESERVE_ENGINE_SPEC_VERIFIER_H_
-#define MOESERVE_ENGINE_SPEC_VERIFIER_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_VERIFIER_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_VERIFIER_H_
 
 #include <cstdint>
 
@@ -69,4 +69,4 @@ int32_t SampleBonus(const TokenDistribution& p, Sampler& sampler);
 
 }  // namespace moeserve::engine
 
-#endif  // MOESERVE_ENGINE_SPEC_VERIFIER_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_VERIFIER_H_

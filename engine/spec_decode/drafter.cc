@@ -1,8 +1,8 @@
-#include "engine/spec/drafter.h"
+#include "engine/spec_decode/drafter.h"
 
 #include <algorithm>
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 int32_t ChooseDraftToken(Sampler& sampler, std::span<float> logits,
                          std::mt19937_64& rng, DraftOutput* out) {
@@ -38,4 +38,4 @@ void AddToLookahead(ExpertLookahead* lookahead, int position, int layer,
   have = std::move(merged);
 }
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

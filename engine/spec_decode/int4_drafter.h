@@ -10,16 +10,16 @@
 // is remapped.
 //
 // Owns its QuantizedExperts; borrows everything in DrafterContext.
-#ifndef MOESERVE_ENGINE_SPEC_INT4_DRAFTER_H_
-#define MOESERVE_ENGINE_SPEC_INT4_DRAFTER_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_INT4_DRAFTER_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_INT4_DRAFTER_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "engine/spec/model_drafter.h"
-#include "engine/spec/quantized_experts.h"
+#include "engine/spec_decode/model_drafter.h"
+#include "engine/spec_decode/quantized_experts.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 class Int4Drafter final : public ModelDrafter {
  public:
@@ -36,6 +36,6 @@ class Int4Drafter final : public ModelDrafter {
   const std::unique_ptr<QuantizedExperts> experts_;
 };
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode
 
-#endif  // MOESERVE_ENGINE_SPEC_INT4_DRAFTER_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_INT4_DRAFTER_H_

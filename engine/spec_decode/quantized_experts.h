@@ -10,8 +10,8 @@
 //
 // Owns the arena; borrows the backend (must outlive it). Thread-safe after
 // Create (read-only).
-#ifndef MOESERVE_ENGINE_SPEC_QUANTIZED_EXPERTS_H_
-#define MOESERVE_ENGINE_SPEC_QUANTIZED_EXPERTS_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_QUANTIZED_EXPERTS_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_QUANTIZED_EXPERTS_H_
 
 #include <cstdint>
 #include <memory>
@@ -22,7 +22,7 @@
 #include "kernels/backend.h"
 #include "kernels/int4_expert.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 class QuantizedExperts final : public ExpertProvider {
  public:
@@ -57,6 +57,6 @@ class QuantizedExperts final : public ExpertProvider {
   const kernels::Device device_;
 };
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode
 
-#endif  // MOESERVE_ENGINE_SPEC_QUANTIZED_EXPERTS_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_QUANTIZED_EXPERTS_H_

@@ -1,4 +1,4 @@
-#include "engine/spec/external_drafter.h"
+#include "engine/spec_decode/external_drafter.h"
 
 #include <algorithm>
 #include <random>
@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "engine/spec/drafter_registry.h"
+#include "engine/spec_decode/drafter_registry.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 // Every draft expert resident; BeginLayer also goes to the drafter.
 class ExternalDrafter::HookedExperts final : public ExpertProvider {
@@ -274,4 +274,4 @@ absl::StatusOr<std::unique_ptr<Drafter>> CreateExternalDrafter(
 
 MOESERVE_REGISTER_DRAFTER("external", CreateExternalDrafter);
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

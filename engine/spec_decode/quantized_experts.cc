@@ -1,4 +1,4 @@
-#include "engine/spec/quantized_experts.h"
+#include "engine/spec_decode/quantized_experts.h"
 
 #include <cstring>
 #include <utility>
@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "engine/spec/expert_matrices.h"
+#include "engine/spec_decode/expert_matrices.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 absl::StatusOr<uint64_t> QuantizedExperts::BytesFor(const ModelConfig& c) {
   MOESERVE_ASSIGN_OR_RETURN(
@@ -83,4 +83,4 @@ absl::StatusOr<const std::byte*> QuantizedExperts::Acquire(ExpertId id) {
              layout_.bytes;
 }
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

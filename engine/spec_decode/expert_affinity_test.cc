@@ -1,4 +1,4 @@
-#include "engine/spec/expert_affinity.h"
+#include "engine/spec_decode/expert_affinity.h"
 
 #include <cmath>
 #include <cstring>
@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 namespace {
 
 using engine::testing::TestTensor;
@@ -306,4 +306,4 @@ TEST(ExpertAffinityTest, RowStrideBound) {
 }
 
 }  // namespace
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

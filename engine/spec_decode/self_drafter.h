@@ -13,18 +13,18 @@
 // lookahead is what the target's router chose before remapping.
 //
 // Owns its affinity table; borrows everything in DrafterContext.
-#ifndef MOESERVE_ENGINE_SPEC_SELF_DRAFTER_H_
-#define MOESERVE_ENGINE_SPEC_SELF_DRAFTER_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_SELF_DRAFTER_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_SELF_DRAFTER_H_
 
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/spec/expert_affinity.h"
-#include "engine/spec/model_drafter.h"
+#include "engine/spec_decode/expert_affinity.h"
+#include "engine/spec_decode/model_drafter.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 class SelfDrafter final : public ModelDrafter {
  public:
@@ -48,6 +48,6 @@ class SelfDrafter final : public ModelDrafter {
   std::vector<int32_t> remap_;            // [layer * E + e] -> usable or -1
 };
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode
 
-#endif  // MOESERVE_ENGINE_SPEC_SELF_DRAFTER_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_SELF_DRAFTER_H_

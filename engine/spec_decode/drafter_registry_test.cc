@@ -1,7 +1,7 @@
 // The drafter registry: every drafter of :all_drafters registered, and the
 // fast-memory trait the builder and moeserve_engine_info read instead of a
 // drafter's name.
-#include "engine/spec/drafter_registry.h"
+#include "engine/spec_decode/drafter_registry.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "engine/model_config.h"
-#include "engine/spec/quantized_experts.h"
+#include "engine/spec_decode/quantized_experts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 namespace {
 
 using ::testing::IsSupersetOf;
@@ -58,4 +58,4 @@ TEST(DrafterRegistryDeathTest, DuplicateNameAborts) {
 }
 
 }  // namespace
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

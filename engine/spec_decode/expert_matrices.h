@@ -2,8 +2,8 @@
 // in the packed blob when the weights were loaded with packed experts, or
 // in the memory-mapped safetensors files otherwise. For code that reads
 // every expert once at load (the affinity table, the int4 quantizer).
-#ifndef MOESERVE_ENGINE_SPEC_EXPERT_MATRICES_H_
-#define MOESERVE_ENGINE_SPEC_EXPERT_MATRICES_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_EXPERT_MATRICES_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_EXPERT_MATRICES_H_
 
 #include <array>
 #include <cstddef>
@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model_weights.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 struct ExpertMatrices {
   std::array<const std::byte*, 3> m{};  // gate, up, down
@@ -23,6 +23,6 @@ absl::StatusOr<ExpertMatrices> LocateExpertMatrices(const ModelWeights& weights,
                                                     int layer, int e,
                                                     size_t matrix_bytes);
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode
 
-#endif  // MOESERVE_ENGINE_SPEC_EXPERT_MATRICES_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_EXPERT_MATRICES_H_

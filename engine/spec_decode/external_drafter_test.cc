@@ -3,7 +3,7 @@
 // fresh drafter computes from scratch; Forget frees the draft cache; a
 // draft model with another vocabulary is refused; the cross-model
 // prediction fills the lookahead for every target layer.
-#include "engine/spec/external_drafter.h"
+#include "engine/spec_decode/external_drafter.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 namespace {
 
 kernels::Backend* CpuBackend() {
@@ -274,4 +274,4 @@ TEST(ExternalDrafterTest, SampledDraftsReturnTheirDistributions) {
 }
 
 }  // namespace
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

@@ -41,8 +41,8 @@
 //
 // Borrows everything in DrafterContext; owns its weights, model, experts and
 // cache. Thread-compatible (the engine calls it from its step thread).
-#ifndef MOESERVE_ENGINE_SPEC_EXTERNAL_DRAFTER_H_
-#define MOESERVE_ENGINE_SPEC_EXTERNAL_DRAFTER_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_EXTERNAL_DRAFTER_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_EXTERNAL_DRAFTER_H_
 
 #include <cstdint>
 #include <map>
@@ -56,9 +56,9 @@
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
 #include "engine/moe_model.h"
-#include "engine/spec/drafter.h"
+#include "engine/spec_decode/drafter.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 class ExternalDrafter final : public Drafter {
  public:
@@ -116,6 +116,6 @@ class ExternalDrafter final : public Drafter {
   std::vector<float> logits_;
 };
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode
 
-#endif  // MOESERVE_ENGINE_SPEC_EXTERNAL_DRAFTER_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_EXTERNAL_DRAFTER_H_

@@ -1,11 +1,11 @@
-#include "engine/spec/self_drafter.h"
+#include "engine/spec_decode/self_drafter.h"
 
 #include <utility>
 
 #include "base/status_macros.h"
-#include "engine/spec/drafter_registry.h"
+#include "engine/spec_decode/drafter_registry.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 absl::StatusOr<std::unique_ptr<Drafter>> SelfDrafter::Create(
     const DrafterContext& context) {
@@ -76,4 +76,4 @@ void SelfDrafter::Remap(int layer, int64_t n, int k, std::span<int32_t> ids,
 
 MOESERVE_REGISTER_DRAFTER("self", SelfDrafter::Create);
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

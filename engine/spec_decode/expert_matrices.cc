@@ -1,4 +1,4 @@
-#include "engine/spec/expert_matrices.h"
+#include "engine/spec_decode/expert_matrices.h"
 
 #include <optional>
 #include <string>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/architecture.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 // Where expert (layer, e)'s matrices are: the packed blob, or the mmapped
 // file tensors when the model was loaded without packing.
@@ -47,4 +47,4 @@ absl::StatusOr<ExpertMatrices> LocateExpertMatrices(const ModelWeights& weights,
   return m;
 }
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode

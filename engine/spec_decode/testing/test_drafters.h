@@ -8,8 +8,8 @@
 //                drafter does on repetitive text).
 // Oracle and adversarial propose nothing for a sequence the script does not
 // know (or that left it). All are deterministic (q = point masses).
-#ifndef MOESERVE_ENGINE_SPEC_TESTING_TEST_DRAFTERS_H_
-#define MOESERVE_ENGINE_SPEC_TESTING_TEST_DRAFTERS_H_
+#ifndef MOESERVE_ENGINE_SPEC_DECODE_TESTING_TEST_DRAFTERS_H_
+#define MOESERVE_ENGINE_SPEC_DECODE_TESTING_TEST_DRAFTERS_H_
 
 #include <cstdint>
 #include <memory>
@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/spec/drafter.h"
+#include "engine/spec_decode/drafter.h"
 
-namespace moeserve::engine::spec::testing {
+namespace moeserve::engine::spec_decode::testing {
 
 // prompt -> the tokens a plain greedy run generated after it.
 using DraftScript =
@@ -39,6 +39,6 @@ std::string TestDrafterName(TestDrafterKind kind);
 // drafters read the script set here (empty until set; copied at creation).
 void SetRegisteredDraftScript(DraftScript script);
 
-}  // namespace moeserve::engine::spec::testing
+}  // namespace moeserve::engine::spec_decode::testing
 
-#endif  // MOESERVE_ENGINE_SPEC_TESTING_TEST_DRAFTERS_H_
+#endif  // MOESERVE_ENGINE_SPEC_DECODE_TESTING_TEST_DRAFTERS_H_

@@ -1,11 +1,11 @@
-#include "engine/spec/testing/test_drafters.h"
+#include "engine/spec_decode/testing/test_drafters.h"
 
 #include <algorithm>
 
 #include "base/mutex.h"
-#include "engine/spec/drafter_registry.h"
+#include "engine/spec_decode/drafter_registry.h"
 
-namespace moeserve::engine::spec::testing {
+namespace moeserve::engine::spec_decode::testing {
 namespace {
 
 class TestDrafter final : public Drafter {
@@ -122,4 +122,4 @@ std::unique_ptr<Drafter> MakeTestDrafter(TestDrafterKind kind,
   return std::make_unique<TestDrafter>(kind, std::move(script), vocab_size);
 }
 
-}  // namespace moeserve::engine::spec::testing
+}  // namespace moeserve::engine::spec_decode::testing

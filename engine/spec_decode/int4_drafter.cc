@@ -1,11 +1,11 @@
-#include "engine/spec/int4_drafter.h"
+#include "engine/spec_decode/int4_drafter.h"
 
 #include <utility>
 
 #include "base/status_macros.h"
-#include "engine/spec/drafter_registry.h"
+#include "engine/spec_decode/drafter_registry.h"
 
-namespace moeserve::engine::spec {
+namespace moeserve::engine::spec_decode {
 
 absl::StatusOr<std::unique_ptr<Drafter>> Int4Drafter::Create(
     const DrafterContext& context) {
@@ -30,4 +30,4 @@ Int4Drafter::Int4Drafter(const DrafterContext& context,
 MOESERVE_REGISTER_DRAFTER("int4", Int4Drafter::Create,
                           {.fast_memory_bytes = QuantizedExperts::BytesFor});
 
-}  // namespace moeserve::engine::spec
+}  // namespace moeserve::engine::spec_decode
