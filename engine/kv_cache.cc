@@ -66,7 +66,6 @@ KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size,
       block_size_(block_size),
       kv_heads_(config.num_key_value_heads),
       head_dim_(config.head_dim),
-      num_layers_(static_cast<int>(config.num_hidden_layers)),
       pool_floats_(FloatsPerBlockPerLayer(config, block_size) * num_blocks *
                    config.num_hidden_layers),
       device_(device) {

@@ -73,7 +73,6 @@ class KvCache {
   const int block_size_;
   const int64_t kv_heads_;
   const int64_t head_dim_;
-  const int num_layers_;
   const int64_t pool_floats_;
   const kernels::Device device_;
   // [layer][k|v][num_blocks, block_size, kv_heads, head_dim], one allocation:

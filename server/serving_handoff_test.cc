@@ -194,7 +194,9 @@ class FakeCall final : public server::StreamTransport,
       if (cancel_now) client_cancelled_ = true;
       client_gone = client_cancelled_;
     }
-    if (abort_now) EXPECT_TRUE(host_->Abort(kCaller, id_));
+    if (abort_now) {
+      EXPECT_TRUE(host_->Abort(kCaller, id_));
+    }
     stream_pump_->OnWriteDone(!client_gone);
     if (cancel_now)
       executor_->Post([self = shared_from_this()] {

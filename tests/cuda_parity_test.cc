@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/testing/cuda_skip.h"
 
 namespace moeserve {
 namespace {
@@ -38,14 +39,12 @@ using engine::testing::GoldenCase;
 using engine::testing::ReadGolden;
 using engine::testing::Runfile;
 
-kernels::Backend* Cuda(std::string* why) {
+// The CUDA backend, or null with `status` set to why there is none.
+kernels::Backend* Cuda(absl::Status* status) {
   static auto* backend = new absl::StatusOr<std::unique_ptr<kernels::Backend>>(
       kernels::CreateBackend({.name = "cuda"}));
-  if (!backend->ok()) {
-    *why = backend->status().ToString();
-    return nullptr;
-  }
-  return backend->value().get();
+  *status = backend->status();
+  return backend->ok() ? backend->value().get() : nullptr;
 }
 
 int32_t Argmax(const float* row, int64_t n) {
@@ -91,9 +90,9 @@ class CudaParityTest
     : public ::testing::TestWithParam<std::tuple<std::string, double>> {
  protected:
   void SetUp() override {
-    std::string why;
-    cuda_ = Cuda(&why);
-    if (cuda_ == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
+    absl::Status status;
+    cuda_ = Cuda(&status);
+    MOESERVE_SKIP_WITHOUT_CUDA(status);
     golden_ = ReadGolden(std::get<0>(GetParam()));
     auto weights = engine::ModelWeights::Load(Runfile(golden_.model_dir));
     ASSERT_TRUE(weights.ok()) << weights.status();

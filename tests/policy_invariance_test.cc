@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/testing/cuda_skip.h"
 
 namespace moeserve {
 namespace {
@@ -44,15 +45,13 @@ kernels::Backend* CpuBackend() {
 }
 
 // The CUDA backend, or null (with the reason) without a GPU or toolkit.
-kernels::Backend* CudaBackend(std::string* why) {
+// The CUDA backend, or null with `status` set to why there is none.
+kernels::Backend* CudaBackend(absl::Status* status) {
   static absl::StatusOr<std::unique_ptr<kernels::Backend>>* backend =
       new absl::StatusOr<std::unique_ptr<kernels::Backend>>(
           kernels::CreateBackend({.name = "cuda"}));
-  if (!backend->ok()) {
-    *why = backend->status().ToString();
-    return nullptr;
-  }
-  return backend->value().get();
+  *status = backend->status();
+  return backend->ok() ? backend->value().get() : nullptr;
 }
 
 // Runs every prompt at once (so layers route several experts) on `engine`
@@ -145,9 +144,9 @@ TEST_P(PolicyInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
   const auto& [model, policy, budget, slow_link, tier, where] = GetParam();
   kernels::Backend* backend = CpuBackend();
   if (where == "cuda") {
-    std::string why;
-    backend = CudaBackend(&why);
-    if (backend == nullptr) GTEST_SKIP() << "no CUDA backend: " << why;
+    absl::Status status;
+    backend = CudaBackend(&status);
+    MOESERVE_SKIP_WITHOUT_CUDA(status);
   }
   Fixture& f = Load(model);
   const engine::ModelConfig& c = f.weights->config();

@@ -1,6 +1,7 @@
 #include "engine/hf_tokenizer/hf_bpe_model.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -632,7 +633,9 @@ TEST(HfBpeModelTest, BosAndEosFromTheTokenizerConfig) {
 std::string MakeModelDir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/", name);
-  std::system(("mkdir -p '" + dir + "'").c_str());
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  EXPECT_FALSE(error) << dir << ": " << error.message();
   std::ofstream(dir + "/tokenizer.json") << ReadTestData();
   return dir;
 }

@@ -86,8 +86,8 @@ ExpertResidency::ExpertResidency(const ModelWeights* weights, SlowTier* slow,
       accounting_(slots, slot_bytes_),
       pool_(num_layers_, num_experts_, slots, policy, this,
             {&accounting_, &hooks_}),
-      routed_(num_experts_, 0),
       loads_(slots),
+      routed_(num_experts_, 0),
       activations_(num_layers_ * num_experts_, 0) {}
 
 absl::Status ExpertResidency::Init(const LinkOptions& link,

@@ -646,13 +646,6 @@ TEST_F(ResidencyTest, ComputeInPlaceServesTheSlowTierWithoutMovingBytes) {
   EXPECT_GT(costs.inplace_compute_seconds, 0);
 }
 
-double SecondsOf(std::function<void()> f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
 // What RunTimedLayer measured, in seconds.
 struct TimedLayer {
   double inplace = 0;    // the in-place expert's Acquire to Release

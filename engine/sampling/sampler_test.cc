@@ -198,11 +198,15 @@ TEST(Sampler, DistributionProcessesLogitsLikeSampleAndRecordsNothing) {
       double sum = 0;
       for (size_t k = 0; k < d.ids.size(); ++k) {
         sum += d.probs[k];
-        if (k > 0) EXPECT_GE(d.probs[k - 1], d.probs[k]);
+        if (k > 0) {
+          EXPECT_GE(d.probs[k - 1], d.probs[k]);
+        }
       }
       EXPECT_NEAR(sum, 1.0, 1e-12);
       EXPECT_GT(d.Prob(t), 0) << "sampled token outside the support";
-      if (c.top_k > 0) EXPECT_LE(static_cast<int32_t>(d.ids.size()), c.top_k);
+      if (c.top_k > 0) {
+        EXPECT_LE(static_cast<int32_t>(d.ids.size()), c.top_k);
+      }
       b.Accept(t);  // keep the histories equal
     }
   }

@@ -1,6 +1,6 @@
 // Test helpers of the CUDA backend's tests: device copies of host vectors and
-// the rule that every test skips (GTEST_SKIP, with CudaBackend::Create()'s
-// message) on a machine without a CUDA device.
+// MOESERVE_SKIP_WITHOUT_CUDA (kernels/testing/cuda_skip.h: a test skips only
+// on a machine without a CUDA device, never with MOESERVE_REQUIRE_CUDA=1).
 #ifndef MOESERVE_KERNELS_CUDA_CUDA_TEST_UTIL_H_
 #define MOESERVE_KERNELS_CUDA_CUDA_TEST_UTIL_H_
 
@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/runtime_shim.h"
 #include "kernels/tensor.h"
+#include "kernels/testing/cuda_skip.h"
 
 namespace moeserve::kernels::cuda::test_util {
 
@@ -72,8 +73,8 @@ struct BackendAndStream {
   std::unique_ptr<Stream> stream;
 };
 
-// Creates the backend; on UNAVAILABLE (no device or driver) returns the
-// status so the caller can GTEST_SKIP() << it.
+// Creates the backend; on failure returns the status for
+// MOESERVE_SKIP_WITHOUT_CUDA.
 inline absl::StatusOr<BackendAndStream> MakeBackend(
     const CudaBackendOptions& options = {}) {
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b,
@@ -81,14 +82,6 @@ inline absl::StatusOr<BackendAndStream> MakeBackend(
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> s, b->CreateStream());
   return BackendAndStream{std::move(b), std::move(s)};
 }
-
-#define MOESERVE_SKIP_WITHOUT_CUDA(status)                                \
-  do {                                                                    \
-    if (absl::IsUnavailable(status)) {                                    \
-      GTEST_SKIP() << "CUDA test skipped: " << (status)                   \
-                   << " (needs a machine with an NVIDIA GPU and driver)"; \
-    }                                                                     \
-  } while (0)
 
 }  // namespace moeserve::kernels::cuda::test_util
 

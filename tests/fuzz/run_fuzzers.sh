@@ -10,8 +10,8 @@
 #    request_translation_fuzzer;
 #    default all)
 # Exits non-zero when a fuzzer finds a crash; crash inputs are kept in the
-# work directory it prints. Exits 0 with "skipped: clang not found" when
-# clang++ is absent.
+# work directory it prints. Exits 1 when clang++ is absent (deploy/setup.sh
+# installs clang): a fuzz run that cannot build is a failure, not a skip.
 set -euo pipefail
 
 BUDGET="-max_total_time=${1:-20}"
@@ -20,8 +20,8 @@ shift || true
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 CXX="${CXX:-clang++}"
 if ! command -v "$CXX" >/dev/null 2>&1; then
-  echo "skipped: clang not found"
-  exit 0
+  echo "run_fuzzers: $CXX not found (deploy/setup.sh installs clang)" >&2
+  exit 1
 fi
 
 WORK="$(mktemp -d /tmp/moeserve_fuzz.XXXXXX)"

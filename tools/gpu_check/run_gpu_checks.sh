@@ -25,6 +25,9 @@ libpath="$bundle/lib:$cuda_libs"
 # Only our binaries get the bundle's libraries (python3 keeps its own).
 run=(env "LD_LIBRARY_PATH=$libpath")
 export MOESERVE_CUDA_PLUGIN="$bundle/bin/libmoeserve_cuda.so"
+# On the GPU machine a CUDA test that skips is a failure
+# (kernels/testing/cuda_skip.h), so a run cannot pass by skipping.
+export MOESERVE_REQUIRE_CUDA=1
 # The tests read runfiles as $TEST_SRCDIR/moeserve/<path>.
 mkdir -p /tmp/gpu_check_runfiles
 ln -sfn "$PWD" /tmp/gpu_check_runfiles/moeserve
