@@ -1,8 +1,9 @@
 // Parity of the CPU forward pass with the PyTorch reference: for every
 // golden fixture (tests/golden, written by tools/demo_model/make_fixtures.py)
-// the last-position logits must be within 1e-2 x max|logit| and the 32
-// greedy tokens identical. Also: a batch of all prompts gives the same
-// logits as each prompt alone, and chunked prefill equals one-shot prefill.
+// the last-position logits must be within kTolerance x max|logit| and the
+// 32 greedy tokens identical; the measured error is printed per case. Also: a
+// batch of all prompts gives the same logits as each prompt alone, and chunked
+// prefill equals one-shot prefill.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -76,6 +77,12 @@ class ParityTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<KvCache> cache_;
 };
 
+// About 100x the largest error measured with the default fp32-FMA kernels
+// (AVX-512 and AVX2: at most 1.2e-6 of max|logit| over every fixture and
+// case, 2026-11-27), so a kernel that loses precision fails while a change
+// of summation order does not. The opt-in bf16 kernels are not held to it.
+constexpr float kTolerance = 1e-4f;
+
 void ExpectLogitsClose(const std::vector<float>& got, const float* want,
                        int64_t n, const std::string& what) {
   float max_abs = 0, max_diff = 0;
@@ -83,7 +90,14 @@ void ExpectLogitsClose(const std::vector<float>& got, const float* want,
     max_abs = std::max(max_abs, std::fabs(want[i]));
     max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
   }
-  EXPECT_LE(max_diff, 1e-2f * max_abs)
+  // The measured error, printed so the tolerance can be checked against it
+  // (README.md quotes it) and recorded in the test XML.
+  const float relative = max_abs > 0 ? max_diff / max_abs : max_diff;
+  std::printf("parity %s: max|diff| / max|logit| = %.3g\n", what.c_str(),
+              relative);
+  ::testing::Test::RecordProperty("max_relative_logit_error_" + what,
+                                  std::to_string(relative));
+  EXPECT_LE(max_diff, kTolerance * max_abs)
       << what << ": max|diff| " << max_diff << " vs max|logit| " << max_abs;
 }
 
