@@ -254,8 +254,9 @@ TEST(ShutdownE2eTest, ASlowLinkStepDoesNotOutlastTheDrain) {
   ASSERT_TRUE(running);
   absl::Duration took;
   EXPECT_EQ((*server)->StopWithin(SIGTERM, absl::Seconds(30), &took), 0);
-  EXPECT_LT(took, absl::Milliseconds(3500));  // 2 s drain, slack for a
-                                              // loaded machine
+  // The 2 s drain plus 5 s of slack for a loaded machine: the step itself
+  // (dozens of 2.4 s transfers) would take far longer.
+  EXPECT_LT(took, absl::Seconds(7));
   v1::GenerateResponse response;
   while (reader->Read(&response)) {
   }
