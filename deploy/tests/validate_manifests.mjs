@@ -405,7 +405,8 @@ for (const dir of roots) {
   await checkSchemas(where, objs);
   checkWorkloads(where, objs);
   if (kubectl) {
-    // kubectl is not a Debian package: a cross-check where it happens to be.
+    // kubectl is not a Debian package: a cross-check where it happens to be;
+    // where it is, a kustomization it cannot render is a failure.
     try {
       const out = execFileSync(kubectl, ["kustomize", dir], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
       const theirs = yaml.loadAll(out).filter(Boolean);
@@ -419,7 +420,7 @@ for (const dir of roots) {
         check(false, `${where}: rendering differs from kubectl kustomize:\n${e.message}`);
       }
     } catch (e) {
-      console.log(`note: kubectl kustomize ${where} failed, not compared: ${e.message.split("\n")[0]}`);
+      check(false, `${where}: kubectl kustomize failed: ${e.message.split("\n")[0]}`);
     }
   }
 }
