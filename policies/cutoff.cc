@@ -33,11 +33,7 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> CutoffPolicy::Create(
 
 absl::StatusOr<engine::SpeculationDefaults> CutoffPolicy::Speculation(
     const engine::PolicyConfig& config) {
-  absl::StatusOr<std::string> drafter =
-      engine::GetDrafterConfig(config, "external");
-  if (!drafter.ok()) return drafter.status();
-  return engine::SpeculationDefaults{.drafter = *std::move(drafter),
-                                     .num_speculative_tokens = 0};
+  return engine::DrafterKeySpeculation(config, "external");
 }
 
 void CutoffPolicy::Attach(engine::ResidencyControl* control) {

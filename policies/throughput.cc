@@ -67,11 +67,7 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> ThroughputPolicy::Create(
 
 absl::StatusOr<engine::SpeculationDefaults> ThroughputPolicy::Speculation(
     const engine::PolicyConfig& config) {
-  absl::StatusOr<std::string> drafter =
-      engine::GetDrafterConfig(config, "external");
-  if (!drafter.ok()) return drafter.status();
-  return engine::SpeculationDefaults{.drafter = *std::move(drafter),
-                                     .num_speculative_tokens = 0};
+  return engine::DrafterKeySpeculation(config, "external");
 }
 
 void ThroughputPolicy::Attach(engine::ResidencyControl* control) {

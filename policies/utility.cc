@@ -130,12 +130,12 @@ absl::StatusOr<engine::SpeculationDefaults> UtilityPolicy::Speculation(
     const engine::PolicyConfig& config) {
   absl::StatusOr<int64_t> gamma = GetGamma(config);
   if (!gamma.ok()) return gamma.status();
-  absl::StatusOr<std::string> drafter =
-      engine::GetDrafterConfig(config, "external");
-  if (!drafter.ok()) return drafter.status();
-  return engine::SpeculationDefaults{
-      .drafter = *std::move(drafter),
-      .num_speculative_tokens = static_cast<int>(*gamma)};
+  absl::StatusOr<engine::SpeculationDefaults> speculation =
+      engine::DrafterKeySpeculation(config, "external");
+  if (speculation.ok()) {
+    speculation->num_speculative_tokens = static_cast<int>(*gamma);
+  }
+  return speculation;
 }
 
 // ---------------------------------------------------------------- hooks

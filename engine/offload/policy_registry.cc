@@ -161,6 +161,15 @@ absl::StatusOr<std::string> GetDrafterConfig(const PolicyConfig& config,
   return it->second;
 }
 
+absl::StatusOr<SpeculationDefaults> DrafterKeySpeculation(
+    const PolicyConfig& config, std::string_view default_drafter) {
+  absl::StatusOr<std::string> drafter =
+      GetDrafterConfig(config, default_drafter);
+  if (!drafter.ok()) return drafter.status();
+  return SpeculationDefaults{.drafter = *std::move(drafter),
+                             .num_speculative_tokens = 0};
+}
+
 absl::StatusOr<SpeculativeTokens> GetSpeculativeTokens(
     const PolicyConfig& config) {
   SpeculativeTokens tokens;

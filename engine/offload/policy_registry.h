@@ -118,6 +118,11 @@ absl::StatusOr<double> GetDoubleConfig(const PolicyConfig& config,
 // registered is the engine spec's check (CheckEngineSpec).
 absl::StatusOr<std::string> GetDrafterConfig(const PolicyConfig& config,
                                              std::string_view default_value);
+// The speculation of a policy whose drafter is its `drafter` key (default
+// `default_drafter`) and whose k is adaptive (0); errors as
+// GetDrafterConfig's.
+absl::StatusOr<SpeculationDefaults> DrafterKeySpeculation(
+    const PolicyConfig& config, std::string_view default_drafter);
 
 // The lookahead of a policy that adapts k as it runs: max_speculative_tokens
 // (default 8, at most 16, engine/builder's kMaxSpeculativeTokens) and

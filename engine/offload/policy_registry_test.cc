@@ -119,6 +119,12 @@ TEST(RegistryTest, SpeculationErrorsAreTheFactorysErrors) {
 
 TEST(PolicyConfigTest, DrafterKey) {
   EXPECT_EQ(*GetDrafterConfig({}, "external"), "external");
+  absl::StatusOr<SpeculationDefaults> adaptive =
+      DrafterKeySpeculation({{"drafter", "int4"}}, "external");
+  ASSERT_TRUE(adaptive.ok()) << adaptive.status();
+  EXPECT_EQ(adaptive->drafter, "int4");
+  EXPECT_EQ(adaptive->num_speculative_tokens, 0);
+  EXPECT_FALSE(DrafterKeySpeculation({{"drafter", ""}}, "external").ok());
   EXPECT_EQ(*GetDrafterConfig({{"drafter", "int4"}}, "external"), "int4");
   absl::StatusOr<std::string> empty = GetDrafterConfig({{"drafter", ""}}, "x");
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
