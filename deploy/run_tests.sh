@@ -4,14 +4,14 @@
 # (and the gRPC serving path under ASan and UBSan),
 # the concurrency stress tests under ThreadSanitizer, and the parser fuzzers
 # for a few seconds each. The last line is
-# "N passed, N failed", counting test targets (one per target and config)
-# plus one per fuzzer run; the line before it counts the skipped test cases
-# (read from each target's test.xml). A target whose every case skipped
-# (the CUDA tests on a machine without a GPU) is counted as skipped, not
-# passed.
+# "N passed, N failed, N skipped", counting test targets (one per target and
+# config) plus one per fuzzer run; a target whose every case skipped (the
+# CUDA tests on a machine without a GPU) is counted as skipped, not passed.
+# The line before it counts the skipped test cases (read from each target's
+# test.xml).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-deploy/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+deploy/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 passed=0
 failed=0
@@ -124,5 +124,5 @@ fi
 
 if [ "${CI:-}" = "true" ]; then bazel shutdown; fi
 echo "skipped: ${skipped_cases} test cases; ${skipped_targets} targets skipped every case (not counted as passed)"
-echo "${passed} passed, ${failed} failed"
+echo "${passed} passed, ${failed} failed, ${skipped_targets} skipped"
 [ "$failed" -eq 0 ]
