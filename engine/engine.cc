@@ -118,6 +118,18 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(
                       static_cast<int32_t>(weights_->config().vocab_size)));
 }
 
+absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitAll(
+    std::vector<GenerationRequest> requests) {
+  std::vector<std::unique_ptr<RequestState>> states;
+  states.reserve(requests.size());
+  for (GenerationRequest& request : requests) {
+    states.push_back(
+        NewRequestState(std::move(request), tokenizer_,
+                        static_cast<int32_t>(weights_->config().vocab_size)));
+  }
+  return scheduler_->EnqueueAll(std::move(states));
+}
+
 bool Engine::Abort(const std::string& request_id) {
   return scheduler_->Abort(request_id);
 }

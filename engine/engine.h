@@ -97,6 +97,11 @@ class Engine {
   // ALREADY_EXISTS when a request with the same non-empty id is in flight.
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(
       GenerationRequest request);
+  // Queues every request at once, or none (Submit's errors): an offline
+  // batch, which the next step admits together as far as the budgets allow
+  // (with one Submit each, the step thread may start the first alone).
+  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitAll(
+      std::vector<GenerationRequest> requests);
 
   // Cancels the in-flight request `request_id`; false if there is none. A
   // queued request leaves the queue before this returns.

@@ -117,8 +117,9 @@ class EngineTest : public ::testing::Test {
     EngineOptions options;
     options.max_num_seqs = 1;
     options.max_waiting = 1;
-    auto engine = Engine::Create(weights_, tokenizer_, backend_, options,
-                                 std::make_unique<GatedExperts>(weights_, gate));
+    auto engine =
+        Engine::Create(weights_, tokenizer_, backend_, options,
+                       std::make_unique<GatedExperts>(weights_, gate));
     EXPECT_TRUE(engine.ok()) << engine.status();
     return *std::move(engine);
   }
@@ -169,10 +170,11 @@ TEST_F(EngineTest, TinyBudgetsAndPreemptionDoNotChangeGreedyOutput) {
   options.kv_cache_bytes = 2 * 4 * c.num_key_value_heads * c.head_dim *
                            c.num_hidden_layers * sizeof(float) * 14;
   auto engine = MakeEngine(options);
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const auto& g : golden_->at("cases")) {
-    streams.push_back(*engine->Submit(Greedy(g, 16)));
-  }
+  // In one step, so all three run and compete for blocks.
+  std::vector<GenerationRequest> requests;
+  for (const auto& g : golden_->at("cases")) requests.push_back(Greedy(g, 16));
+  std::vector<std::shared_ptr<RequestStream>> streams =
+      *engine->SubmitAll(std::move(requests));
   size_t i = 0;
   for (const auto& g : golden_->at("cases")) {
     Outcome out = Drain(streams[i++].get());

@@ -1,10 +1,13 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 
 namespace moeserve::engine {
 
@@ -30,32 +33,52 @@ void Scheduler::Start() {
 
 absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Enqueue(
     std::unique_ptr<RequestState> state) {
-  std::shared_ptr<RequestStream> stream = state->stream;
+  std::vector<std::unique_ptr<RequestState>> one;
+  one.push_back(std::move(state));
+  MOESERVE_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams,
+                            EnqueueAll(std::move(one)));
+  return std::move(streams.front());
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>>
+Scheduler::EnqueueAll(std::vector<std::unique_ptr<RequestState>> states) {
   base::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("engine is shutting down");
-  state->id = ++last_request_id_;
-  if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
+  if (waiting_.size() + states.size() >
+      static_cast<size_t>(options_.max_waiting)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "engine '", options_.engine_name,
         "': waiting queue full (--max_waiting=", options_.max_waiting, ")"));
   }
-  const std::string& id = state->request.request_id;
-  if (!id.empty()) {
-    auto [it, inserted] = in_flight_.try_emplace(id, stream);
-    if (!inserted) {
+  // Every id checked before any is taken: all or nothing.
+  std::set<std::string> ids;
+  for (const auto& state : states) {
+    const std::string& id = state->request.request_id;
+    if (id.empty()) continue;
+    if (in_flight_.contains(id) || !ids.insert(id).second) {
       return absl::AlreadyExistsError(
           absl::StrCat("request_id: '", id, "' is already in flight"));
     }
   }
-  const bool timed = state->request.deadline != absl::InfiniteFuture() ||
-                     state->request.rpc_deadline != absl::InfiniteFuture();
-  waiting_.push_back(std::move(state));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  streams.reserve(states.size());
+  bool timed = false;
+  for (auto& state : states) {
+    state->id = ++last_request_id_;
+    streams.push_back(state->stream);
+    if (!state->request.request_id.empty()) {
+      in_flight_.emplace(state->request.request_id, state->stream);
+    }
+    timed = timed || state->request.deadline != absl::InfiniteFuture() ||
+            state->request.rpc_deadline != absl::InfiniteFuture();
+    waiting_.push_back(std::move(state));
+  }
   work_cv_.Signal();
   if (timed) {  // the queue thread may have to wake earlier now
     ++queue_epoch_;
     queue_cv_.Signal();
   }
-  return stream;
+  return streams;
 }
 
 bool Scheduler::Abort(const std::string& request_id) {

@@ -85,6 +85,12 @@ class Scheduler {
   // a request with the same non-empty id is in flight.
   absl::StatusOr<std::shared_ptr<RequestStream>> Enqueue(
       std::unique_ptr<RequestState> state) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues every state in one step, in order, or none (the errors of
+  // Enqueue): the next Schedule sees them all together, as an offline batch
+  // needs. The streams are in the order of `states`.
+  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> EnqueueAll(
+      std::vector<std::unique_ptr<RequestState>> states)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels the in-flight request `request_id`; false if there is none. A
   // queued request leaves the queue before this returns.
   bool Abort(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);

@@ -192,6 +192,39 @@ TEST_F(SchedulerTest, BoundsTheQueueAndRefusesADuplicateId) {
   EXPECT_NE(full.status().message().find("--max_waiting=2"), std::string::npos);
 }
 
+TEST_F(SchedulerTest, EnqueueAllQueuesEveryRequestOrNone) {
+  Make({.max_waiting = 3}, 64);
+  Add(1, "a");
+  auto batch = [&](std::vector<std::string> ids) {
+    std::vector<std::unique_ptr<RequestState>> states;
+    for (std::string& id : ids) {
+      GenerationRequest r;
+      r.prompt = {5, 5};
+      r.request_id = std::move(id);
+      states.push_back(NewRequestState(std::move(r), tokenizer_.get(), kVocab));
+    }
+    return scheduler_->EnqueueAll(std::move(states));
+  };
+  // A duplicate inside the batch, one already in flight, one too many for
+  // the queue: each refuses the whole batch and queues nothing.
+  EXPECT_EQ(batch({"b", "b"}).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(batch({"b", "a"}).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(batch({"b", "c", "d"}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(scheduler_->stats().waiting, 1);
+  auto streams = batch({"b", "c"});
+  ASSERT_TRUE(streams.ok()) << streams.status();
+  ASSERT_EQ(streams->size(), 2u);
+  // The refused batches took no id: "b" and "c" are free until now.
+  std::span<RequestState* const> plan = scheduler_->Schedule();
+  ASSERT_EQ(plan.size(), 3u);  // admitted together, in order
+  EXPECT_EQ(plan[1]->request.request_id, "b");
+  EXPECT_EQ(plan[2]->request.request_id, "c");
+  EXPECT_EQ(plan[1]->stream, (*streams)[0]);
+}
+
 TEST_F(SchedulerTest, AQueuedRequestLeavesAtOnceWhenAborted) {
   Make({}, 64);
   scheduler_->Start();

@@ -274,9 +274,10 @@ TEST(SpecPreemptionTest, GreedyOutputSurvivesKvPreemption) {
                            c.head_dim * sizeof(float);
   auto engine = PlainEngine(f, options);
   ASSERT_NE(engine, nullptr);
-  // All at once, so they compete for blocks.
-  std::vector<std::shared_ptr<engine::RequestStream>> streams;
-  for (const auto& r : f.requests) streams.push_back(*engine->Submit(r));
+  // All in one step, so they compete for blocks (one Submit each lets a
+  // fast step thread run the first alone, and nobody is preempted).
+  std::vector<std::shared_ptr<engine::RequestStream>> streams =
+      *engine->SubmitAll(f.requests);
   for (size_t i = 0; i < streams.size(); ++i) {
     EXPECT_EQ(Drain(*streams[i]), f.expected[i]) << "request " << i;
   }
