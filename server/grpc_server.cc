@@ -9,6 +9,7 @@
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/protobuf_log.h"
 
 namespace moeserve::server {
 
@@ -16,6 +17,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     const ServerOptions& options, InferenceService* service,
     const ServingBounds& bounds,
     std::shared_ptr<grpc::ServerCredentials> credentials) {
+  // Before any thread parses a message: a client can make libprotobuf log
+  // at will (a string field that is not UTF-8), so its lines are bounded.
+  RouteProtobufLogs();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 

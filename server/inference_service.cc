@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "server/caller_identity.h"
 #include "server/generate_pump.h"
+#include "server/grpc_message.h"
 #include "server/grpc_status.h"
 
 namespace moeserve::server {
@@ -28,22 +29,24 @@ absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
 // A Generate call on gRPC's callback API: the pump does the work; this
 // adapts gRPC's reactions to it. Deletes itself in OnDone.
 class GenerateStreamReactor final
-    : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       public StreamTransport {
  public:
   GenerateStreamReactor(InferenceService* service,
                         grpc::CallbackServerContext* context,
-                        const v1::GenerateRequest& request)
+                        const grpc::ByteBuffer& request)
       : service_(service), pump_(this) {
     pump_.Start(service_->StartCall(*context, request));
   }
 
-  // StreamTransport (called by the pump with its lock held).
+  // StreamTransport (called by the pump with its lock held; one write in
+  // flight at a time, so one buffer serves them all).
   void StartWrite(const v1::GenerateResponse* response) override {
-    grpc::ServerWriteReactor<v1::GenerateResponse>::StartWrite(response);
+    write_buffer_ = SerializeResponse(*response);
+    grpc::ServerWriteReactor<grpc::ByteBuffer>::StartWrite(&write_buffer_);
   }
   void Finish(const absl::Status& status) override {
-    grpc::ServerWriteReactor<v1::GenerateResponse>::Finish(
+    grpc::ServerWriteReactor<grpc::ByteBuffer>::Finish(
         service_->Finish("Generate", status));
   }
 
@@ -59,6 +62,7 @@ class GenerateStreamReactor final
 
  private:
   InferenceService* const service_;
+  grpc::ByteBuffer write_buffer_;
   GenerateStreamPump pump_;
 };
 
@@ -68,13 +72,14 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor,
  public:
   GenerateUnaryReactor(InferenceService* service,
                        grpc::CallbackServerContext* context,
-                       const v1::GenerateRequest& request,
-                       v1::GenerateUnaryResponse* response)
-      : service_(service), pump_(this, response) {
+                       const grpc::ByteBuffer& request,
+                       grpc::ByteBuffer* response)
+      : service_(service), raw_response_(response), pump_(this, &response_) {
     pump_.Start(service_->StartCall(*context, request));
   }
 
   void Finish(const absl::Status& status) override {
+    if (status.ok()) *raw_response_ = SerializeResponse(response_);
     grpc::ServerUnaryReactor::Finish(service_->Finish("GenerateUnary", status));
   }
   void OnCancel() override { pump_.OnCancel(); }
@@ -87,6 +92,8 @@ class GenerateUnaryReactor final : public grpc::ServerUnaryReactor,
 
  private:
   InferenceService* const service_;
+  grpc::ByteBuffer* const raw_response_;  // gRPC's, sent on Finish
+  v1::GenerateUnaryResponse response_;    // what the pump fills
   GenerateUnaryPump pump_;
 };
 
@@ -146,8 +153,7 @@ absl::Status InferenceService::Admit(const v1::GenerateRequest& request) const {
 }
 
 absl::StatusOr<std::unique_ptr<GenerateCall>> InferenceService::StartCall(
-    const grpc::CallbackServerContext& context,
-    const v1::GenerateRequest& request) {
+    const grpc::CallbackServerContext& context, const grpc::ByteBuffer& raw) {
   {
     // Every reactor counts, refused or not, until its OnDone.
     base::MutexLock lock(&calls_mu_);
@@ -157,18 +163,20 @@ absl::StatusOr<std::unique_ptr<GenerateCall>> InferenceService::StartCall(
           "); retry later"));
     }
   }
+  v1::GenerateRequest request;
+  if (auto st = ParseRequest(raw, &request); !st.ok()) return st;
   if (auto st = Admit(request); !st.ok()) return st;
   return host_->StartGenerate(request, DeadlineOf(context), CallerOf(context));
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return new GenerateStreamReactor(this, context, *request);
 }
 
 grpc::ServerUnaryReactor* InferenceService::GenerateUnary(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
-    v1::GenerateUnaryResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   return new GenerateUnaryReactor(this, context, *request, response);
 }
 
@@ -185,46 +193,64 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 }  // namespace
 
 grpc::ServerUnaryReactor* InferenceService::Abort(
-    grpc::CallbackServerContext* context, const v1::AbortRequest* request,
-    v1::AbortResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   return Answer(context, DoAbort(*context, *request, response));
 }
 
 grpc::ServerUnaryReactor* InferenceService::Tokenize(
-    grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
-    v1::TokenizeResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   return Answer(context, DoTokenize(*request, response));
 }
 
 grpc::ServerUnaryReactor* InferenceService::ListModels(
-    grpc::CallbackServerContext* context,
-    const v1::ListModelsRequest* /*request*/,
-    v1::ListModelsResponse* response) {
-  *response = host_->ListModels();
-  return Answer(context, Finish("ListModels", absl::OkStatus()));
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Answer(context, DoListModels(*request, response));
+}
+
+grpc::Status InferenceService::DoListModels(const grpc::ByteBuffer& raw,
+                                            grpc::ByteBuffer* response) {
+  v1::ListModelsRequest request;
+  if (auto st = ParseRequest(raw, &request); !st.ok()) {
+    return Finish("ListModels", st);
+  }
+  *response = SerializeResponse(host_->ListModels());
+  return Finish("ListModels", absl::OkStatus());
 }
 
 grpc::Status InferenceService::DoAbort(
-    const grpc::CallbackServerContext& context, const v1::AbortRequest& request,
-    v1::AbortResponse* response) {
+    const grpc::CallbackServerContext& context, const grpc::ByteBuffer& raw,
+    grpc::ByteBuffer* response) {
+  v1::AbortRequest request;
+  if (auto st = ParseRequest(raw, &request); !st.ok()) {
+    return Finish("Abort", st);
+  }
   if (request.request_id().empty()) {
     return Finish("Abort",
                   absl::InvalidArgumentError("request_id: must not be empty"));
   }
   // Only the caller's own requests: another client's id is "not found".
-  response->set_found(host_->Abort(CallerOf(context), request.request_id()));
+  v1::AbortResponse result;
+  result.set_found(host_->Abort(CallerOf(context), request.request_id()));
+  *response = SerializeResponse(result);
   return Finish("Abort", absl::OkStatus());
 }
 
-grpc::Status InferenceService::DoTokenize(const v1::TokenizeRequest& request,
-                                          v1::TokenizeResponse* response) {
+grpc::Status InferenceService::DoTokenize(const grpc::ByteBuffer& raw,
+                                          grpc::ByteBuffer* response) {
+  v1::TokenizeRequest request;
+  if (auto st = ParseRequest(raw, &request); !st.ok()) {
+    return Finish("Tokenize", st);
+  }
   if (auto st = ValidateTokenizeRequest(request, limits_); !st.ok()) {
     return Finish("Tokenize", st);
   }
   if (auto st = CheckAccepting(); !st.ok()) return Finish("Tokenize", st);
   absl::StatusOr<v1::TokenizeResponse> result = host_->Tokenize(request);
   if (!result.ok()) return Finish("Tokenize", result.status());
-  *response = *std::move(result);
+  *response = SerializeResponse(*result);
   return Finish("Tokenize", absl::OkStatus());
 }
 

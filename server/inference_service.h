@@ -23,6 +23,13 @@
 // memory the client holds on the server). Request ids and Abort are scoped
 // to the caller (caller_identity.h).
 //
+// Every method takes its request as raw bytes and parses it itself
+// (grpc_message.h): gRPC's generated handlers answer a request that does
+// not parse UNIMPLEMENTED with no message, uncounted; here it is
+// INVALID_ARGUMENT naming the problem ("request: not a valid
+// moeserve.v1.GenerateRequest: string field ... is not valid UTF-8"),
+// counted like any other answer, with a rate-limited log line.
+//
 // Thread-safe; does not own the host.
 #ifndef MOESERVE_SERVER_INFERENCE_SERVICE_H_
 #define MOESERVE_SERVER_INFERENCE_SERVICE_H_
@@ -40,7 +47,13 @@
 
 namespace moeserve::server {
 
-using InferenceServiceBase = v1::Inference::CallbackService;
+// Every method on the callback API, requests and responses as raw bytes.
+using InferenceServiceBase = v1::Inference::WithRawCallbackMethod_Generate<
+    v1::Inference::WithRawCallbackMethod_GenerateUnary<
+        v1::Inference::WithRawCallbackMethod_Abort<
+            v1::Inference::WithRawCallbackMethod_Tokenize<
+                v1::Inference::WithRawCallbackMethod_ListModels<
+                    v1::Inference::Service>>>>>;
 
 class InferenceService final : public InferenceServiceBase {
  public:
@@ -62,40 +75,42 @@ class InferenceService final : public InferenceServiceBase {
   bool WaitForOpenCalls(absl::Time deadline) ABSL_LOCKS_EXCLUDED(calls_mu_);
   int open_calls() const ABSL_LOCKS_EXCLUDED(calls_mu_);
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+  // The methods of moeserve.v1.Inference; each request is parsed first.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(
       grpc::CallbackServerContext* context,
-      const v1::GenerateRequest* request) override;
-  grpc::ServerUnaryReactor* GenerateUnary(
-      grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
-      v1::GenerateUnaryResponse* response) override;
+      const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* GenerateUnary(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
-                                  const v1::AbortRequest* request,
-                                  v1::AbortResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
-                                     const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
-  grpc::ServerUnaryReactor* ListModels(
-      grpc::CallbackServerContext* context,
-      const v1::ListModelsRequest* request,
-      v1::ListModelsResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
 
  private:
   friend class GenerateStreamReactor;
   friend class GenerateUnaryReactor;
 
-  // The checks every generation runs, then the host's StartGenerate.
-  // Counts the call open (CloseCall undoes it, from the reactor's OnDone).
+  // Parses the request, runs the checks every generation runs, then the
+  // host's StartGenerate. Counts the call open (CloseCall undoes it, from
+  // the reactor's OnDone).
   absl::StatusOr<std::unique_ptr<GenerateCall>> StartCall(
-      const grpc::CallbackServerContext& context,
-      const v1::GenerateRequest& request) ABSL_LOCKS_EXCLUDED(calls_mu_);
+      const grpc::CallbackServerContext& context, const grpc::ByteBuffer& raw)
+      ABSL_LOCKS_EXCLUDED(calls_mu_);
   void CloseCall() ABSL_LOCKS_EXCLUDED(calls_mu_);
   absl::Status Admit(const v1::GenerateRequest& request) const;
   // The unary methods' work; their reactors only Finish with it.
   grpc::Status DoAbort(const grpc::CallbackServerContext& context,
-                       const v1::AbortRequest& request,
-                       v1::AbortResponse* response);
-  grpc::Status DoTokenize(const v1::TokenizeRequest& request,
-                          v1::TokenizeResponse* response);
+                       const grpc::ByteBuffer& raw, grpc::ByteBuffer* response);
+  grpc::Status DoTokenize(const grpc::ByteBuffer& raw,
+                          grpc::ByteBuffer* response);
+  grpc::Status DoListModels(const grpc::ByteBuffer& raw,
+                            grpc::ByteBuffer* response);
   absl::Status CheckAccepting() const;
   // Converts, counts and returns the RPC's final status.
   grpc::Status Finish(const std::string& method, const absl::Status& status);
