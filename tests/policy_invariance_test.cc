@@ -26,6 +26,7 @@
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/testing/cuda_skip.h"
+#include "tests/matrix/pairwise.h"
 
 namespace moeserve {
 namespace {
@@ -193,15 +194,29 @@ TEST(PolicyInvarianceMatrixTest, SomePolicyIsRegistered) {
   EXPECT_FALSE(engine::RegisteredPolicies().empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Matrix, PolicyInvarianceTest,
-    ::testing::Combine(::testing::Values("mixtral_demo", "qwen2_moe",
-                                         "qwen3_demo_fg", "qwen3_demo_draft"),
-                       ::testing::ValuesIn(engine::RegisteredPolicies()),
-                       ::testing::Values("layer", "25%", "100%"),
-                       ::testing::Bool(), ::testing::Values("host", "disk"),
-                       ::testing::Values("cpu", "cpu_dev", "cuda")),
-    Name);
+// Every policy with every budget, and every pair of values of any two axes
+// (model, policy, budget, link, tier) in some case (tests/matrix/
+// pairwise.h; about 40 cases where the full product has 288), each run in
+// every place the fast tier can live.
+std::vector<Params> Cases() {
+  const std::vector<std::string> models = {"mixtral_demo", "qwen2_moe",
+                                           "qwen3_demo_fg", "qwen3_demo_draft"};
+  const std::vector<std::string> policies = engine::RegisteredPolicies();
+  const std::vector<std::string> budgets = {"layer", "25%", "100%"};
+  const std::vector<std::string> tiers = {"host", "disk"};
+  std::vector<Params> cases;
+  for (const std::vector<int>& row : testing::PairwiseRows(
+           {4, static_cast<int>(policies.size()), 3, 2, 2}, /*full=*/{1, 2})) {
+    for (const char* where : {"cpu", "cpu_dev", "cuda"}) {
+      cases.emplace_back(models[row[0]], policies[row[1]], budgets[row[2]],
+                         row[3] == 1, tiers[row[4]], where);
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, PolicyInvarianceTest,
+                         ::testing::ValuesIn(Cases()), Name);
 
 }  // namespace
 }  // namespace moeserve
