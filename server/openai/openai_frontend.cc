@@ -134,22 +134,37 @@ absl::StatusOr<std::string> OpenAiFrontend::ModelBody(
   return Dump(ModelEntry(std::string(id), created_, served_model_));
 }
 
+namespace {
+
+// The validator and the tokenizer name the gRPC fields ("text: ...",
+// "token_ids[3]: ..."): an error names the request's own instead.
+absl::Status RenameTokenizeFields(const absl::Status& status,
+                                  absl::string_view text_field,
+                                  absl::string_view ids_field) {
+  if (status.ok()) return status;
+  absl::string_view message = status.message();
+  std::string renamed(message);
+  if (absl::ConsumePrefix(&message, "text:")) {
+    renamed = absl::StrCat(text_field, ":", message);
+  } else if (absl::ConsumePrefix(&message, "token_ids")) {
+    renamed = absl::StrCat(ids_field, message);
+  }
+  return absl::Status(status.code(), renamed);
+}
+
+}  // namespace
+
 absl::StatusOr<v1::TokenizeResponse> OpenAiFrontend::RunTokenize(
     const v1::TokenizeRequest& request, absl::string_view text_field,
     absl::string_view ids_field) const {
-  if (absl::Status st = ValidateTokenizeRequest(request, limits_); !st.ok()) {
-    // The validator names the gRPC fields.
-    absl::string_view message = st.message();
-    std::string renamed(message);
-    if (absl::ConsumePrefix(&message, "text:")) {
-      renamed = absl::StrCat(text_field, ":", message);
-    } else if (absl::ConsumePrefix(&message, "token_ids:")) {
-      renamed = absl::StrCat(ids_field, ":", message);
-    }
-    return absl::InvalidArgumentError(renamed);
-  }
+  MOESERVE_RETURN_IF_ERROR(RenameTokenizeFields(
+      ValidateTokenizeRequest(request, limits_), text_field, ids_field));
   MOESERVE_RETURN_IF_ERROR(host_->CheckReady());
-  return host_->Tokenize(request);
+  absl::StatusOr<v1::TokenizeResponse> response = host_->Tokenize(request);
+  if (!response.ok()) {
+    return RenameTokenizeFields(response.status(), text_field, ids_field);
+  }
+  return response;
 }
 
 absl::StatusOr<std::string> OpenAiFrontend::TokenizeBody(

@@ -173,6 +173,17 @@ TEST_F(OpenAiFrontendTest, DetokenizeAndTheirErrors) {
   EXPECT_EQ(e.http_status, 400);
   EXPECT_EQ(e.param, "tokens");
   EXPECT_THAT(e.message, HasSubstr("tokens[1]"));
+  // An id the tokenizer does not know: its error names `tokens`, the
+  // request's field, not the gRPC request's token_ids (issue 29 item 6).
+  e = error(frontend_->DetokenizeBody(R"({"tokens": [1, 300]})").status());
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "tokens");
+  EXPECT_THAT(e.message, HasSubstr("tokens[1]: 300"));
+  EXPECT_THAT(e.message, ::testing::Not(HasSubstr("token_ids")));
+  e = error(frontend_->TokenizeBody(R"({"prompt": [1, 300]})").status());
+  if (e.http_status == 400) {  // ids as the prompt, where the route takes them
+    EXPECT_THAT(e.message, ::testing::Not(HasSubstr("token_ids")));
+  }
   e = error(frontend_->DetokenizeBody(R"({"model": "gpt-4", "tokens": []})")
                 .status());
   EXPECT_EQ(e.http_status, 404);

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace moeserve::server::openai::testing {
 
 class FakeCall final : public GenerateCall {
@@ -147,8 +149,13 @@ absl::StatusOr<v1::TokenizeResponse> FakeModelHost::Tokenize(
   } else {
     *response.mutable_token_ids() = request.token_ids();
   }
-  for (uint32_t id : response.token_ids()) {
-    if (id > 255) return absl::InvalidArgumentError("token_ids: out of range");
+  for (int i = 0; i < response.token_ids_size(); ++i) {
+    const uint32_t id = response.token_ids(i);
+    if (id > 255) {
+      // As the engine's tokenizer says it (server/engine_host.cc).
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token_ids[", i, "]: ", id, " is outside the vocabulary of 256"));
+    }
     const std::string piece =
         id == kBos ? "<s>" : std::string(1, static_cast<char>(id));
     response.add_pieces(piece);
