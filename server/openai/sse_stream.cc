@@ -46,7 +46,8 @@ void SseStream::WakeLocked() {
 
 void SseStream::StartWrite(int index, const v1::GenerateResponse* response) {
   base::MutexLock lock(&mu_);
-  encoder_.Append(*response, &pending_, index);
+  // Nothing goes after the [DONE] of a stream cut by Shutdown().
+  if (!cut_) encoder_.Append(*response, &pending_, index);
   write_open_[index] = true;
   WakeLocked();
 }
@@ -57,15 +58,19 @@ void SseStream::Finish(const absl::Status& status) {
     base::MutexLock lock(&mu_);
     if (!status.ok() && first_failure_.ok()) first_failure_ = status;
     if (++choices_finished_ < static_cast<int>(choices_.size())) return;
-    if (!first_failure_.ok()) {
-      StreamEncoder::AppendError(
-          ApiErrorFromStatus(first_failure_, Endpoint::kCompletions),
-          &pending_);
+    if (cut_) {
+      ended = ShutdownStatus();  // its end was sent by Shutdown()
+    } else {
+      if (!first_failure_.ok()) {
+        StreamEncoder::AppendError(
+            ApiErrorFromStatus(first_failure_, Endpoint::kCompletions),
+            &pending_);
+      }
+      StreamEncoder::AppendDone(&pending_);
+      finished_ = true;
+      ended = first_failure_;
+      WakeLocked();
     }
-    StreamEncoder::AppendDone(&pending_);
-    finished_ = true;
-    ended = first_failure_;
-    WakeLocked();
   }
   if (on_finish_) on_finish_(ended);
 }
@@ -106,10 +111,31 @@ ssize_t SseStream::Read(char* buf, size_t max) {
   }
 }
 
+absl::Status SseStream::ShutdownStatus() {
+  return absl::UnavailableError(
+      "server is shutting down: the stream was cut before its end");
+}
+
 void SseStream::Shutdown() {
-  base::MutexLock lock(&mu_);
-  shutdown_ = true;
-  WakeLocked();
+  {
+    base::MutexLock lock(&mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    if (!finished_ && !closed_) {
+      // The client is told why its stream ends, and sees the usual end.
+      StreamEncoder::AppendError(
+          ApiErrorFromStatus(ShutdownStatus(), Endpoint::kCompletions),
+          &pending_);
+      StreamEncoder::AppendDone(&pending_);
+      finished_ = true;
+      cut_ = true;
+    }
+    WakeLocked();
+    if (!cut_ || !started_) return;
+  }
+  // The engine requests end at their next step (a pump's OnCancel is
+  // idempotent and safe beside Read's and Close's calls).
+  for (const std::unique_ptr<Choice>& c : choices_) c->pump.OnCancel();
 }
 
 void SseStream::ClientGone() {

@@ -44,7 +44,7 @@ class SseStream final {
  public:
   // Read's answers besides a byte count.
   static constexpr ssize_t kEnd = -1;    // the stream is complete
-  static constexpr ssize_t kAbort = -2;  // cut short (server shutdown)
+  static constexpr ssize_t kAbort = -2;  // cut short (closed before its end)
 
   // `encoder.n()` choices. `parking` must outlive the stream. `on_finish`
   // runs once, when every choice ended, with OK or the first failure
@@ -64,10 +64,16 @@ class SseStream final {
 
   // From the connection's reader: copies up to `max` bytes of events into
   // `buf` and returns how many; 0 after parking the connection (nothing
-  // to send yet); kEnd once everything was sent; kAbort after Shutdown().
+  // to send yet); kEnd once everything was sent (also after Shutdown());
+  // kAbort once closed.
   ssize_t Read(char* buf, size_t max) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The server is stopping: wakes a parked connection; Read ends it.
+  // The server is stopping (the drain is over): a stream not yet complete
+  // gets an error event (UNAVAILABLE, "server is shutting down") and
+  // "data: [DONE]", its engine requests are cancelled, and a parked
+  // connection is woken; Read sends those last events, then kEnd, so the
+  // client sees a stream that ended, not a cut connection. `on_finish`
+  // gets UNAVAILABLE.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The client hung up while the connection was parked (HangupWatch): a
@@ -105,6 +111,7 @@ class SseStream final {
       ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static absl::Status ShutdownStatus();
 
   ConnectionParking* const parking_;
   const std::function<void(const absl::Status&)> on_finish_;
@@ -119,6 +126,8 @@ class SseStream final {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // every choice
   bool parked_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // Shutdown() ended the stream (error event and [DONE] queued).
+  bool cut_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // Last: destroyed first, after Close detached them.

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/openai/connection_parking.h"
@@ -124,16 +125,28 @@ TEST_F(SseStreamTest, ClientGoneCancelsTheEngineRequest) {
   EXPECT_TRUE(call->released());
 }
 
-TEST_F(SseStreamTest, ShutdownWakesAndAborts) {
+// The drain is over: the stream ends as a stream (an error event, then
+// [DONE]), its engine request is cancelled, and nothing follows [DONE].
+TEST_F(SseStreamTest, ShutdownEndsWithAnErrorEventAndDone) {
   std::unique_ptr<SseStream> stream = NewStream();
   stream->Start(StartCall());
   std::string sse;
   EXPECT_EQ(Drain(stream.get(), &sse), 0);
   stream->Shutdown();
   EXPECT_FALSE(parking_.parked);
-  EXPECT_EQ(Drain(stream.get(), &sse), SseStream::kAbort);
-  stream->Close(false);
   EXPECT_TRUE(host_.calls().at(0)->cancelled());
+  sse.clear();
+  EXPECT_EQ(Drain(stream.get(), &sse), SseStream::kEnd);
+  EXPECT_THAT(sse, HasSubstr("data: {\"error\""));
+  EXPECT_THAT(sse, HasSubstr("shutting down"));
+  EXPECT_TRUE(absl::EndsWith(sse, "data: [DONE]\n\n")) << sse;
+  host_.calls().at(0)->PushText("late");  // after [DONE]: dropped
+  std::string more;
+  EXPECT_EQ(Drain(stream.get(), &more), SseStream::kEnd);
+  EXPECT_EQ(more, "");
+  stream->Close(true);
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(SseStreamTest, ClosedBeforeStartCountsNothing) {
