@@ -34,6 +34,12 @@ absl::Status CheckOptions(const HttpExporterOptions& o) {
         "1 <= max_connections_per_ip <= max_connections, threads <= "
         "max_connections");
   }
+  if (o.head_timeout_s < 1 || o.min_body_bytes_per_s < 0 ||
+      o.max_half_received < 0) {
+    return absl::InvalidArgumentError(
+        "metrics server: head_timeout_s must be >= 1, min_body_bytes_per_s and "
+        "max_half_received >= 0");
+  }
   if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
     return absl::InvalidArgumentError(
         "metrics server: a TLS certificate needs its key and vice versa");
@@ -63,6 +69,17 @@ bool Respond(
   return queued == MHD_YES;
 }
 
+std::string BadContentLengthResponse(int status) {
+  const absl::string_view body = status == 413
+                                     ? "Content-Length is too large\n"
+                                     : "Content-Length is not a number\n";
+  return absl::StrCat(
+      "HTTP/1.1 ", status,
+      status == 413 ? " Content Too Large" : " Bad Request",
+      "\r\nConnection: close\r\nContent-Type: ", kTextContentType,
+      "\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
+}
+
 }  // namespace
 
 // libmicrohttpd's entry points, kept out of the header (its types are C).
@@ -71,15 +88,35 @@ class MetricsHttpHandler {
   static MHD_Result OnRequest(void* self, MHD_Connection* conn, const char* url,
                               const char* method, const char* /*version*/,
                               const char* /*upload_data*/,
-                              size_t* /*upload_data_size*/,
-                              void** /*request_state*/) {
-    // Answered on the first call, when the headers are in: no request here
-    // has a body worth reading (a body sent anyway is discarded with the
-    // connection).
-    return static_cast<const MetricsHttpServer*>(self)->Handle(
-               conn, url ? url : "", method ? method : "")
-               ? MHD_YES
-               : MHD_NO;
+                              size_t* upload_data_size, void** request_state) {
+    auto* server = static_cast<MetricsHttpServer*>(self);
+    const absl::string_view path = url ? url : "";
+    const absl::string_view verb = method ? method : "";
+    if (*request_state == nullptr) {  // the first call: the head is in
+      *request_state = server;
+      server->watch_->HeadReceived(conn);
+      // GETs are answered once the request is read, so that the connection
+      // can be kept alive; anything else at once (and closed).
+      if ((verb == "GET" || verb == "HEAD") &&
+          (path == "/metrics" || path == "/healthz")) {
+        return MHD_YES;
+      }
+      return server->Handle(conn, path, verb) ? MHD_YES : MHD_NO;
+    }
+    if (*upload_data_size > 0) {  // a body no route takes: discarded
+      server->watch_->BodyBytes(conn, *upload_data_size);
+      *upload_data_size = 0;
+      return MHD_YES;
+    }
+    server->watch_->RequestReceived(conn);
+    return server->Handle(conn, path, verb) ? MHD_YES : MHD_NO;
+  }
+
+  static void OnCompleted(void* self, MHD_Connection* conn,
+                          void** /*request_state*/,
+                          MHD_RequestTerminationCode /*code*/) {
+    // The next request on this connection has its head deadline from now.
+    static_cast<MetricsHttpServer*>(self)->watch_->RequestCompleted(conn);
   }
 };
 
@@ -109,8 +146,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   const HttpExporterOptions& o = server->options_;  // stable strings
 
   // libmicrohttpd keeps the TLS pointers: they point into options_.
-  std::vector<MHD_OptionItem> items =
-      DaemonOptionItems(o, kConnectionMemoryBytes, &*address);
+  std::vector<MHD_OptionItem> items = DaemonOptionItems(
+      o, kConnectionMemoryBytes, &*address, server->watch_.get());
 
   // ITC: Stop() wakes the threads at once instead of waiting for a timeout.
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
@@ -120,7 +157,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   server->daemon_ = MHD_start_daemon(
       flags, static_cast<uint16_t>(options.port), nullptr, nullptr,
       &MetricsHttpHandler::OnRequest, server.get(), MHD_OPTION_EXTERNAL_LOGGER,
-      &HttpStartLog::Log, server->start_log_.get(), MHD_OPTION_ARRAY,
+      &HttpStartLog::Log, server->start_log_.get(), MHD_OPTION_NOTIFY_COMPLETED,
+      &MetricsHttpHandler::OnCompleted, server.get(), MHD_OPTION_ARRAY,
       items.data(), MHD_OPTION_END);
   const std::string why = server->start_log_->Close();
   if (server->daemon_ == nullptr) {
@@ -144,9 +182,16 @@ MetricsHttpServer::MetricsHttpServer(const HttpExporterOptions& options,
     : options_(options),
       registry_(registry),
       healthy_(std::move(healthy)),
-      start_log_(std::make_unique<HttpStartLog>()) {}
+      watch_(std::make_unique<ConnectionWatch>(options, "metrics",
+                                               &BadContentLengthResponse)),
+      start_log_(std::make_unique<HttpStartLog>(watch_.get())) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+MetricsHttpServer::SlowCuts MetricsHttpServer::slow_cuts() const {
+  const ConnectionWatch::Cuts c = watch_->cuts();
+  return {c.head, c.body, c.too_many};
+}
 
 void MetricsHttpServer::Stop() {
   if (daemon_ == nullptr) return;

@@ -39,7 +39,8 @@ struct MHD_Daemon;
 
 namespace moeserve::metrics {
 
-class HttpStartLog;  // mhd_daemon.h
+class ConnectionWatch;  // mhd_daemon.h
+class HttpStartLog;     // mhd_daemon.h
 
 // Address, TLS and bounds as every HTTP listener (HttpListenerOptions),
 // and who may read.
@@ -72,6 +73,15 @@ class MetricsHttpServer {
   // The bound port (the chosen one when started with port 0).
   int port() const { return port_; }
 
+  // Connections cut for arriving too slowly: past the head deadline, below
+  // the body rate, over the cap on requests arriving at once.
+  struct SlowCuts {
+    int head = 0;
+    int body = 0;
+    int too_many = 0;
+  };
+  SlowCuts slow_cuts() const;
+
   // From now on /healthz answers 503 "draining", whatever healthy() says:
   // a load balancer stops sending work as soon as shutdown starts, as gRPC
   // health's NOT_SERVING tells gRPC clients. Never undone.
@@ -96,7 +106,9 @@ class MetricsHttpServer {
   const Registry* const registry_;
   const std::function<bool()> healthy_;
   std::atomic<bool> draining_{false};
-  // The daemon's logger state; outlives the daemon (declared before it).
+  // Request deadlines and the cap on requests arriving (slowloris), and
+  // the daemon's logger state; both outlive the daemon (declared before it).
+  std::unique_ptr<ConnectionWatch> watch_;
   std::unique_ptr<HttpStartLog> start_log_;
   MHD_Daemon* daemon_ = nullptr;  // owned; null once stopped
   int port_ = 0;

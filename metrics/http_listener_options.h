@@ -29,6 +29,22 @@ struct HttpListenerOptions {
   int idle_timeout_s = 5;
   int max_connections = 256;        // beyond: accepted and closed at once
   int max_connections_per_ip = 32;  // one client cannot take all the slots
+
+  // Deadlines for a request as it arrives (slowloris; metrics/README.md
+  // "HTTP bounds"), on every request of a connection, keep-alive too:
+  // - its head (request line and headers; the TLS handshake for a new
+  //   connection) must be in within head_timeout_s of the connection's
+  //   start or of the previous response's end;
+  // - its body, after head_timeout_s of grace, must keep an average of
+  //   min_body_bytes_per_s;
+  // - at most max_half_received requests may be arriving (head or body not
+  //   yet in) at once: over it, the one that began first is cut. 0 means
+  //   max_connections / 4, which leaves room for fresh clients.
+  // A cut connection is shut down (libmicrohttpd then closes it) and
+  // counted in a log line, at most one every 10 s.
+  int head_timeout_s = 10;
+  int min_body_bytes_per_s = 4096;
+  int max_half_received = 0;
 };
 
 }  // namespace moeserve::metrics

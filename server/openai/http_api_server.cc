@@ -9,9 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "metrics/mhd_daemon.h"
 #include "server/client_message.h"
 #include "server/openai/api_error.h"
@@ -28,6 +31,9 @@ constexpr char kJson[] = "application/json";
 constexpr char kText[] = "text/plain; charset=utf-8";
 // Headers must fit (431 otherwise); also each connection's buffers.
 constexpr size_t kConnectionMemoryBytes = 32 * 1024;
+// How long Stop() lets the last events of cut streams (and the 503s of
+// woken requests) go out; a client that does not read is cut after it.
+constexpr absl::Duration kStopFlushTime = absl::Seconds(2);
 // Bytes the SSE reader is asked for at most per call.
 constexpr size_t kStreamBlockBytes = 4096;
 
@@ -86,6 +92,13 @@ absl::Status CheckOptions(const HttpApiOptions& o) {
         "HTTP API server: threads must be 1-64, idle_timeout_s >= 1, "
         "1 <= max_connections_per_ip <= max_connections, threads <= "
         "max_connections, max_body_bytes >= 1");
+  }
+  if (o.head_timeout_s < 1 || o.min_body_bytes_per_s < 0 ||
+      o.max_half_received < 0) {
+    return absl::InvalidArgumentError(
+        "HTTP API server: head_timeout_s must be >= 1, min_body_bytes_per_s "
+        "and "
+        "max_half_received >= 0");
   }
   if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
     return absl::InvalidArgumentError(
@@ -153,6 +166,34 @@ ApiError PlainError(int http_status, std::string type, std::string message,
   return e;
 }
 
+// "application/json", any case, with or without parameters
+// ("; charset=utf-8").
+bool IsJson(const char* content_type) {
+  if (content_type == nullptr) return false;
+  absl::string_view type(content_type);
+  type = type.substr(0, type.find(';'));
+  return absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(type), kJson);
+}
+
+// The one answer to a Content-Length libmicrohttpd cannot take, sent by
+// the connection watch (metrics/mhd_daemon.h: libmicrohttpd's own comes
+// with its headers twice).
+std::string BadContentLengthResponse(int http_status) {
+  const bool too_large = http_status == 413;
+  ApiError e = PlainError(
+      http_status, "invalid_request_error",
+      too_large ? "Content-Length is larger than any body this server takes"
+                : "Content-Length is not a non-negative decimal number",
+      too_large ? "request_too_large" : "invalid_content_length");
+  e.param = "Content-Length";
+  const std::string body = ErrorBody(e);
+  return absl::StrCat("HTTP/1.1 ", http_status,
+                      too_large ? " Content Too Large" : " Bad Request",
+                      "\r\nConnection: close\r\nContent-Type: ", kJson,
+                      "\r\nCache-Control: no-cache\r\nContent-Length: ",
+                      body.size(), "\r\n\r\n", body);
+}
+
 }  // namespace
 
 // One HTTP request: its route, body, caller and, for a generation, the
@@ -198,6 +239,7 @@ class HttpApiHandler {
                               void** request_state) {
     auto* server = static_cast<OpenAiHttpServer*>(self);
     if (*request_state == nullptr) {
+      server->watch_->HeadReceived(conn);
       auto* holder = new Holder(std::make_shared<HttpExchange>(conn));
       *request_state = holder;
       return Begin(server, **holder, url ? url : "", method ? method : "")
@@ -207,6 +249,7 @@ class HttpApiHandler {
     Holder& holder = *static_cast<Holder*>(*request_state);
     HttpExchange& ex = *holder;
     if (*upload_data_size > 0) {
+      server->watch_->BodyBytes(conn, *upload_data_size);
       if (!ex.answered && !ex.too_large) {
         if (ex.body.size() + *upload_data_size >
             server->options_.max_body_bytes) {
@@ -220,13 +263,21 @@ class HttpApiHandler {
       *upload_data_size = 0;
       return MHD_YES;
     }
+    server->watch_->RequestReceived(conn);  // no deadline while answered
     if (ex.answered) return MHD_YES;
+    if (!TakesBody(ex.route)) {
+      // A GET answered once the request is read: libmicrohttpd keeps the
+      // connection alive only for a response queued then.
+      return AnswerGet(server, ex, url ? url : "") ? MHD_YES : MHD_NO;
+    }
     return Continue(server, holder) ? MHD_YES : MHD_NO;
   }
 
-  static void OnCompleted(void* self, MHD_Connection* /*conn*/,
+  static void OnCompleted(void* self, MHD_Connection* conn,
                           void** request_state,
                           MHD_RequestTerminationCode code) {
+    // The next request on this connection has its head deadline from now.
+    static_cast<OpenAiHttpServer*>(self)->watch_->RequestCompleted(conn);
     if (request_state == nullptr || *request_state == nullptr) return;
     auto* holder = static_cast<Holder*>(*request_state);
     *request_state = nullptr;
@@ -285,21 +336,22 @@ class HttpApiHandler {
                            "a client certificate signed by the client CA "
                            "is required")));
     }
-    if (ex.route == Route::kHealth) return answer(Health(server, conn));
+    if (ex.route == Route::kHealth) return true;  // answered once read
     if (!Identify(server, ex)) return true;
-    if (ex.route == Route::kModels) {
-      server->frontend_->Count(kModelsRoute, absl::OkStatus());
-      return answer(Respond(conn, 200, kJson, server->frontend_->ModelsBody()));
-    }
-    if (ex.route == Route::kModel) {
-      absl::StatusOr<std::string> body =
-          server->frontend_->ModelBody(url.substr(11));
-      server->frontend_->Count(kModelsRoute, body.status());
-      if (!body.ok()) {
-        return answer(RespondError(
-            conn, ApiErrorFromStatus(body.status(), Endpoint::kOther)));
-      }
-      return answer(Respond(conn, 200, kJson, *body));
+    if (!post) return true;  // answered once read (AnswerGet)
+    // A browser's cross-site "simple" POST (text/plain, a form) must not
+    // start a generation: JSON only.
+    if (!IsJson(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                            MHD_HTTP_HEADER_CONTENT_TYPE))) {
+      const absl::Status status = absl::InvalidArgumentError(
+          "Content-Type: a request body must be sent as "
+          "\"Content-Type: application/json\"");
+      server->frontend_->Count(RouteName(ex.route), status);
+      ApiError error = ApiErrorFromStatus(status, Endpoint::kOther);
+      error.http_status = 415;
+      error.param = "Content-Type";
+      error.code = "unsupported_media_type";
+      return answer(RespondError(conn, error));
     }
     const char* length = MHD_lookup_connection_value(
         conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -309,6 +361,26 @@ class HttpApiHandler {
       return answer(TooLarge(server, ex));
     }
     return true;  // read the body
+  }
+
+  // The GET routes, once the request is read.
+  static bool AnswerGet(OpenAiHttpServer* server, HttpExchange& ex,
+                        absl::string_view url) {
+    MHD_Connection* conn = ex.conn_;
+    ex.answered = true;
+    if (ex.route == Route::kHealth) return Health(server, conn);
+    if (ex.route == Route::kModels) {
+      server->frontend_->Count(kModelsRoute, absl::OkStatus());
+      return Respond(conn, 200, kJson, server->frontend_->ModelsBody());
+    }
+    absl::StatusOr<std::string> body =
+        server->frontend_->ModelBody(url.substr(11));
+    server->frontend_->Count(kModelsRoute, body.status());
+    if (!body.ok()) {
+      return RespondError(conn,
+                          ApiErrorFromStatus(body.status(), Endpoint::kOther));
+    }
+    return Respond(conn, 200, kJson, *body);
   }
 
   static bool Health(OpenAiHttpServer* server, MHD_Connection* conn) {
@@ -508,8 +580,8 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Start(
       new OpenAiHttpServer(options, frontend));
   const HttpApiOptions& o = server->options_;  // stable strings
 
-  std::vector<MHD_OptionItem> items =
-      metrics::DaemonOptionItems(o, kConnectionMemoryBytes, &*address);
+  std::vector<MHD_OptionItem> items = metrics::DaemonOptionItems(
+      o, kConnectionMemoryBytes, &*address, server->watch_.get());
 
   // Suspend/resume parks generations (and brings the wake-up pipe that
   // also lets Stop() end the threads at once).
@@ -543,9 +615,16 @@ OpenAiHttpServer::OpenAiHttpServer(const HttpApiOptions& options,
     : options_(options),
       frontend_(frontend),
       hangups_(std::make_unique<HangupWatch>()),
-      start_log_(std::make_unique<metrics::HttpStartLog>()) {}
+      watch_(std::make_unique<metrics::ConnectionWatch>(
+          options, "HTTP API", &BadContentLengthResponse)),
+      start_log_(std::make_unique<metrics::HttpStartLog>(watch_.get())) {}
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
+
+OpenAiHttpServer::SlowCuts OpenAiHttpServer::slow_cuts() const {
+  const metrics::ConnectionWatch::Cuts c = watch_->cuts();
+  return {c.head, c.body, c.too_many};
+}
 
 bool OpenAiHttpServer::Register(const std::shared_ptr<HttpExchange>& ex) {
   base::MutexLock lock(&mu_);
@@ -588,6 +667,10 @@ void OpenAiHttpServer::Stop() {
   // libmicrohttpd must not be stopped with a connection suspended: wake
   // every parked one; from now on none parks again.
   for (const std::shared_ptr<HttpExchange>& ex : open) ex->Shutdown();
+  open.clear();
+  // Cut streams send their error event and [DONE], woken unary requests
+  // their 503: give them a moment to go out before the sockets close.
+  WaitForOpenCalls(absl::Now() + kStopFlushTime);
   MHD_stop_daemon(daemon_);  // closes the connections, joins the threads
   daemon_ = nullptr;
 }

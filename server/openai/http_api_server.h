@@ -52,7 +52,8 @@ struct MHD_Connection;
 struct MHD_Daemon;
 
 namespace moeserve::metrics {
-class HttpStartLog;  // metrics/mhd_daemon.h
+class ConnectionWatch;  // metrics/mhd_daemon.h
+class HttpStartLog;     // metrics/mhd_daemon.h
 }  // namespace moeserve::metrics
 
 namespace moeserve::server::openai {
@@ -87,6 +88,15 @@ class OpenAiHttpServer {
 
   int port() const { return port_; }
 
+  // Connections cut for arriving too slowly (head deadline, body rate, over
+  // the cap), for tests and diagnostics.
+  struct SlowCuts {
+    int head = 0;
+    int body = 0;
+    int too_many = 0;
+  };
+  SlowCuts slow_cuts() const;
+
   // New generations and /health get 503 from now on; never undone.
   void StartDraining() { frontend_->StartDraining(); }
 
@@ -118,7 +128,10 @@ class OpenAiHttpServer {
   std::set<std::shared_ptr<HttpExchange>> open_ ABSL_GUARDED_BY(mu_);
   // Non-streamed generations' sockets, from Register to Unregister.
   std::unique_ptr<HangupWatch> hangups_;
-  std::unique_ptr<metrics::HttpStartLog> start_log_;  // outlives the daemon
+  // Request deadlines and the cap on requests arriving (slowloris); it
+  // and the logger outlive the daemon.
+  std::unique_ptr<metrics::ConnectionWatch> watch_;
+  std::unique_ptr<metrics::HttpStartLog> start_log_;
   MHD_Daemon* daemon_ = nullptr;  // owned; null once stopped
   int port_ = 0;
 };

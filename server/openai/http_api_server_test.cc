@@ -237,10 +237,11 @@ TEST_F(HttpApiServerTest, BodiesAreBounded) {
   EXPECT_THAT(r.body, HasSubstr("larger than"));
   // Without a Content-Length (chunked), the bound holds as it arrives.
   const int fd = Connect(port_);
-  SendAll(fd, absl::StrCat(
-                  "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-                  "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
-                  absl::Hex(big.size()), "\r\n", big, "\r\n0\r\n\r\n"));
+  SendAll(fd,
+          absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                       "Connection: close\r\nTransfer-Encoding: chunked\r\n"
+                       "Content-Type: application/json\r\n\r\n",
+                       absl::Hex(big.size()), "\r\n", big, "\r\n0\r\n\r\n"));
   r = Parse(ReadAll(fd));
   close(fd);
   EXPECT_EQ(r.status, 413);
@@ -352,6 +353,126 @@ TEST_F(HttpApiServerTest, StopEndsParkedGenerations) {
   ReadAll(unary_fd);
   close(stream_fd);
   close(unary_fd);
+}
+
+// A cross-site "simple" POST (text/plain, form, multipart) must not start
+// a generation: POST bodies are JSON or 415 (issue 29 item 3).
+TEST_F(HttpApiServerTest, PostBodiesMustBeJson) {
+  StartServer();
+  const std::string body = R"({"prompt": "x", "max_tokens": 1})";
+  for (const char* type : {"text/plain", "application/x-www-form-urlencoded",
+                           "multipart/form-data; boundary=x", "image/png",
+                           "application/jsonx", ""}) {
+    SCOPED_TRACE(type);
+    for (const char* path : {"/v1/completions", "/tokenize"}) {
+      const int fd = Connect(port_);
+      SendAll(fd, absl::StrCat(
+                      "POST ", path,
+                      " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n",
+                      *type ? absl::StrCat("Content-Type: ", type, "\r\n") : "",
+                      "Content-Length: ", body.size(), "\r\n\r\n", body));
+      Reply r = Parse(ReadAll(fd));
+      close(fd);
+      EXPECT_EQ(r.status, 415) << path << " " << r.body;
+      ASSERT_TRUE(nlohmann::json::accept(r.body)) << r.body;
+      const nlohmann::json e = nlohmann::json::parse(r.body)["error"];
+      EXPECT_THAT(e["message"].get<std::string>(), HasSubstr("Content-Type"));
+      EXPECT_EQ(e["param"], "Content-Type");
+    }
+  }
+  EXPECT_EQ(host_.calls().size(), 0u);
+  // Parameters and case are allowed.
+  const int fd = Connect(port_);
+  SendAll(fd, absl::StrCat("POST /tokenize HTTP/1.1\r\nHost: x\r\n"
+                           "Connection: close\r\n"
+                           "Content-Type: Application/JSON; charset=utf-8\r\n"
+                           "Content-Length: 15\r\n\r\n{\"prompt\": \"a\"}"));
+  EXPECT_EQ(Parse(ReadAll(fd)).status, 200);
+  close(fd);
+}
+
+// libmicrohttpd's own answer to a bad Content-Length came after a first
+// status line and headers: one response, and only one (issue 29 item 4).
+TEST_F(HttpApiServerTest, BadContentLengthIsOneCleanResponse) {
+  StartServer();
+  for (const char* length : {"99999999999999999999999", "-1", "12x", "0x10",
+                             "18446744073709551616", "18446744073709551615"}) {
+    SCOPED_TRACE(length);
+    const int fd = Connect(port_);
+    SendAll(fd, absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                             "Content-Type: application/json\r\n"
+                             "Content-Length: ",
+                             length, "\r\n\r\n{}"));
+    const std::string raw = ReadAll(fd);
+    close(fd);
+    int responses = 0;
+    for (size_t at = raw.find("HTTP/1."); at != std::string::npos;
+         at = raw.find("HTTP/1.", at + 1)) {
+      ++responses;
+    }
+    EXPECT_EQ(responses, 1) << raw;
+    const Reply r = Parse(raw);
+    EXPECT_TRUE(r.status == 400 || r.status == 413) << raw;
+    EXPECT_THAT(raw, ::testing::Not(HasSubstr("<html")));
+  }
+}
+
+// GET routes keep the connection: two GETs, pipelined, on one connection
+// are both answered (issue 29 item 8).
+TEST_F(HttpApiServerTest, GetsKeepTheConnectionAlive) {
+  StartServer();
+  const int fd = Connect(port_);
+  SendAll(fd,
+          "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+          "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string got;
+  char buf[4096];
+  while (!absl::StrContains(got, "\"object\":\"list\"")) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_THAT(got, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(got, HasSubstr("ok\n"));
+  EXPECT_THAT(got, HasSubstr("\"object\":\"list\"")) << got;
+  EXPECT_THAT(got, ::testing::Not(HasSubstr("Connection: close")));
+  // And a third, sent after the two answers, on the same connection.
+  got.clear();
+  SendAll(fd, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  got = ReadAll(fd);
+  EXPECT_THAT(got, HasSubstr("HTTP/1.1 200"));
+  close(fd);
+}
+
+// A stream still running when the server stops ends as a stream: an error
+// event, then [DONE], then the chunked body's end (issue 29 item 8).
+TEST_F(HttpApiServerTest, StreamCutByStopEndsWithErrorAndDone) {
+  StartServer();
+  const int fd = Connect(port_);
+  SendAll(fd, Request("POST", "/v1/completions",
+                      R"({"prompt": "x", "stream": true})"));
+  std::shared_ptr<FakeCallState> call = host_.WaitForCall(1);
+  ASSERT_NE(call, nullptr);
+  call->PushText("first");
+  std::string got;
+  char buf[4096];
+  while (!absl::StrContains(got, "first")) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  server_->StartDraining();
+  server_->Stop();  // --drain_seconds are over
+  got += ReadAll(fd);
+  close(fd);
+  EXPECT_TRUE(call->cancelled());
+  const size_t error = got.find("data: {\"error\"");
+  const size_t done = got.find("data: [DONE]\n\n");
+  ASSERT_NE(error, std::string::npos) << got;
+  ASSERT_NE(done, std::string::npos) << got;
+  EXPECT_LT(error, done);
+  EXPECT_THAT(got.substr(error), HasSubstr("shutting down"));
+  EXPECT_TRUE(absl::EndsWith(got, "0\r\n\r\n")) << got;  // the last chunk
 }
 
 TEST(HttpApiServer, RefusesBadOptions) {
