@@ -5,11 +5,12 @@
 #include <array>
 #include <cerrno>
 #include <cstdint>
+#include <optional>
 #include <random>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "grpcpp/security/auth_context.h"
+#include "server/security/grpc_credentials.h"
 
 namespace moeserve::server {
 namespace {
@@ -37,13 +38,8 @@ void RandomBytes(std::array<unsigned char, 16>* out) {
 }  // namespace
 
 std::string CallerOf(const grpc::ServerContextBase& context) {
-  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  if (auth != nullptr) {
-    std::vector<grpc::string_ref> ids =
-        auth->FindPropertyValues(kIdentityProperty);
-    if (!ids.empty()) {
-      return "id:" + std::string(ids.front().data(), ids.front().size());
-    }
+  if (std::optional<std::string> id = security::CallIdentity(context)) {
+    return "id:" + *id;
   }
   return absl::StrCat("peer:", context.peer());
 }

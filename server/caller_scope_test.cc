@@ -3,6 +3,7 @@
 // unique among its caller's requests, and Abort reaches only the caller's
 // own. First on EngineHost (the scoping), then through real gRPC (who the
 // caller is: the connection, when no authenticated identity is set).
+#include <algorithm>
 #include <memory>
 #include <regex>
 #include <string>
@@ -22,7 +23,11 @@
 #include "server/engine_host.h"
 #include "server/grpc_server.h"
 #include "server/inference_service.h"
+#include "server/security/bearer_tokens.h"
+#include "server/security/grpc_credentials.h"
+#include "server/security/security_options.h"
 #include "server/server_metrics.h"
+#include "server/serving_bounds.h"
 #include "server/testing/handoff_fixture.h"
 
 namespace moeserve::server {
@@ -115,6 +120,41 @@ class RecordingHost final : public ModelHost {
   std::vector<std::string> callers_ ABSL_GUARDED_BY(mu_);
 };
 
+// A host that remembers each caller's request ids (from StartGenerate,
+// which then refuses) and finds them in Abort only for that caller.
+class ScopingHost final : public ModelHost {
+ public:
+  absl::Status CheckReady() const override { return absl::OkStatus(); }
+  std::vector<std::string> EngineNames() const override { return {"lru"}; }
+  v1::ListModelsResponse ListModels() const override { return {}; }
+  absl::StatusOr<v1::TokenizeResponse> Tokenize(
+      const v1::TokenizeRequest&) override {
+    return absl::UnimplementedError("no tokenizer");
+  }
+  absl::StatusOr<std::unique_ptr<GenerateCall>> StartGenerate(
+      const v1::GenerateRequest& request, absl::Time,
+      std::string_view caller) override {
+    base::MutexLock lock(&mu_);
+    callers_.emplace_back(caller);
+    ids_.push_back(ScopedRequestId(caller, request.request_id()));
+    return absl::UnavailableError("remembered");
+  }
+  bool Abort(std::string_view caller, std::string_view id) override {
+    base::MutexLock lock(&mu_);
+    return std::find(ids_.begin(), ids_.end(), ScopedRequestId(caller, id)) !=
+           ids_.end();
+  }
+  std::vector<std::string> callers() {
+    base::MutexLock lock(&mu_);
+    return callers_;
+  }
+
+ private:
+  base::Mutex mu_;
+  std::vector<std::string> callers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> ids_ ABSL_GUARDED_BY(mu_);
+};
+
 TEST(CallerScopeTest, TheCallerIsTheConnectionWithoutAuth) {
   RecordingHost host;
   metrics::Registry registry;
@@ -158,6 +198,68 @@ TEST(CallerScopeTest, TheCallerIsTheConnectionWithoutAuth) {
   EXPECT_EQ(callers[0], callers[1]);  // one connection, one caller
   EXPECT_NE(callers[0], callers[2]);  // another connection, another
   EXPECT_THAT(callers[0], ::testing::StartsWith("peer:ipv4:127.0.0.1:"));
+  (*server)->Shutdown(absl::Now());
+}
+
+// Issue 29: two tenants whose calls share one connection (one channel,
+// per-call tokens; grpcio does the same for two channels to one target)
+// are both accepted, and each is its own caller: Abort finds only its own.
+TEST(CallerScopeTest, TwoTokensOnOneConnectionAreTwoCallers) {
+  constexpr char kA[] = "tenant-a-aaaaaaaaaaaa";
+  constexpr char kB[] = "tenant-b-bbbbbbbbbbbb";
+  auto tokens = security::BearerTokens::Parse(absl::StrCat(kA, "\n", kB), "t");
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  security::SecurityOptions security;
+  security.tokens = std::make_shared<const security::BearerTokens>(*tokens);
+  ScopingHost host;
+  metrics::Registry registry;
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  auto metrics = ServerMetrics::Create(&registry, options, [] { return true; });
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  InferenceService service(&host, options.limits, metrics->get());
+  auto server =
+      GrpcServer::Start(options, &service, ServingBounds{},
+                        security::MakeGrpcServerCredentials(security));
+  ASSERT_TRUE(server.ok()) << server.status();
+  // One channel: one connection (grpc_credentials_test checks the peer).
+  auto stub = v1::Inference::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                          grpc::InsecureChannelCredentials()));
+  auto generate = [&](const char* token, const std::string& id) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    v1::GenerateRequest request;
+    request.set_prompt("hi");
+    request.set_request_id(id);
+    v1::GenerateUnaryResponse response;
+    return stub->GenerateUnary(&context, request, &response);
+  };
+  auto abort = [&](const char* token, const std::string& id) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    v1::AbortRequest request;
+    request.set_request_id(id);
+    v1::AbortResponse response;
+    grpc::Status status = stub->Abort(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.found();
+  };
+  // Both tenants accepted on the one connection (was UNAUTHENTICATED "this
+  // connection is authenticated with another token" for the second).
+  grpc::Status a = generate(kA, "job");
+  EXPECT_EQ(a.error_code(), grpc::StatusCode::UNAVAILABLE) << a.error_message();
+  grpc::Status b = generate(kB, "other");
+  EXPECT_EQ(b.error_code(), grpc::StatusCode::UNAVAILABLE) << b.error_message();
+  EXPECT_FALSE(abort(kB, "job"));  // not B's
+  EXPECT_TRUE(abort(kA, "job"));
+  EXPECT_FALSE(abort(kA, "other"));
+  EXPECT_TRUE(abort(kB, "other"));
+  const std::vector<std::string> callers = host.callers();
+  ASSERT_EQ(callers.size(), 2u);
+  EXPECT_EQ(callers[0], "id:" + security::BearerTokens::IdentityOfToken(kA));
+  EXPECT_EQ(callers[1], "id:" + security::BearerTokens::IdentityOfToken(kB));
   (*server)->Shutdown(absl::Now());
 }
 

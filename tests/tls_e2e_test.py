@@ -162,8 +162,8 @@ class TlsE2eTest(unittest.TestCase):
         return grpc.secure_channel(
             f"127.0.0.1:{server.port}", creds,
             options=[("grpc.ssl_target_name_override", "localhost"),
-                     # A connection of its own: the identity of a token
-                     # belongs to its connection.
+                     # A connection of its own (the tokens test below
+                     # shares one on purpose).
                      ("grpc.use_local_subchannel_pool", 1)])
 
     def list_models(self, channel):
@@ -184,6 +184,29 @@ class TlsE2eTest(unittest.TestCase):
         for token in (TOKEN, OTHER_TOKEN):
             reply = self.list_models(self.channel(self.tls, token=token))
             self.assertEqual(len(reply.models), 0)
+
+    def test_two_tokens_share_one_connection(self):
+        # Issue 29: each call's token is checked on its own. One channel
+        # (one connection), the token per call: both tenants are accepted,
+        # in any order (the second was UNAUTHENTICATED "this connection is
+        # authenticated with another token").
+        with self.channel(self.tls) as channel:
+            stub = pb_grpc.InferenceStub(channel)
+            for token in (TOKEN, OTHER_TOKEN, TOKEN, OTHER_TOKEN):
+                reply = stub.ListModels(
+                    pb.ListModelsRequest(), timeout=20,
+                    metadata=[("authorization", f"Bearer {token}")])
+                self.assertEqual(len(reply.models), 0)
+                found = stub.Abort(
+                    pb.AbortRequest(request_id="x"), timeout=20,
+                    metadata=[("authorization", f"Bearer {token}")])
+                self.assertFalse(found.found)
+            with self.assertRaises(grpc.RpcError) as caught:
+                stub.ListModels(pb.ListModelsRequest(), timeout=20,
+                                metadata=[("authorization",
+                                           f"Bearer {TOKEN[:-1]}X")])
+            self.assertEqual(caught.exception.code(),
+                             grpc.StatusCode.UNAUTHENTICATED)
 
     def test_missing_or_wrong_token_is_unauthenticated(self):
         self.assert_code(grpc.StatusCode.UNAUTHENTICATED,

@@ -113,13 +113,25 @@ std::optional<std::string> BearerTokens::Identify(
   return match->identity;
 }
 
-std::optional<std::string> BearerTokens::IdentifyAuthorization(
-    absl::string_view header_value) const {
+std::optional<absl::string_view> BearerTokens::TokenOfAuthorization(
+    absl::string_view header_value) {
   absl::string_view value = absl::StripAsciiWhitespace(header_value);
   constexpr absl::string_view kScheme = "bearer ";
   if (!absl::StartsWithIgnoreCase(value, kScheme)) return std::nullopt;
   value.remove_prefix(kScheme.size());
-  return Identify(absl::StripAsciiWhitespace(value));
+  return absl::StripAsciiWhitespace(value);
+}
+
+std::string BearerTokens::IdentityOfToken(absl::string_view token) {
+  return IdentityOf(Sha256(token));
+}
+
+std::optional<std::string> BearerTokens::IdentifyAuthorization(
+    absl::string_view header_value) const {
+  const std::optional<absl::string_view> token =
+      TokenOfAuthorization(header_value);
+  if (!token.has_value()) return std::nullopt;
+  return Identify(*token);
 }
 
 }  // namespace moeserve::server::security

@@ -46,6 +46,15 @@ class BearerTokens {
   std::optional<std::string> IdentifyAuthorization(
       absl::string_view header_value) const;
 
+  // The token of an Authorization header value "Bearer <token>" (scheme
+  // case-insensitive, spaces trimmed); nullopt for other schemes.
+  static std::optional<absl::string_view> TokenOfAuthorization(
+      absl::string_view header_value);
+
+  // The identity `token` has, accepted or not ("token:" + 12 hex digits of
+  // its SHA-256): what Identify() returns for it when it is accepted.
+  static std::string IdentityOfToken(absl::string_view token);
+
   size_t size() const { return entries_.size(); }
 
  private:

@@ -6,10 +6,12 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
+#include "grpcpp/security/auth_context.h"
 
 namespace moeserve::server::security {
 namespace {
@@ -36,10 +38,11 @@ std::optional<std::string> FindProperty(const grpc_auth_context* context,
 // gRPC hands the processor the *connection's* AuthContext (the server auth
 // filter passes its channel's context, which every call on the connection
 // shares), not a per-call one, and calls it concurrently for the calls of
-// one connection. So the identity is a property of the connection: added
-// by the first authenticated call, under mu_, and never written again;
-// a later call on the same connection with a token of another identity is
-// refused. Handlers read the property only after their own call passed
+// one connection. So nothing per call is written there: each call's token
+// is checked here and left in the call's metadata, where CallIdentity()
+// finds it; the context only gets, once per connection and under mu_,
+// properties every call of the connection shares (kTokenAuthProperty, or
+// the mTLS identity). Handlers read them only after their own call passed
 // here, i.e. after that single write.
 class Processor {
  public:
@@ -60,59 +63,51 @@ class Processor {
   void Check(grpc_auth_context* context, const grpc_metadata* md, size_t num_md,
              grpc_process_auth_metadata_done_cb done, void* user_data) {
     const grpc_metadata* authorization = nullptr;
+    int authorizations = 0;
     absl::string_view path;
     for (size_t i = 0; i < num_md; ++i) {
       const absl::string_view key = View(md[i].key);
       if (key == ":path") path = View(md[i].value);
-      if (key == "authorization") authorization = &md[i];
+      if (key == "authorization") {
+        authorization = &md[i];
+        ++authorizations;
+      }
     }
     // A call without :path cannot be told open: it is checked.
     if (!path.empty() && IsOpenMethod(path)) {
       done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
       return;
     }
-    std::optional<std::string> identity;
     if (tokens_ != nullptr) {
-      if (authorization != nullptr) {
-        identity = tokens_->IdentifyAuthorization(View(authorization->value));
-      }
-      if (!identity.has_value()) {
+      // One header, so that CallIdentity() reads the one checked here.
+      if (authorizations != 1 ||
+          !tokens_->IdentifyAuthorization(View(authorization->value))
+               .has_value()) {
         done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
              "missing or invalid bearer token (metadata 'authorization: "
-             "Bearer <token>')");
+             "Bearer <token>', once)");
         return;
       }
+      SetConnectionProperty(context, kTokenAuthProperty, "bearer");
     } else if (std::optional<std::string> subject =
                    FindProperty(context, GRPC_X509_SUBJECT_PROPERTY_NAME)) {
-      identity = absl::StrCat("x509:", *subject);
+      // The certificate is the connection's: so is this identity.
+      SetConnectionProperty(context, kIdentityProperty,
+                            absl::StrCat("x509:", *subject));
     }
-    if (identity.has_value() && !SetConnectionIdentity(context, *identity)) {
-      done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
-           "this connection is authenticated with another token: use one "
-           "token per connection");
-      return;
-    }
-    // Consumed: the token leaves the call's metadata here, so no handler
-    // can log it.
-    done(user_data, authorization, authorization ? 1 : 0, nullptr, 0,
-         GRPC_STATUS_OK, nullptr);
+    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
   }
 
-  // Sets kIdentityProperty on the connection's context if it has none;
-  // false when it has another one.
-  bool SetConnectionIdentity(grpc_auth_context* context,
-                             const std::string& identity) {
+  // Sets `name` on the connection's context unless it has it already.
+  void SetConnectionProperty(grpc_auth_context* context, const char* name,
+                             const std::string& value) {
     base::MutexLock lock(&mu_);
-    const std::optional<std::string> existing =
-        FindProperty(context, kIdentityProperty);
-    if (existing.has_value()) return *existing == identity;
-    grpc_auth_context_add_cstring_property(context, kIdentityProperty,
-                                           identity.c_str());
-    return true;
+    if (FindProperty(context, name).has_value()) return;
+    grpc_auth_context_add_cstring_property(context, name, value.c_str());
   }
 
   const std::shared_ptr<const BearerTokens> tokens_;  // null: mTLS only
-  // Serialises the identity writes of all connections (each is one short
+  // Serialises the property writes of all connections (each is one short
   // lookup, once per call).
   base::Mutex mu_;
 };
@@ -164,6 +159,27 @@ bool IsOpenMethod(absl::string_view path) {
   return absl::StartsWith(path, "/grpc.health.v1.Health/") ||
          absl::StartsWith(path, "/grpc.reflection.v1alpha.ServerReflection/") ||
          absl::StartsWith(path, "/grpc.reflection.v1.ServerReflection/");
+}
+
+std::optional<std::string> CallIdentity(
+    const grpc::ServerContextBase& context) {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr) return std::nullopt;
+  if (!auth->FindPropertyValues(kTokenAuthProperty).empty()) {
+    // The processor accepted this call's one authorization header.
+    const auto& metadata = context.client_metadata();
+    const auto it = metadata.find("authorization");
+    if (it == metadata.end()) return std::nullopt;  // an open method
+    const std::optional<absl::string_view> token =
+        BearerTokens::TokenOfAuthorization(
+            absl::string_view(it->second.data(), it->second.size()));
+    if (!token.has_value()) return std::nullopt;
+    return BearerTokens::IdentityOfToken(*token);
+  }
+  const std::vector<grpc::string_ref> ids =
+      auth->FindPropertyValues(kIdentityProperty);
+  if (ids.empty()) return std::nullopt;
+  return std::string(ids.front().data(), ids.front().size());
 }
 
 std::shared_ptr<grpc::ServerCredentials> MakeGrpcServerCredentials(
