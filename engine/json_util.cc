@@ -1,7 +1,11 @@
 #include "engine/json_util.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -136,13 +140,59 @@ absl::StatusOr<std::string> GetString(
   return v->get<std::string>();
 }
 
+const char* FileKind(unsigned int st_mode) {
+  if (S_ISREG(st_mode)) return "a regular file";
+  if (S_ISDIR(st_mode)) return "a directory";
+  if (S_ISFIFO(st_mode)) return "a FIFO";
+  if (S_ISSOCK(st_mode)) return "a socket";
+  if (S_ISCHR(st_mode)) return "a character device";
+  if (S_ISBLK(st_mode)) return "a block device";
+  return "not a file";
+}
+
+absl::StatusOr<int> OpenRegularFile(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for reading blocks until a writer opens it.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string message =
+        absl::StrCat(path, ": cannot open: ", strerror(err));
+    if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(message);
+    return absl::PermissionDeniedError(message);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const unsigned int mode = st.st_mode;
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (", FileKind(mode), ")"));
+  }
+  // Reads of a regular file: blocking, as usual.
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
 absl::StatusOr<std::string> ReadFileText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return buffer.str();
+  absl::StatusOr<int> fd = OpenRegularFile(path);
+  if (!fd.ok()) {
+    if (absl::IsInvalidArgument(fd.status())) return fd.status();
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  }
+  std::string text;
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t n = read(*fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      close(*fd);
+      return absl::DataLossError(absl::StrCat(path, ": read error"));
+    }
+    if (n == 0) break;
+    text.append(chunk, static_cast<size_t>(n));
+  }
+  close(*fd);
+  return text;
 }
 
 bool FileExists(const std::string& path) {

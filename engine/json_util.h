@@ -51,8 +51,19 @@ bool HasNonNull(const nlohmann::json& obj, absl::string_view key);
 
 // The whole of the (small) file at `path`, for the JSON files of a model
 // directory. Errors name the path: NotFound "cannot open", DataLoss "read
-// error".
+// error", InvalidArgument "not a regular file" (see OpenRegularFile).
 absl::StatusOr<std::string> ReadFileText(const std::string& path);
+
+// A read-only descriptor (O_CLOEXEC, blocking reads) of the regular file at
+// `path` (symbolic links followed); the caller closes it. Anything else is
+// refused at once, naming the path: a FIFO, a socket or a device
+// (InvalidArgument "PATH: not a regular file (a FIFO)"), which would
+// otherwise block the loader until a writer appears (issue 29), or read
+// forever. NotFound / PermissionDenied when it cannot be opened.
+absl::StatusOr<int> OpenRegularFile(const std::string& path);
+
+// What a stat mode is, for messages: "a FIFO", "a directory", ...
+const char* FileKind(unsigned int st_mode);
 
 // True when something exists at `path` (stat succeeds).
 bool FileExists(const std::string& path);

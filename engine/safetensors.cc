@@ -141,17 +141,13 @@ SafetensorsFile::~SafetensorsFile() {
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile(path));
-  f->fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f->fd_ < 0) {
-    int err = errno;
-    std::string msg = absl::StrCat(path, ": cannot open: ", strerror(err));
-    if (err == ENOENT) return absl::NotFoundError(msg);
-    return absl::PermissionDeniedError(msg);
-  }
+  // Refuses a FIFO or device at once (its open would block for a writer).
+  absl::StatusOr<int> fd = json_util::OpenRegularFile(path);
+  if (!fd.ok()) return fd.status();
+  f->fd_ = *fd;
   struct stat st;
-  if (fstat(f->fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
+  if (fstat(f->fd_, &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot stat"));
   }
   f->size_ = static_cast<uint64_t>(st.st_size);
   if (f->size_ > 0) {

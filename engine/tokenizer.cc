@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "engine/hf_tokenizer/hf_bpe_model.h"
 #include "engine/internal/spm_wrapper.h"
+#include "engine/json_util.h"
 
 namespace moeserve::engine {
 namespace {
@@ -57,6 +58,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
   if (stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(
         absl::StrCat(path, ": tokenizer model not found"));
+  }
+  // sentencepiece opens the path itself: a FIFO would block it for a
+  // writer (issue 29), a device read forever. Refused at once.
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a regular file (", json_util::FileKind(st.st_mode), ")"));
   }
   auto spm = std::make_unique<internal::SpmWrapper>();
   std::string error;
