@@ -78,7 +78,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
       std::move(drafter), engine->governor_.get(), options.advisor);
   engine->scheduler_ = std::make_unique<Scheduler>(
       SchedulerOptions{options.name, options.max_num_seqs,
-                       options.max_batched_tokens, options.max_waiting},
+                       options.max_batched_tokens, options.max_waiting,
+                       options.max_running_per_caller,
+                       options.max_waiting_per_caller},
       engine->kv_.get(), engine->output_.get(), raw_drafter,
       engine->governor_.get());
   if (options.registry != nullptr) {

@@ -63,6 +63,9 @@ struct EngineOptions {
   int max_batched_tokens = 2048;
   // Most requests waiting for admission; more is RESOURCE_EXHAUSTED.
   int max_waiting = 256;
+  // Per caller (GenerationRequest::caller); 0: no limit (SchedulerOptions).
+  int max_running_per_caller = 0;
+  int max_waiting_per_caller = 0;
   // Serving metrics go here, labelled policy=name. Null: none.
   metrics::Registry* registry = nullptr;
 

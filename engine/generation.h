@@ -37,7 +37,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;  // EOS masked: never sampled (proto comment)
-  int logprobs = 0;  // top-n alternatives per token; 0: none
+  int logprobs = 0;         // top-n alternatives per token; 0: none
   // The request's own time limit: past it the stream ends kTimeLimit with
   // what was generated (a normal finish).
   absl::Time deadline = absl::InfiniteFuture();
@@ -47,6 +47,10 @@ struct GenerationRequest {
   absl::Time rpc_deadline = absl::InfiniteFuture();
   // False for the engine's own warm-up, which serving metrics must not see.
   bool count_in_metrics = true;
+  // Who asked (server/caller_identity.h): the unit of the per-caller
+  // limits (SchedulerOptions::max_*_per_caller). Empty: no caller, not
+  // limited (the warm-up, offline batches).
+  std::string caller;
 };
 
 // Log-probabilities of one generated token.

@@ -50,6 +50,9 @@ Scheduler::EnqueueAll(std::vector<std::unique_ptr<RequestState>> states) {
         "engine '", options_.engine_name,
         "': waiting queue full (--max_waiting=", options_.max_waiting, ")"));
   }
+  if (options_.max_waiting_per_caller > 0) {
+    MOESERVE_RETURN_IF_ERROR(CheckWaitingPerCallerLocked(states));
+  }
   // Every id checked before any is taken: all or nothing.
   std::set<std::string> ids;
   for (const auto& state : states) {
@@ -252,6 +255,28 @@ void Scheduler::Finish(RequestState* state, FinishReason reason,
   output_->PushFinal(state, reason, std::move(event), error);
 }
 
+absl::Status Scheduler::CheckWaitingPerCallerLocked(
+    const std::vector<std::unique_ptr<RequestState>>& states) const {
+  std::map<std::string_view, int> added;
+  for (const auto& state : states) {
+    if (!state->request.caller.empty()) ++added[state->request.caller];
+  }
+  for (const auto& [caller, count] : added) {
+    int waiting = count;
+    for (const auto& queued : waiting_) {
+      if (queued->request.caller == caller) ++waiting;
+    }
+    if (waiting > options_.max_waiting_per_caller) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("engine '", options_.engine_name,
+                       "': too many requests of this caller waiting "
+                       "(--max_waiting_per_caller=",
+                       options_.max_waiting_per_caller, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void Scheduler::Admit() {
   const absl::Time now = absl::Now();
   // Queued requests whose client left or whose time ran out end here, not
@@ -275,17 +300,36 @@ void Scheduler::Admit() {
   }
   // Preempted requests the queue thread finished: their drafts go too.
   for (uint64_t id : forget) drafter_->Forget(id);
+  // Running requests per caller, when a caller's share is limited.
+  const int per_caller = options_.max_running_per_caller;
+  std::map<std::string, int> running_of;
+  if (per_caller > 0) {
+    for (const auto& state : running_) {
+      if (!state->request.caller.empty()) ++running_of[state->request.caller];
+    }
+  }
   base::MutexLock lock(&mu_);
-  while (!waiting_.empty() &&
-         static_cast<int>(running_.size()) < options_.max_num_seqs) {
-    RequestState* state = waiting_.front().get();
+  // FIFO, skipping (in place) the requests of callers at their share.
+  for (auto it = waiting_.begin();
+       it != waiting_.end() &&
+       static_cast<int>(running_.size()) < options_.max_num_seqs;) {
+    RequestState* state = it->get();
+    const std::string& caller = state->request.caller;
+    if (per_caller > 0 && !caller.empty()) {
+      int& running = running_of[caller];
+      if (running >= per_caller) {
+        ++it;
+        continue;
+      }
+      ++running;
+    }
     if (!state->admitted_once && metrics_ != nullptr &&
         state->request.count_in_metrics) {
       metrics_->ObserveQueueTime(absl::ToDoubleSeconds(now - state->arrival));
     }
     state->admitted_once = true;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
   }
   running_count_ = static_cast<int>(running_.size());
 }

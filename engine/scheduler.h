@@ -10,6 +10,10 @@
 // tokens (SpeculationGovernor's k) from what the plain schedule left of the
 // token budget and the KV cache: speculation never preempts.
 //
+// Per-caller limits (optional): a caller at its running share waits while
+// others' requests are admitted (FIFO among the rest); a caller at its
+// waiting share is refused at Enqueue.
+//
 // The waiting queue: a request leaves it when admitted, or at once when its
 // client cancels (Abort, or DropIfQueued after RequestStream::Cancel /
 // Expire) or its time limit / RPC deadline passes. Its slot is free before
@@ -58,6 +62,12 @@ struct SchedulerOptions {
   int max_num_seqs = 64;
   int max_batched_tokens = 2048;
   int max_waiting = 256;
+  // Per caller (GenerationRequest::caller), 0 = no limit: at most this
+  // many of one caller's requests run at once (the rest wait, and other
+  // callers' requests are admitted past them), and at most this many wait
+  // (more: RESOURCE_EXHAUSTED naming --max_waiting_per_caller).
+  int max_running_per_caller = 0;
+  int max_waiting_per_caller = 0;
 };
 
 struct SchedulerStats {
@@ -140,6 +150,11 @@ class Scheduler {
   // Ends `state` for an ExpiryReason; a time limit keeps the text so far.
   void FinishExpired(RequestState* state, FinishReason reason);
   void Admit() ABSL_LOCKS_EXCLUDED(mu_);
+  // RESOURCE_EXHAUSTED when queuing `states` would put a caller over
+  // max_waiting_per_caller.
+  absl::Status CheckWaitingPerCallerLocked(
+      const std::vector<std::unique_ptr<RequestState>>& states) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropFinishedOrCancelled() ABSL_LOCKS_EXCLUDED(mu_);
   void ScheduleKv();
   void Preempt(RequestState* state) ABSL_LOCKS_EXCLUDED(mu_);

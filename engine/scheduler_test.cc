@@ -192,6 +192,61 @@ TEST_F(SchedulerTest, BoundsTheQueueAndRefusesADuplicateId) {
   EXPECT_NE(full.status().message().find("--max_waiting=2"), std::string::npos);
 }
 
+// Issue 29: one client with many requests took every engine slot while
+// another's request waited past its deadline. With a per-caller share, a
+// caller at it waits and others' requests are admitted past it.
+TEST_F(SchedulerTest, ACallerOverItsRunningShareWaitsWhileOthersRun) {
+  Make({.max_num_seqs = 4, .max_running_per_caller = 2}, 64);
+  auto enqueue = [&](const std::string& caller) {
+    GenerationRequest r;
+    r.prompt = {5, 5};
+    r.max_new_tokens = 16;
+    r.caller = caller;
+    auto stream = scheduler_->Enqueue(
+        NewRequestState(std::move(r), tokenizer_.get(), kVocab));
+    EXPECT_TRUE(stream.ok()) << stream.status();
+  };
+  for (int i = 0; i < 5; ++i) enqueue("greedy");
+  enqueue("polite");
+  enqueue("");  // no caller (warm-up): not limited
+  std::span<RequestState* const> plan = scheduler_->Schedule();
+  ASSERT_EQ(plan.size(), 4u);
+  int greedy = 0, polite = 0, anonymous = 0;
+  for (RequestState* s : plan) {
+    greedy += s->request.caller == "greedy";
+    polite += s->request.caller == "polite";
+    anonymous += s->request.caller.empty();
+  }
+  EXPECT_EQ(greedy, 2);
+  EXPECT_EQ(polite, 1);
+  EXPECT_EQ(anonymous, 1);
+  EXPECT_EQ(scheduler_->stats().waiting, 3);  // greedy's other three
+}
+
+TEST_F(SchedulerTest, ACallerOverItsWaitingShareIsRefusedNamingTheFlag) {
+  Make({.max_waiting_per_caller = 2}, 64);
+  auto enqueue = [&](const std::string& caller) {
+    GenerationRequest r;
+    r.prompt = {5};
+    r.caller = caller;
+    return scheduler_
+        ->Enqueue(NewRequestState(std::move(r), tokenizer_.get(), kVocab))
+        .status();
+  };
+  EXPECT_TRUE(enqueue("a").ok());
+  EXPECT_TRUE(enqueue("a").ok());
+  const absl::Status third = enqueue("a");
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(third.message().find("--max_waiting_per_caller=2"),
+            std::string::npos)
+      << third;
+  EXPECT_TRUE(enqueue("b").ok());  // another caller still gets in
+  EXPECT_TRUE(enqueue("").ok());
+  // Off by default.
+  Make({}, 64);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(enqueue("a").ok());
+}
+
 TEST_F(SchedulerTest, EnqueueAllQueuesEveryRequestOrNone) {
   Make({.max_waiting = 3}, 64);
   Add(1, "a");

@@ -379,6 +379,7 @@ absl::StatusOr<std::unique_ptr<GenerateCall>> EngineHost::StartGenerate(
   std::string request_id = request.request_id().empty() ? NewServerRequestId()
                                                         : request.request_id();
   r.request_id = ScopedRequestId(caller, request_id);
+  r.caller = std::string(caller);
   r.rpc_deadline = deadline;
   const uint64_t seed = r.sampling.seed;
   absl::StatusOr<std::shared_ptr<engine::RequestStream>> stream =

@@ -71,6 +71,7 @@ const moeserve::base::ProgramHelp& Help() {
              "link_latency_us", "inplace_compute_ratio", "kv_cache_mb"}},
            {"Scheduler and request limits",
             {"max_num_seqs", "max_batched_tokens", "max_waiting",
+             "max_running_per_caller", "max_waiting_per_caller",
              "max_new_tokens_cap", "max_input_tokens", "max_prompt_bytes",
              "max_stop_strings", "max_stop_string_bytes"}},
            {"Speculation",

@@ -16,6 +16,8 @@ MOESERVE_ENGINE_SETTING_FLAG(int, kv_cache_mb);
 MOESERVE_ENGINE_SETTING_FLAG(int, max_num_seqs);
 MOESERVE_ENGINE_SETTING_FLAG(int, max_batched_tokens);
 MOESERVE_ENGINE_SETTING_FLAG(int, max_waiting);
+MOESERVE_ENGINE_SETTING_FLAG(int, max_running_per_caller);
+MOESERVE_ENGINE_SETTING_FLAG(int, max_waiting_per_caller);
 MOESERVE_ENGINE_SETTING_FLAG(std::string, drafter);
 MOESERVE_ENGINE_SETTING_FLAG(int, num_speculative_tokens);
 MOESERVE_ENGINE_SETTING_FLAG(std::string, draft_model_dir);

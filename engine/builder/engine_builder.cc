@@ -99,6 +99,8 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
   options.max_num_seqs = spec.max_num_seqs;
   options.max_batched_tokens = spec.max_batched_tokens;
   options.max_waiting = spec.max_waiting;
+  options.max_running_per_caller = spec.max_running_per_caller;
+  options.max_waiting_per_caller = spec.max_waiting_per_caller;
   options.registry = model.registry;
   options.num_speculative_tokens = built.spec.num_speculative_tokens;
   options.max_speculative_tokens = kMaxSpeculativeTokens / 2;

@@ -135,6 +135,19 @@ const std::vector<EngineSetting>& Table() {
        .access = Field<&EngineSpec::max_waiting>(),
        .help = "Most requests waiting per engine; beyond it, "
                "RESOURCE_EXHAUSTED."},
+      {.name = "max_running_per_caller",
+       .type = SettingType::kInt,
+       .range = {.min = 0, .max = kMaxNumSeqs},
+       .access = Field<&EngineSpec::max_running_per_caller>(),
+       .help = "Most requests of one caller (its token, else its "
+               "connection) running at once per engine; the rest wait while "
+               "other callers' requests are admitted. 0: no limit."},
+      {.name = "max_waiting_per_caller",
+       .type = SettingType::kInt,
+       .range = {.min = 0, .max = kMaxWaiting},
+       .access = Field<&EngineSpec::max_waiting_per_caller>(),
+       .help = "Most requests of one caller waiting per engine; beyond it, "
+               "RESOURCE_EXHAUSTED. 0: no limit."},
       // Any string here: CheckEngineSpec asks the drafter registry.
       {.name = "drafter",
        .type = SettingType::kString,

@@ -36,7 +36,8 @@ TEST(EngineSettings, NamesAreUniqueAndFindable) {
       ::testing::ElementsAre(
           "expert_cache_ratio", "expert_cache_mb", "slow_tier", "link_gbps",
           "link_latency_us", "inplace_compute_ratio", "kv_cache_mb",
-          "max_num_seqs", "max_batched_tokens", "max_waiting", "drafter",
+          "max_num_seqs", "max_batched_tokens", "max_waiting",
+          "max_running_per_caller", "max_waiting_per_caller", "drafter",
           "num_speculative_tokens", "draft_model_dir", "draft_budget"));
   EXPECT_EQ(FindEngineSetting("policy"), nullptr);
 }

@@ -50,6 +50,9 @@ struct EngineSpec {
   int max_num_seqs = 64;
   int max_batched_tokens = 2048;
   int max_waiting = 256;
+  // Per caller, 0 = off (SchedulerOptions::max_*_per_caller).
+  int max_running_per_caller = 0;
+  int max_waiting_per_caller = 0;
 
   // Speculative decoding. drafter: a registered drafter
   // (engine/spec_decode/drafter_registry.h: self, ...), "none", or "" for the
