@@ -15,7 +15,9 @@
 // thread-per-connection model lets a few half-sent requests hold every
 // worker. libmicrohttpd multiplexes connections on a few epoll threads
 // (a slow client holds a connection slot, never a thread) and does TLS
-// with GnuTLS. The bounds are in HttpExporterOptions and metrics/README.md.
+// with GnuTLS. The bounds are in HttpExporterOptions and metrics/README.md;
+// a ConnectionWatch (mhd_daemon.h) adds the deadlines for requests as they
+// arrive (slowloris). GETs are answered once read, so keep-alive works.
 //
 // Ownership: does not own the registry, which must outlive the server.
 // Thread safety: requests are handled on the server's threads, so `healthy`

@@ -143,16 +143,21 @@ void ConnectionWatch::RequestCompleted(MHD_Connection* conn) {
 
 void ConnectionWatch::OnBadContentLength() {
   const std::thread::id me = std::this_thread::get_id();
-  base::MutexLock lock(&mu_);
-  for (auto& [conn, t] : conns_) {
-    // Only this thread's connections: their headers are not being written
-    // by another thread while we read them.
-    if (t.thread != me || t.phase != Phase::kHead || t.cut) continue;
-    const int status = BadContentLengthStatus(conn);
-    if (status == 0) continue;
-    SendRawResponse(conn, bad_length_response_(status));
-    if (t.fd >= 0) shutdown(t.fd, SHUT_RDWR);
-    t.cut = true;
+  std::vector<std::pair<MHD_Connection*, int>> refused;  // conn, fd
+  {
+    base::MutexLock lock(&mu_);
+    for (auto& [conn, t] : conns_) {
+      // Only this thread's connections: no other thread writes their
+      // headers while we read them, and none closes them until we return.
+      if (t.thread != me || t.phase != Phase::kHead || t.cut) continue;
+      if (BadContentLengthStatus(conn) == 0) continue;
+      t.cut = true;
+      refused.emplace_back(conn, t.fd);
+    }
+  }
+  for (const auto& [conn, fd] : refused) {
+    SendRawResponse(conn, bad_length_response_(BadContentLengthStatus(conn)));
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);  // libmicrohttpd's answer fails
   }
 }
 
@@ -316,7 +321,7 @@ bool SendRawResponse(MHD_Connection* conn, absl::string_view response) {
   // socket buffer takes them (the socket is non-blocking; a short retry
   // covers EAGAIN).
   size_t sent = 0;
-  for (int tries = 0; sent < response.size() && tries < 100; ++tries) {
+  for (int tries = 0; sent < response.size() && tries < 20; ++tries) {
     ssize_t n;
     if (tls != nullptr && tls->tls_session != nullptr) {
       n = gnutls_record_send(static_cast<gnutls_session_t>(tls->tls_session),

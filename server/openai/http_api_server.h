@@ -20,15 +20,20 @@
 //
 // Bounds: a few epoll threads serve every connection; a generation in
 // progress parks its connection (libmicrohttpd's suspend/resume) and holds
-// no thread; request bodies over max_body_bytes are 413; connections as
-// HttpExporterOptions bounds them (idle cut, total and per address). A
+// no thread; request bodies over max_body_bytes are 413, POST bodies not
+// sent as application/json 415; connections as HttpExporterOptions bounds
+// them (idle cut, total and per address, and metrics::ConnectionWatch's
+// head deadline, body rate and cap on requests arriving). GETs are
+// answered once read, so keep-alive works. A
 // client that goes away cancels its engine request: a parked connection's
 // socket is watched for the hangup (hangup_watch.h: one thread polls them),
 // and a streamed one also notices at its next failed write (sse_stream.h).
 //
 // Shutdown: StartDraining() (503 for new generations and /health),
 // WaitForOpenCalls() for the generations in flight, then Stop() ends the
-// rest (cancelled) and closes every connection.
+// rest (cancelled; a stream gets an error event and [DONE], a waiting
+// unary request 503), gives those up to 2 s to go out, and closes every
+// connection.
 //
 // Thread-safe. Does not own the frontend, which must outlive the server.
 #ifndef MOESERVE_SERVER_OPENAI_HTTP_API_SERVER_H_

@@ -74,8 +74,10 @@ TEST_F(HttpApiTlsTest, StreamsOverHttpsOnly) {
     call->PushText("The");
     call->PushText(" LORD", v1::LENGTH);
   });
-  const std::string sse = Curl(absl::StrCat(
-      "-d '{\"prompt\": \"x\", \"stream\": true}' ", Url("/v1/completions")));
+  const std::string sse =
+      Curl(absl::StrCat("-H 'Content-Type: application/json' "
+                        "-d '{\"prompt\": \"x\", \"stream\": true}' ",
+                        Url("/v1/completions")));
   feed.join();
   EXPECT_THAT(sse, HasSubstr("\"text\":\" LORD\""));
   EXPECT_THAT(sse, HasSubstr("data: [DONE]\n\n HTTP200"));
