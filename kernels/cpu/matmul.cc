@@ -6,7 +6,7 @@
 #include "kernels/cpu/matmul_amx.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "kernels/cpu/x86_intrinsics.h"
 
 #include "kernels/cpu/simd_x86.h"
 #endif

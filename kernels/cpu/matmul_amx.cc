@@ -6,7 +6,7 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-#include <immintrin.h>
+#include "kernels/cpu/x86_intrinsics.h"
 #include <sys/syscall.h>
 #include <unistd.h>
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include "kernels/cpu/x86_intrinsics.h"
 
 #include "kernels/cpu/simd_x86.h"
 #endif

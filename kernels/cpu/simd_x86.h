@@ -9,7 +9,7 @@
 #ifndef MOESERVE_KERNELS_CPU_SIMD_X86_H_
 #define MOESERVE_KERNELS_CPU_SIMD_X86_H_
 
-#include <immintrin.h>
+#include "kernels/cpu/x86_intrinsics.h"
 
 #define MOESERVE_AVX2 __attribute__((target("avx2,fma")))
 #define MOESERVE_AVX512 __attribute__((target("avx512f,avx2,fma")))

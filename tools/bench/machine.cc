@@ -1,6 +1,6 @@
 #include "tools/bench/machine.h"
 
-#include <immintrin.h>
+#include "kernels/cpu/x86_intrinsics.h"
 
 #include <algorithm>
 #include <atomic>
