@@ -22,8 +22,13 @@ std::string Dirname(const std::string& path) {
 }
 
 std::vector<std::string> CandidatePaths(const PluginSpec& spec) {
+  // An explicit path is the only candidate: when it does not load, the
+  // caller hears why, instead of silently getting another copy (a GPU run
+  // that sets MOESERVE_CUDA_PLUGIN to the build it means to test would
+  // otherwise test whatever plugin the search found).
+  const char* env = getenv(spec.env_var.c_str());
+  if (env != nullptr && *env != '\0') return {env};
   std::vector<std::string> paths;
-  if (const char* env = getenv(spec.env_var.c_str())) paths.push_back(env);
   const std::string runfile = "moeserve/" + spec.package_dir + "/" + spec.file;
   for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
     if (const char* dir = getenv(var)) paths.push_back(dir + ("/" + runfile));

@@ -5,10 +5,11 @@
 // would shrink every thread's stack (civetweb's fixed-size worker threads
 // then fail to start).
 //
-// Search order: the environment variable `env_var` (an explicit path), Bazel
-// runfiles (tests and `bazel run`), beside the executable, the install
-// layout of deploy/install.sh (<exe>/../lib/moeserve/), and bazel-bin's
-// layout (<bin>/<package_dir>/).
+// The environment variable `env_var`, when set and not empty, is the path:
+// nothing else is tried, so a broken file there is an error, not a fallback.
+// Otherwise the search order is Bazel runfiles (tests and `bazel run`),
+// beside the executable, the install layout of deploy/install.sh
+// (<exe>/../lib/moeserve/), and bazel-bin's layout (<bin>/<package_dir>/).
 #ifndef MOESERVE_BASE_PLUGIN_LOADER_H_
 #define MOESERVE_BASE_PLUGIN_LOADER_H_
 
