@@ -7,6 +7,8 @@ set -euo pipefail
 PACKAGES=(
   # build
   bazel-bootstrap g++ clang clang-format
+  # tests/fuzz/run_fuzzers.sh: a rerun recompiles only what changed
+  ccache
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libspdlog-dev libfmt-dev libmicrohttpd-dev nlohmann-json3-dev
   libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev

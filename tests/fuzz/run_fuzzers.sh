@@ -14,11 +14,23 @@
 # installs clang): a fuzz run that cannot build is a failure, not a skip.
 set -euo pipefail
 
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+CXX="${CXX:-clang++}"
+flags() {  # the compile and link flags; $1: the work directory
+  FLAGS=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined
+         -fno-sanitize-recover=undefined -I"$ROOT" -I"$1/gen" -I/usr/include
+         -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL)
+}
+# Internal: compile one source to one object (run in parallel by compile()).
+if [ "${1:-}" = "--compile-one" ]; then
+  flags "$MOESERVE_FUZZ_WORK"
+  mkdir -p "$(dirname "$3")"
+  exec ${CCACHE:+"$CCACHE"} "$CXX" "${FLAGS[@]}" -c "$2" -o "$3"
+fi
+
 BUDGET="-max_total_time=${1:-20}"
 if [[ "${1:-}" == -runs=* ]]; then BUDGET="$1"; fi
 shift || true
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-CXX="${CXX:-clang++}"
 if ! command -v "$CXX" >/dev/null 2>&1; then
   echo "run_fuzzers: $CXX not found (deploy/setup.sh installs clang)" >&2
   exit 1
@@ -26,10 +38,13 @@ fi
 
 WORK="$(mktemp -d /tmp/moeserve_fuzz.XXXXXX)"
 echo "work dir: $WORK"
-
-FLAGS=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined
-       -fno-sanitize-recover=undefined -I"$ROOT" -I"$WORK/gen" -I/usr/include
-       -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL)
+flags "$WORK"
+# Objects are compiled one source at a time, in parallel, each once per run
+# (the fuzzers share sources), through ccache when it is installed
+# (deploy/setup.sh installs it): a rerun recompiles only what changed.
+CCACHE="$(command -v ccache || true)"
+export CCACHE MOESERVE_FUZZ_WORK="$WORK"
+JOBS="$(nproc)"
 # The link flags of //third_party:absl.
 ABSL_LIBS=($(sed -n '/^ABSL_LINKOPTS = \[/,/^\]/s/.*"\(-l[a-z0-9_]*\)".*/\1/p' \
   "$ROOT/third_party/BUILD") -lpthread -ldl)
@@ -64,14 +79,30 @@ if [ "${#MODEL_SRCS[@]}" -eq 0 ]; then
   exit 1
 fi
 
+# Compiles every source not yet compiled in this run, $JOBS at a time, and
+# sets OBJS to the objects of all of them.
+compile() {  # sources...
+  local src
+  local -a todo=()
+  OBJS=()
+  for src in "$@"; do
+    OBJS+=("$WORK/obj$src.o")
+    [ -f "$WORK/obj$src.o" ] || todo+=("$src")
+  done
+  [ "${#todo[@]}" -eq 0 ] && return 0
+  for src in "${todo[@]}"; do printf '%s\0%s\0' "$src" "$WORK/obj$src.o"; done |
+    xargs -0 -n 2 -P "$JOBS" "$ROOT/tests/fuzz/run_fuzzers.sh" --compile-one
+}
+
 build() {  # dir, name, extra link flags..., -- sources...
   local dir="$1" name="$2"; shift 2
   local libs=()
   while [ "$1" != "--" ]; do libs+=("$1"); shift; done
   shift
   echo "building $name"
-  "$CXX" "${FLAGS[@]}" "$dir/$name.cc" "$@" "${ABSL_LIBS[@]}" \
-    "${libs[@]}" -o "$WORK/$name"
+  compile "$dir/$name.cc" "$@"
+  "$CXX" "${FLAGS[@]}" "${OBJS[@]}" "${ABSL_LIBS[@]}" "${libs[@]}" \
+    -o "$WORK/$name"
 }
 
 run() {  # name, seed dir[, max input length]
