@@ -69,17 +69,6 @@ bool Respond(
   return queued == MHD_YES;
 }
 
-std::string BadContentLengthResponse(int status) {
-  const absl::string_view body = status == 413
-                                     ? "Content-Length is too large\n"
-                                     : "Content-Length is not a number\n";
-  return absl::StrCat(
-      "HTTP/1.1 ", status,
-      status == 413 ? " Content Too Large" : " Bad Request",
-      "\r\nConnection: close\r\nContent-Type: ", kTextContentType,
-      "\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
-}
-
 }  // namespace
 
 // libmicrohttpd's entry points, kept out of the header (its types are C).
@@ -182,9 +171,8 @@ MetricsHttpServer::MetricsHttpServer(const HttpExporterOptions& options,
     : options_(options),
       registry_(registry),
       healthy_(std::move(healthy)),
-      watch_(std::make_unique<ConnectionWatch>(options, "metrics",
-                                               &BadContentLengthResponse)),
-      start_log_(std::make_unique<HttpStartLog>(watch_.get())) {}
+      watch_(std::make_unique<ConnectionWatch>(options, "metrics")),
+      start_log_(std::make_unique<HttpStartLog>()) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 

@@ -4,12 +4,10 @@
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,14 +16,7 @@
 namespace moeserve::metrics {
 
 void HttpStartLog::Log(void* self, const char* format, va_list args) {
-  auto* log = static_cast<HttpStartLog*>(self);
-  // libmicrohttpd's "Too large value of 'Content-Length' header" and
-  // "Failed to parse `Content-Length' header" (0.9.75).
-  if (log->watch_ != nullptr && format != nullptr &&
-      std::strstr(format, "Content-Length' header") != nullptr) {
-    log->watch_->OnBadContentLength();
-  }
-  log->Append(format, args);
+  static_cast<HttpStartLog*>(self)->Append(format, args);
 }
 
 void HttpStartLog::Append(const char* format, va_list args) {
@@ -66,14 +57,12 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view host,
   return address;
 }
 
-ConnectionWatch::ConnectionWatch(
-    const HttpListenerOptions& options, std::string name,
-    std::function<std::string(int status)> bad_length_response)
+ConnectionWatch::ConnectionWatch(const HttpListenerOptions& options,
+                                 std::string name)
     : head_timeout_(std::chrono::seconds(options.head_timeout_s)),
       min_body_bytes_per_s_(options.min_body_bytes_per_s),
       max_half_received_(static_cast<size_t>(MaxHalfReceived(options))),
       name_(std::move(name)),
-      bad_length_response_(std::move(bad_length_response)),
       last_log_(Clock::now() - std::chrono::hours(1)),
       thread_([this] { Run(); }) {}
 
@@ -139,26 +128,6 @@ void ConnectionWatch::RequestCompleted(MHD_Connection* conn) {
   if (it == conns_.end()) return;
   it->second.phase = Phase::kHead;  // the next request's, keep-alive
   it->second.began = Clock::now();
-}
-
-void ConnectionWatch::OnBadContentLength() {
-  const std::thread::id me = std::this_thread::get_id();
-  std::vector<std::pair<MHD_Connection*, int>> refused;  // conn, fd
-  {
-    base::MutexLock lock(&mu_);
-    for (auto& [conn, t] : conns_) {
-      // Only this thread's connections: no other thread writes their
-      // headers while we read them, and none closes them until we return.
-      if (t.thread != me || t.phase != Phase::kHead || t.cut) continue;
-      if (BadContentLengthStatus(conn) == 0) continue;
-      t.cut = true;
-      refused.emplace_back(conn, t.fd);
-    }
-  }
-  for (const auto& [conn, fd] : refused) {
-    SendRawResponse(conn, bad_length_response_(BadContentLengthStatus(conn)));
-    if (fd >= 0) shutdown(fd, SHUT_RDWR);  // libmicrohttpd's answer fails
-  }
 }
 
 ConnectionWatch::Cuts ConnectionWatch::cuts() const {
@@ -294,51 +263,6 @@ bool ClientCertificateVerified(MHD_Connection* conn) {
     return false;
   }
   return problems == 0;
-}
-
-int BadContentLengthStatus(MHD_Connection* conn) {
-  const char* value = MHD_lookup_connection_value(
-      conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-  if (value == nullptr) return 0;
-  const absl::string_view digits(value);
-  if (digits.empty()) return 400;
-  uint64_t n = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return 400;
-    const uint64_t d = static_cast<uint64_t>(c - '0');
-    if (n > (UINT64_MAX - d) / 10) return 413;
-    n = n * 10 + d;
-  }
-  return n == UINT64_MAX ? 413 : 0;  // libmicrohttpd's "size unknown"
-}
-
-bool SendRawResponse(MHD_Connection* conn, absl::string_view response) {
-  const MHD_ConnectionInfo* tls =
-      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
-  const MHD_ConnectionInfo* fd =
-      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-  // A few hundred bytes on a connection that has sent nothing yet: the
-  // socket buffer takes them (the socket is non-blocking; a short retry
-  // covers EAGAIN).
-  size_t sent = 0;
-  for (int tries = 0; sent < response.size() && tries < 20; ++tries) {
-    ssize_t n;
-    if (tls != nullptr && tls->tls_session != nullptr) {
-      n = gnutls_record_send(static_cast<gnutls_session_t>(tls->tls_session),
-                             response.data() + sent, response.size() - sent);
-    } else if (fd != nullptr) {
-      n = send(fd->connect_fd, response.data() + sent, response.size() - sent,
-               MSG_NOSIGNAL);
-    } else {
-      return false;
-    }
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else {
-      usleep(1000);
-    }
-  }
-  return sent == response.size();
 }
 
 }  // namespace moeserve::metrics

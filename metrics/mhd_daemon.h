@@ -28,17 +28,12 @@ struct MHD_OptionItem;
 
 namespace moeserve::metrics {
 
-class ConnectionWatch;
-
 // libmicrohttpd reports why a start failed only through its logger: keep
 // what it says while Start() runs (bounded), to return it in the Status.
 // Later messages (a client's broken TLS handshake, say) are dropped: they
-// are the clients' problem and would let a client flood our log. Its one
-// use of them: a bad Content-Length is passed on to `watch` (see
-// ConnectionWatch::OnBadContentLength).
+// are the clients' problem and would let a client flood our log.
 class HttpStartLog {
  public:
-  explicit HttpStartLog(ConnectionWatch* watch = nullptr) : watch_(watch) {}
   // MHD_OPTION_EXTERNAL_LOGGER's callback; `self` is the HttpStartLog.
   static void Log(void* self, const char* format, va_list args);
   void Append(const char* format, va_list args);
@@ -46,7 +41,6 @@ class HttpStartLog {
   std::string Close();
 
  private:
-  ConnectionWatch* const watch_;
   base::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string text_ ABSL_GUARDED_BY(mu_);
@@ -76,10 +70,7 @@ class HttpStartLog {
 class ConnectionWatch {
  public:
   // `name` says which port in the log line ("metrics", "HTTP API").
-  // `bad_length_response(status)`: the whole HTTP response sent for a
-  // Content-Length libmicrohttpd cannot take (400, 413).
-  ConnectionWatch(const HttpListenerOptions& options, std::string name,
-                  std::function<std::string(int status)> bad_length_response);
+  ConnectionWatch(const HttpListenerOptions& options, std::string name);
   ~ConnectionWatch();  // joins the thread
   ConnectionWatch(const ConnectionWatch&) = delete;
   ConnectionWatch& operator=(const ConnectionWatch&) = delete;
@@ -92,14 +83,6 @@ class ConnectionWatch {
   void BodyBytes(MHD_Connection* conn, size_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void RequestReceived(MHD_Connection* conn) ABSL_LOCKS_EXCLUDED(mu_);
   void RequestCompleted(MHD_Connection* conn) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // libmicrohttpd logged that it refuses a request's Content-Length, which
-  // it answers with its status line and headers twice (0.9.75): on the
-  // thread that logs it, before it sends anything. Sends
-  // `bad_length_response` on that connection (found among this thread's
-  // connections by its header) and shuts it down, so libmicrohttpd's own
-  // answer cannot go out.
-  void OnBadContentLength() ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Cuts {
     int head = 0;      // past the head deadline
@@ -133,7 +116,6 @@ class ConnectionWatch {
   const double min_body_bytes_per_s_;
   const size_t max_half_received_;
   const std::string name_;
-  const std::function<std::string(int)> bad_length_response_;
   mutable base::Mutex mu_;
   base::CondVar wake_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -172,19 +154,6 @@ int MaxHalfReceived(const HttpListenerOptions& options);
 // True when the TLS peer presented a certificate that the configured client
 // CA verifies (libmicrohttpd requests one but leaves the check to us).
 bool ClientCertificateVerified(MHD_Connection* conn);
-
-// libmicrohttpd 0.9.75 answers a Content-Length it cannot take (not a
-// number, negative, over 2^64 - 2) with its status line and headers twice,
-// then an HTML page (issue 29). It still calls the access handler first,
-// before it sends anything: there, this returns 400 (not a number) or 413
-// (too large) for such a header, 0 when it is absent or good.
-int BadContentLengthStatus(MHD_Connection* conn);
-
-// Sends `response` (a whole HTTP/1.1 response, "Connection: close") on the
-// connection's socket or TLS session itself. For the access handler only,
-// which then returns MHD_NO so that libmicrohttpd closes the connection
-// without sending what it had prepared. False when it could not be sent.
-bool SendRawResponse(MHD_Connection* conn, absl::string_view response);
 
 }  // namespace moeserve::metrics
 

@@ -175,25 +175,6 @@ bool IsJson(const char* content_type) {
   return absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(type), kJson);
 }
 
-// The one answer to a Content-Length libmicrohttpd cannot take, sent by
-// the connection watch (metrics/mhd_daemon.h: libmicrohttpd's own comes
-// with its headers twice).
-std::string BadContentLengthResponse(int http_status) {
-  const bool too_large = http_status == 413;
-  ApiError e = PlainError(
-      http_status, "invalid_request_error",
-      too_large ? "Content-Length is larger than any body this server takes"
-                : "Content-Length is not a non-negative decimal number",
-      too_large ? "request_too_large" : "invalid_content_length");
-  e.param = "Content-Length";
-  const std::string body = ErrorBody(e);
-  return absl::StrCat("HTTP/1.1 ", http_status,
-                      too_large ? " Content Too Large" : " Bad Request",
-                      "\r\nConnection: close\r\nContent-Type: ", kJson,
-                      "\r\nCache-Control: no-cache\r\nContent-Length: ",
-                      body.size(), "\r\n\r\n", body);
-}
-
 }  // namespace
 
 // One HTTP request: its route, body, caller and, for a generation, the
@@ -615,9 +596,8 @@ OpenAiHttpServer::OpenAiHttpServer(const HttpApiOptions& options,
     : options_(options),
       frontend_(frontend),
       hangups_(std::make_unique<HangupWatch>()),
-      watch_(std::make_unique<metrics::ConnectionWatch>(
-          options, "HTTP API", &BadContentLengthResponse)),
-      start_log_(std::make_unique<metrics::HttpStartLog>(watch_.get())) {}
+      watch_(std::make_unique<metrics::ConnectionWatch>(options, "HTTP API")),
+      start_log_(std::make_unique<metrics::HttpStartLog>()) {}
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
 
