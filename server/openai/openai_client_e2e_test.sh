@@ -6,7 +6,8 @@
 # /v1/models, /health), then by curl: a server-sent event stream that ends
 # with "data: [DONE]", and a client that goes away mid-stream, after which
 # moeserve_num_requests_running is back to 0; last SIGTERM with a stream in
-# flight (/health 503 while draining, the stream cut, exit 0).
+# flight (/health 503 while draining, the stream cut with an error event
+# and data: [DONE], exit 0).
 #
 # Installs openai@$OPENAI_VERSION (Apache-2.0) into $MOESERVE_NPM_OPENAI
 # (default: ~/.cache/moeserve-npm-openai of the real user's home, kept
@@ -130,7 +131,7 @@ grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="OK"}' \
 grep -q 'moeserve_grpc_requests_total{method="/v1/completions",code="RESOURCE_EXHAUSTED"}' \
   "$tmp/metrics.txt" || fail "the 429 was not counted"
 
-echo "== SIGTERM mid-stream: /health 503, the stream cut at the drain, exit 0"
+echo "== SIGTERM mid-stream: /health 503, the stream cut at the drain (error event, [DONE]), exit 0"
 curl -sN "$base/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "The LORD", "max_tokens": 512, "ignore_eos": true, "stream": true}' \
   >"$tmp/drain.txt" 2>/dev/null &
@@ -148,6 +149,11 @@ wait "$server_pid" || fail "moeserve exited $? on SIGTERM"
 server_pid=""
 wait "$curl_pid" 2>/dev/null || true  # its connection was closed
 curl_pid=""
-grep -q 'data: \[DONE\]' "$tmp/drain.txt" &&
+grep -q '"finish_reason":"length"' "$tmp/drain.txt" &&
   fail "a 512-token stream finished within --drain_seconds=2"
+# Cut, it still ends as a stream: an error event, then [DONE] (issue 29).
+grep -q '^data: {"error".*shutting down' "$tmp/drain.txt" ||
+  fail "the stream cut by the drain has no error event"
+[ "$(grep '^data: ' "$tmp/drain.txt" | tail -n 1)" = "data: [DONE]" ] ||
+  fail "the stream cut by the drain does not end with data: [DONE]"
 echo PASS
