@@ -37,8 +37,8 @@ absl::Status CheckOptions(const HttpExporterOptions& o) {
   if (o.head_timeout_s < 1 || o.min_body_bytes_per_s < 0 ||
       o.max_half_received < 0) {
     return absl::InvalidArgumentError(
-        "metrics server: head_timeout_s must be >= 1, min_body_bytes_per_s and "
-        "max_half_received >= 0");
+        absl::StrCat("metrics server: head_timeout_s must be >= 1, ",
+                     "min_body_bytes_per_s and max_half_received >= 0"));
   }
   if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
     return absl::InvalidArgumentError(

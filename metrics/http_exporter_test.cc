@@ -383,6 +383,11 @@ TEST(HttpExporterStartTest, BadBoundsAndHalfTlsAreInvalidArgument) {
       MetricsHttpServer::Start(options, &registry, nullptr).status().code(),
       absl::StatusCode::kInvalidArgument);
   options = HttpExporterOptions();
+  options.max_half_received = -1;
+  EXPECT_EQ(
+      MetricsHttpServer::Start(options, &registry, nullptr).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  options = HttpExporterOptions();
   options.tls_cert_pem = "-----BEGIN CERTIFICATE-----";
   EXPECT_EQ(
       MetricsHttpServer::Start(options, &registry, nullptr).status().code(),

@@ -33,7 +33,7 @@ constexpr char kText[] = "text/plain; charset=utf-8";
 constexpr size_t kConnectionMemoryBytes = 32 * 1024;
 // How long Stop() lets the last events of cut streams (and the 503s of
 // woken requests) go out; a client that does not read is cut after it.
-constexpr absl::Duration kStopFlushTime = absl::Seconds(2);
+constexpr absl::Duration kStopFlushTime = absl::Seconds(1);
 // Bytes the SSE reader is asked for at most per call.
 constexpr size_t kStreamBlockBytes = 4096;
 
@@ -96,9 +96,8 @@ absl::Status CheckOptions(const HttpApiOptions& o) {
   if (o.head_timeout_s < 1 || o.min_body_bytes_per_s < 0 ||
       o.max_half_received < 0) {
     return absl::InvalidArgumentError(
-        "HTTP API server: head_timeout_s must be >= 1, min_body_bytes_per_s "
-        "and "
-        "max_half_received >= 0");
+        absl::StrCat("HTTP API server: head_timeout_s must be >= 1, ",
+                     "min_body_bytes_per_s and max_half_received >= 0"));
   }
   if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
     return absl::InvalidArgumentError(

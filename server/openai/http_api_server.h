@@ -32,7 +32,7 @@
 // Shutdown: StartDraining() (503 for new generations and /health),
 // WaitForOpenCalls() for the generations in flight, then Stop() ends the
 // rest (cancelled; a stream gets an error event and [DONE], a waiting
-// unary request 503), gives those up to 2 s to go out, and closes every
+// unary request 503), gives those up to 1 s to go out, and closes every
 // connection.
 //
 // Thread-safe. Does not own the frontend, which must outlive the server.

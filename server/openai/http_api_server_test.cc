@@ -581,6 +581,10 @@ TEST(HttpApiServer, RefusesBadOptions) {
   EXPECT_EQ(OpenAiHttpServer::Start(options, &frontend).status().code(),
             absl::StatusCode::kInvalidArgument);
   options.host = "127.0.0.1";
+  options.head_timeout_s = 0;
+  EXPECT_EQ(OpenAiHttpServer::Start(options, &frontend).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.head_timeout_s = 10;
   options.tls_cert_pem = "x";
   EXPECT_EQ(OpenAiHttpServer::Start(options, &frontend).status().code(),
             absl::StatusCode::kInvalidArgument);
