@@ -78,8 +78,9 @@ const moeserve::base::ProgramHelp& Help() {
             {"drafter", "num_speculative_tokens", "draft_model_dir",
              "draft_budget"}},
            {"Network and security",
-            {"host", "port", "http_port", "http_host", "max_receive_message_mb",
-             "keepalive_time_ms", "keepalive_timeout_ms", "max_open_streams",
+            {"host", "port", "http_port", "http_host", "http_head_timeout_s",
+             "max_receive_message_mb", "keepalive_time_ms",
+             "keepalive_timeout_ms", "max_open_streams",
              "max_streams_per_connection", "grpc_max_threads", "tls_cert_file",
              "tls_key_file", "tls_client_ca_file", "auth_token_file",
              "metrics_auth"}},
@@ -141,6 +142,7 @@ moeserve::metrics::HttpExporterOptions HttpOptions(
   moeserve::metrics::HttpExporterOptions http;
   http.host = options.host;
   http.port = options.metrics_port;
+  http.head_timeout_s = options.http_head_timeout_s;
   http.tls_cert_pem = security.tls_cert_pem;
   http.tls_key_pem = security.tls_key_pem;
   http.tls_client_ca_pem = security.tls_client_ca_pem;

@@ -33,6 +33,12 @@ ABSL_FLAG(int, http_port, 0,
 ABSL_FLAG(std::string, http_host, "",
           "Address the OpenAI-compatible HTTP API listens on (empty: "
           "--host).");
+ABSL_FLAG(int, http_head_timeout_s, 10,
+          "On both HTTP ports (--http_port, --metrics_port): seconds a "
+          "request's head (request line and headers; a new connection's TLS "
+          "handshake) may take, from the connection's start or the previous "
+          "answer, however it trickles in; then the connection is cut. 1 to "
+          "3600.");
 ABSL_FLAG(std::string, model_dir, "models/demo",
           "Hugging Face model directory (config.json, *.safetensors, "
           "tokenizer.model). Relative paths resolve against the working "
@@ -416,6 +422,12 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   if (auto st = CheckPort("http_port", o.http_port); !st.ok()) return st;
   o.http_host = absl::GetFlag(FLAGS_http_host);
   if (o.http_host.empty()) o.http_host = o.host;
+  o.http_head_timeout_s = absl::GetFlag(FLAGS_http_head_timeout_s);
+  if (auto st =
+          CheckIntRange("http_head_timeout_s", o.http_head_timeout_s, 1, 3600);
+      !st.ok()) {
+    return st;
+  }
   if (o.http_port != 0) {
     if (auto st = CheckListenHost("http_host", o.http_host); !st.ok()) {
       return st;

@@ -51,7 +51,11 @@ struct ServerOptions {
   // on --http_host (empty: --host).
   int http_port = 0;
   std::string http_host;
-  std::string model_dir;           // --model_dir
+  // --http_head_timeout_s: on both HTTP ports (this one and the metrics
+  // port), a request's head must be in within it (slowloris; metrics/README.md
+  // "HTTP bounds").
+  int http_head_timeout_s = 10;
+  std::string model_dir;                     // --model_dir
   absl::Duration drain = absl::Seconds(30);  // --drain_seconds
   int max_receive_message_bytes = 4 << 20;   // --max_receive_message_mb
   int keepalive_time_ms = 60'000;            // --keepalive_time_ms

@@ -14,6 +14,7 @@ HttpApiOptions HttpApiOptionsFor(const ServerOptions& options,
   HttpApiOptions http;
   http.host = options.http_host.empty() ? options.host : options.http_host;
   http.port = options.http_port;
+  http.head_timeout_s = options.http_head_timeout_s;
   http.tls_cert_pem = security.tls_cert_pem;
   http.tls_key_pem = security.tls_key_pem;
   http.tls_client_ca_pem = security.tls_client_ca_pem;

@@ -14,6 +14,7 @@
 ABSL_DECLARE_FLAG(int, http_port);
 ABSL_DECLARE_FLAG(std::string, http_host);
 ABSL_DECLARE_FLAG(std::string, host);
+ABSL_DECLARE_FLAG(int, http_head_timeout_s);
 
 namespace moeserve::server::openai {
 namespace {
@@ -31,6 +32,23 @@ TEST(HttpApiFlags, OffByDefaultOnTheGrpcHost) {
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->http_port, 8000);
   EXPECT_EQ(o->http_host, "127.0.0.1");
+}
+
+// Issue 29: the head deadline of both HTTP ports, 10 s unless set.
+TEST(HttpApiFlags, HeadTimeoutReachesThePortAndIsRangeChecked) {
+  absl::FlagSaver saver;
+  absl::StatusOr<ServerOptions> o = ServerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(HttpApiOptionsFor(*o, {}).head_timeout_s, 10);
+  absl::SetFlag(&FLAGS_http_head_timeout_s, 3);
+  o = ServerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(HttpApiOptionsFor(*o, {}).head_timeout_s, 3);
+  for (int bad : {0, -1, 3601}) {
+    absl::SetFlag(&FLAGS_http_head_timeout_s, bad);
+    EXPECT_THAT(std::string(ServerOptionsFromFlags().status().message()),
+                ::testing::StartsWith("--http_head_timeout_s:"));
+  }
 }
 
 TEST(HttpApiFlags, PortOutOfRangeIsRefusedByName) {
