@@ -4,7 +4,6 @@
 // is stuck on a read, and a health Watch left open during the drain. Each
 // must stay bounded: threads, open calls, the time to exit.
 #include <signal.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdint>
@@ -197,25 +196,24 @@ TEST_F(BoundedE2eTest, OpenStreamsOverTheCapAreResourceExhausted) {
 }
 
 // Shutdown: bounded by --drain_seconds whatever holds the process.
-std::string TempDir(const std::string& name) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
-  mkdir(dir.c_str(), 0700);
-  return dir;
-}
-
-TEST(ShutdownE2eTest, SigtermDuringABlockedLoadExitsPromptly) {
-  // config.json is a FIFO nobody writes: the load blocks in open() for good.
-  const std::string dir = TempDir("blocked_model");
-  ASSERT_EQ(mkfifo((dir + "/config.json").c_str(), 0600), 0);
+TEST(ShutdownE2eTest, SigtermDuringALongLoadExitsPromptly) {
+  // The load ends with a warm-up generation whose experts cross a 2 Mbit/s
+  // link into a fast tier of a quarter of them: dozens of 576 KiB misses at
+  // 2.4 s each, a load of minutes (a FIFO as config.json blocked it for good
+  // before such files were refused at once: //engine:non_regular_file_test).
   auto server = testing::ServerProcess::Start(
-      kBinary, {"--model_dir=" + dir, "--drain_seconds=30"});
+      kBinary,
+      {"--model_dir=models/demo", "--threads=2", "--expert_cache_ratio=0.25",
+       "--link_gbps=0.002", "--drain_seconds=30"});
   ASSERT_TRUE(server.ok()) << server.status();
   int status = 0;
   ASSERT_TRUE(HealthCheck((*server)->channel().get(), "", &status).ok());
   EXPECT_EQ(status, 2);  // still loading
   absl::Duration took;
-  EXPECT_EQ((*server)->StopWithin(SIGTERM, absl::Seconds(15), &took), 0);
-  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_EQ((*server)->StopWithin(SIGTERM, absl::Seconds(30), &took), 0);
+  // Far below the load's minutes and the 30 s drain, with slack for a
+  // loaded machine.
+  EXPECT_LT(took, absl::Seconds(10));
 }
 
 // A forward pass on a very slow link outlasts the drain: the call is
