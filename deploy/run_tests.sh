@@ -15,6 +15,17 @@ deploy/setup.sh || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
 passed=0
 failed=0
+# "phase seconds" pairs, printed at the end: where the time went.
+phase_times=()
+phase_name=""
+phase_start=$SECONDS
+phase() {  # name: ends the running phase and starts this one
+  if [ -n "$phase_name" ]; then
+    phase_times+=("${phase_name} $((SECONDS - phase_start))s")
+  fi
+  phase_name="$1"
+  phase_start=$SECONDS
+}
 skipped_targets=0
 skipped_cases=0
 log="$(mktemp)"
@@ -60,6 +71,7 @@ count_skips() {
 }
 
 # Every test target.
+phase "tests"
 run_bazel_tests //...
 
 # Unit tests of validation, metrics, kernels, engine and policies under ASan
@@ -82,6 +94,7 @@ SANITIZED+=(//server/openai:all -//server/openai:openai_client_e2e_test)
 SANITIZED+=(//tests:tokenizer_json_serving_e2e_test)
 # --config=asan is ASan and UBSan in one build (.bazelrc): no recovery, any
 # report aborts (the serving e2e test checks the server's exit status).
+phase "asan+ubsan"
 run_bazel_tests --config=asan -- "${SANITIZED[@]}"
 
 # Concurrency tests under ThreadSanitizer: the offload tier, the thread
@@ -90,6 +103,7 @@ run_bazel_tests --config=asan -- "${SANITIZED[@]}"
 # a transport TSan can see, since Debian's gRPC is not instrumented), and the
 # OpenAI API's streams parking and waking their HTTP connections and the
 # watch over parked sockets.
+phase "tsan"
 run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
   //engine/offload:link_test \
   //engine/offload:link_transport_test //engine/offload:slot_pool_test \
@@ -102,6 +116,7 @@ run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
 # its own output base (a second Bazel server) because it reconfigures the C++
 # toolchain for clang, which would throw away the g++ outputs of this one.
 # clang comes with deploy/setup.sh: missing, it is a failure, not a skip.
+phase "clang_tsa"
 if command -v clang >/dev/null 2>&1; then
   echo "== bazel build --config=clang_tsa"
   tsa_base="${HOME}/.cache/moeserve-clang-tsa"
@@ -120,6 +135,7 @@ fi
 
 # Parser fuzzers (built with clang outside Bazel), briefly. A missing
 # runner or clang++ is a failure, not a skip.
+phase "fuzzers"
 echo "== fuzzers"
 if tests/fuzz/run_fuzzers.sh 10; then
   passed=$((passed + 1))
@@ -128,6 +144,8 @@ else
 fi
 
 if [ "${CI:-}" = "true" ]; then bazel shutdown; fi
+phase ""
+echo "time: ${phase_times[*]}; total $((SECONDS / 60)) min $((SECONDS % 60)) s"
 echo "skipped: ${skipped_cases} test cases; ${skipped_targets} targets skipped every case (not counted as passed)"
 echo "${passed} passed, ${failed} failed, ${skipped_targets} skipped"
 [ "$failed" -eq 0 ]
