@@ -1,12 +1,15 @@
 #include "server/openai/chat_template.h"
 
-#include <fstream>
+#include <unistd.h>
+
+#include <cerrno>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/json_util.h"
 #include "nlohmann/json.hpp"
 
 namespace moeserve::server::openai {
@@ -122,16 +125,30 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(
 
 absl::StatusOr<ChatTemplate> ChatTemplate::LoadFromModelDir(
     const std::string& model_dir) {
-  std::ifstream in(model_dir + "/tokenizer_config.json", std::ios::binary);
-  if (!in) {
+  // Opened without blocking and refused unless a regular file: a FIFO here
+  // would otherwise hold the server's start until a writer appeared.
+  absl::StatusOr<int> fd =
+      engine::json_util::OpenRegularFile(model_dir + "/tokenizer_config.json");
+  if (!fd.ok()) {
+    // The message reaches API clients: no path in it.
     return absl::FailedPreconditionError(absl::StrCat(
-        "messages: the model has no tokenizer_config.json, so no chat "
-        "template",
+        absl::IsInvalidArgument(fd.status())
+            ? "messages: the model's tokenizer_config.json is not a regular "
+              "file, so no chat template"
+            : "messages: the model has no tokenizer_config.json, so no chat "
+              "template",
         kUseCompletions));
   }
   std::string text(kMaxTokenizerConfigBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = read(*fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(*fd);
+  text.resize(got);
   if (text.size() > kMaxTokenizerConfigBytes) {
     return absl::FailedPreconditionError(
         "messages: the model's tokenizer_config.json is too large to read");

@@ -1,5 +1,8 @@
 #include "server/openai/chat_template.h"
 
+#include <sys/stat.h>
+
+#include <cstdlib>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -127,6 +130,18 @@ TEST(ChatTemplate, MissingOrUnknownTemplateIsFailedPrecondition) {
   t = ChatTemplate::LoadFromModelDir("/nonexistent/dir");
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(t.status().message().find("/nonexistent"), std::string::npos);
+}
+
+// A FIFO as tokenizer_config.json is refused at once (it blocked the
+// server's start until a writer appeared).
+TEST(ChatTemplate, ANonRegularTokenizerConfigIsRefusedAtOnce) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/fifo";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(mkfifo((dir + "/tokenizer_config.json").c_str(), 0600), 0);
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::LoadFromModelDir(dir);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(t.status().message().find("not a regular file"), std::string::npos)
+      << t.status();
 }
 
 // The bundled models carry Mixtral's template (their tokenizer's special
