@@ -4,7 +4,10 @@ load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "CUDA_PATH")
 
 # Tags for CUDA targets: built and tested by `//...` where the toolkit is
 # installed (tests skip without a GPU), manual elsewhere.
-CUDA_TAGS = [] if CUDA_AVAILABLE else ["manual"]
+# Every CUDA target carries "cuda" (GPU runs select them with
+# --test_tag_filters=cuda); without the toolkit they are also "manual", so
+# `//...` does not try to build them.
+CUDA_TAGS = ["cuda"] if CUDA_AVAILABLE else ["cuda", "manual"]
 
 NVCC = CUDA_PATH + "/bin/nvcc"
 
