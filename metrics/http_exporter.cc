@@ -2,7 +2,9 @@
 
 #include <microhttpd.h>
 
+#include <chrono>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -67,6 +69,21 @@ bool Respond(
   const MHD_Result queued = MHD_queue_response(conn, code, response);
   MHD_destroy_response(response);  // reference-counted: sent, then freed
   return queued == MHD_YES;
+}
+
+// The one answer to a Content-Length libmicrohttpd refuses itself, sent by
+// the connection watch (metrics/mhd_daemon.h: libmicrohttpd's own comes
+// with its headers twice).
+std::string BadContentLengthResponse(int status) {
+  const absl::string_view body = status == 413
+                                     ? "Content-Length is too large\n"
+                                     : "Content-Length is not a number\n";
+  return absl::StrCat(
+      "HTTP/1.1 ", status,
+      status == 413 ? " Content Too Large" : " Bad Request",
+      "\r\nConnection: close\r\nContent-Type: ", kTextContentType,
+      "\r\nCache-Control: no-cache\r\nContent-Length: ", body.size(),
+      "\r\n\r\n", body);
 }
 
 }  // namespace
@@ -171,8 +188,9 @@ MetricsHttpServer::MetricsHttpServer(const HttpExporterOptions& options,
     : options_(options),
       registry_(registry),
       healthy_(std::move(healthy)),
-      watch_(std::make_unique<ConnectionWatch>(options, "metrics")),
-      start_log_(std::make_unique<HttpStartLog>()) {}
+      watch_(std::make_unique<ConnectionWatch>(options, "metrics",
+                                               &BadContentLengthResponse)),
+      start_log_(std::make_unique<HttpStartLog>(watch_.get())) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
@@ -183,6 +201,9 @@ MetricsHttpServer::SlowCuts MetricsHttpServer::slow_cuts() const {
 
 void MetricsHttpServer::Stop() {
   if (daemon_ == nullptr) return;
+  // Not while libmicrohttpd is still refusing a bad Content-Length
+  // (ConnectionWatch::WaitForRefusedClosed): closed at once, normally.
+  watch_->WaitForRefusedClosed(std::chrono::seconds(2));
   MHD_stop_daemon(daemon_);  // closes the sockets, joins the threads
   daemon_ = nullptr;
 }

@@ -4,10 +4,12 @@
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +18,15 @@
 namespace moeserve::metrics {
 
 void HttpStartLog::Log(void* self, const char* format, va_list args) {
-  static_cast<HttpStartLog*>(self)->Append(format, args);
+  auto* log = static_cast<HttpStartLog*>(self);
+  // libmicrohttpd 0.9.75's "Too large value of 'Content-Length' header."
+  // and "Failed to parse `Content-Length' header." (connection.c,
+  // parse_connection_headers), logged just before it refuses the request.
+  if (log->watch_ != nullptr && format != nullptr &&
+      std::strstr(format, "Content-Length' header") != nullptr) {
+    log->watch_->OnBadContentLength();
+  }
+  log->Append(format, args);
 }
 
 void HttpStartLog::Append(const char* format, va_list args) {
@@ -57,12 +67,14 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view host,
   return address;
 }
 
-ConnectionWatch::ConnectionWatch(const HttpListenerOptions& options,
-                                 std::string name)
+ConnectionWatch::ConnectionWatch(
+    const HttpListenerOptions& options, std::string name,
+    std::function<std::string(int status)> bad_length_response)
     : head_timeout_(std::chrono::seconds(options.head_timeout_s)),
       min_body_bytes_per_s_(options.min_body_bytes_per_s),
       max_half_received_(static_cast<size_t>(MaxHalfReceived(options))),
       name_(std::move(name)),
+      bad_length_response_(std::move(bad_length_response)),
       last_log_(Clock::now() - std::chrono::hours(1)),
       thread_([this] { Run(); }) {}
 
@@ -98,7 +110,10 @@ void ConnectionWatch::Closed(MHD_Connection* conn) {
   // Before libmicrohttpd closes the socket: once this returns the fd is
   // never touched again, so a reused number is safe.
   base::MutexLock lock(&mu_);
-  conns_.erase(conn);
+  auto it = conns_.find(conn);
+  if (it == conns_.end()) return;
+  if (it->second.refused && --refused_open_ == 0) refused_closed_.SignalAll();
+  conns_.erase(it);
 }
 
 void ConnectionWatch::HeadReceived(MHD_Connection* conn) {
@@ -128,6 +143,47 @@ void ConnectionWatch::RequestCompleted(MHD_Connection* conn) {
   if (it == conns_.end()) return;
   it->second.phase = Phase::kHead;  // the next request's, keep-alive
   it->second.began = Clock::now();
+}
+
+void ConnectionWatch::OnBadContentLength() {
+  const std::thread::id me = std::this_thread::get_id();
+  std::vector<std::pair<MHD_Connection*, int>> refused;  // conn, status
+  {
+    base::MutexLock lock(&mu_);
+    for (auto& [conn, t] : conns_) {
+      // Only this thread's connections, whose headers no other thread
+      // writes while we read them; of those, the one whose head is in but
+      // not yet handed to the access handler: the one being refused now.
+      if (t.thread != me || t.phase != Phase::kHead || t.cut) continue;
+      if (MHD_get_connection_info(
+              conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE) == nullptr) {
+        continue;  // head still arriving
+      }
+      const int status = BadContentLengthStatus(conn);
+      if (status == 0) continue;
+      t.cut = true;
+      t.refused = true;
+      ++refused_open_;
+      ++cuts_.bad_length;
+      refused.emplace_back(conn, status);
+    }
+  }
+  for (const auto& [conn, status] : refused) {
+    SendRawResponse(conn, bad_length_response_(status));
+    // libmicrohttpd's own answer, built next, then fails to go out; it
+    // closes the connection (Closed() then forgets it).
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info != nullptr) shutdown(info->connect_fd, SHUT_RDWR);
+  }
+}
+
+bool ConnectionWatch::WaitForRefusedClosed(std::chrono::milliseconds timeout) {
+  base::MutexLock lock(&mu_);
+  return refused_closed_.WaitFor(&mu_, timeout,
+                                 [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                   return refused_open_ == 0;
+                                 });
 }
 
 ConnectionWatch::Cuts ConnectionWatch::cuts() const {
@@ -263,6 +319,59 @@ bool ClientCertificateVerified(MHD_Connection* conn) {
     return false;
   }
   return problems == 0;
+}
+
+int BadContentLengthStatus(MHD_Connection* conn) {
+  if (MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                  MHD_HTTP_HEADER_TRANSFER_ENCODING) !=
+      nullptr) {
+    return 0;  // libmicrohttpd ignores Content-Length then
+  }
+  const char* value = MHD_lookup_connection_value(
+      conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  if (value == nullptr) return 0;
+  // MHD_str_to_uint64_n_: the leading decimal digits, none on overflow;
+  // the whole value must be digits.
+  const absl::string_view digits(value);
+  size_t n_digits = 0;
+  uint64_t n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') break;
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (n > (UINT64_MAX - d) / 10) return 413;  // overflows: too large
+    n = n * 10 + d;
+    ++n_digits;
+  }
+  return n_digits == digits.size() && n_digits > 0 ? 0 : 400;
+}
+
+bool SendRawResponse(MHD_Connection* conn, absl::string_view response) {
+  const MHD_ConnectionInfo* tls =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  const MHD_ConnectionInfo* fd =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  // A few hundred bytes on a connection that has been sent nothing yet:
+  // the socket buffer takes them (the socket is non-blocking; a short retry
+  // covers EAGAIN).
+  size_t sent = 0;
+  for (int tries = 0; sent < response.size() && tries < 20; ++tries) {
+    ssize_t n;
+    if (tls != nullptr && tls->tls_session != nullptr) {
+      n = gnutls_record_send(static_cast<gnutls_session_t>(tls->tls_session),
+                             response.data() + sent, response.size() - sent);
+    } else if (fd != nullptr) {
+      n = send(fd->connect_fd, response.data() + sent, response.size() - sent,
+               MSG_NOSIGNAL);
+    } else {
+      return false;
+    }
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else {
+      usleep(1000);
+    }
+  }
+  return sent == response.size();
 }
 
 }  // namespace moeserve::metrics

@@ -28,12 +28,17 @@ struct MHD_OptionItem;
 
 namespace moeserve::metrics {
 
+class ConnectionWatch;
+
 // libmicrohttpd reports why a start failed only through its logger: keep
 // what it says while Start() runs (bounded), to return it in the Status.
 // Later messages (a client's broken TLS handshake, say) are dropped: they
-// are the clients' problem and would let a client flood our log.
+// are the clients' problem and would let a client flood our log. Its one
+// use of them: libmicrohttpd's refusal of a request's Content-Length is
+// passed on to `watch` (ConnectionWatch::OnBadContentLength).
 class HttpStartLog {
  public:
+  explicit HttpStartLog(ConnectionWatch* watch = nullptr) : watch_(watch) {}
   // MHD_OPTION_EXTERNAL_LOGGER's callback; `self` is the HttpStartLog.
   static void Log(void* self, const char* format, va_list args);
   void Append(const char* format, va_list args);
@@ -41,6 +46,7 @@ class HttpStartLog {
   std::string Close();
 
  private:
+  ConnectionWatch* const watch_;
   base::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string text_ ABSL_GUARDED_BY(mu_);
@@ -65,12 +71,19 @@ class HttpStartLog {
 // is also kept as each connection starts. Cuts are logged (spdlog warn), at
 // most one line every 10 s.
 //
+// It also gives the one answer to a Content-Length that libmicrohttpd
+// refuses itself (OnBadContentLength, below).
+//
 // Thread-safe; the callbacks come from libmicrohttpd's threads. Must
 // outlive the daemon (destroy it after MHD_stop_daemon).
 class ConnectionWatch {
  public:
   // `name` says which port in the log line ("metrics", "HTTP API").
-  ConnectionWatch(const HttpListenerOptions& options, std::string name);
+  // `bad_length_response(status)`: the whole HTTP/1.1 response, with
+  // "Connection: close", sent for a Content-Length libmicrohttpd refuses
+  // (400 not a number, 413 too large).
+  ConnectionWatch(const HttpListenerOptions& options, std::string name,
+                  std::function<std::string(int status)> bad_length_response);
   ~ConnectionWatch();  // joins the thread
   ConnectionWatch(const ConnectionWatch&) = delete;
   ConnectionWatch& operator=(const ConnectionWatch&) = delete;
@@ -84,10 +97,37 @@ class ConnectionWatch {
   void RequestReceived(MHD_Connection* conn) ABSL_LOCKS_EXCLUDED(mu_);
   void RequestCompleted(MHD_Connection* conn) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // libmicrohttpd 0.9.75 refuses a Content-Length that is not a number or
+  // overflows (BadContentLengthStatus) itself, without calling the access
+  // handler, and sends its status line and headers twice, then an HTML
+  // page: src/microhttpd/connection.c, MHD_connection_handle_idle, case
+  // MHD_CONNECTION_HEADERS_RECEIVED, overwrites the HEADERS_SENDING state
+  // that transmit_error_response_len() left with HEADERS_PROCESSED, so the
+  // error response goes through START_REPLY and build_header_response()
+  // appends a second header (fixed upstream in 1.0.0, commit f1bfbe71).
+  // It logs the refusal first, on the connection's thread, before it
+  // builds or sends anything: HttpStartLog calls this then. It finds that
+  // connection among this thread's (head complete, no access-handler call
+  // yet, that header), sends `bad_length_response` on it and shuts the
+  // socket down, so libmicrohttpd's answer fails to go out and it closes
+  // the connection.
+  void OnBadContentLength() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Waits (up to `timeout`) until every connection refused by
+  // OnBadContentLength is closed. Call before MHD_stop_daemon: libmicrohttpd
+  // 0.9.75 must not be stopped while it is still building its refusal
+  // (MHD_queue_response returns MHD_YES without queueing once the daemon
+  // is shutting down, and transmit_error_response_len then builds headers
+  // for a null response: SEGV), and our answer reaches the client before
+  // libmicrohttpd is done. True when none is left.
+  bool WaitForRefusedClosed(std::chrono::milliseconds timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   struct Cuts {
-    int head = 0;      // past the head deadline
-    int body = 0;      // body below the minimum rate
-    int too_many = 0;  // over max_half_received
+    int head = 0;        // past the head deadline
+    int body = 0;        // body below the minimum rate
+    int too_many = 0;    // over max_half_received
+    int bad_length = 0;  // refused Content-Length (OnBadContentLength)
   };
   Cuts cuts() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -102,6 +142,7 @@ class ConnectionWatch {
     Clock::time_point body_began;
     uint64_t body_bytes = 0;
     bool cut = false;
+    bool refused = false;  // answered by OnBadContentLength
   };
 
   void Started(MHD_Connection* conn) ABSL_LOCKS_EXCLUDED(mu_);
@@ -116,8 +157,11 @@ class ConnectionWatch {
   const double min_body_bytes_per_s_;
   const size_t max_half_received_;
   const std::string name_;
+  const std::function<std::string(int)> bad_length_response_;
   mutable base::Mutex mu_;
   base::CondVar wake_;
+  base::CondVar refused_closed_;
+  int refused_open_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<MHD_Connection*, Tracked> conns_ ABSL_GUARDED_BY(mu_);
   Cuts cuts_ ABSL_GUARDED_BY(mu_);
@@ -154,6 +198,20 @@ int MaxHalfReceived(const HttpListenerOptions& options);
 // True when the TLS peer presented a certificate that the configured client
 // CA verifies (libmicrohttpd requests one but leaves the check to us).
 bool ClientCertificateVerified(MHD_Connection* conn);
+
+// What libmicrohttpd 0.9.75 (parse_connection_headers) makes of the
+// request's headers: 400 when its Content-Length is not a decimal number
+// (empty, negative, "12x", "0x10"), 413 when it is one above 2^64 - 1, 0
+// when it takes it (no Content-Length, one that parses, or any
+// Transfer-Encoding, which it looks at first). The first Content-Length
+// counts, as in libmicrohttpd.
+int BadContentLengthStatus(MHD_Connection* conn);
+
+// Sends `response` (a whole HTTP response) on the connection's socket, or
+// its TLS session, itself. Only on libmicrohttpd's thread for the
+// connection while it is not sending (OnBadContentLength). False when it
+// could not all be sent.
+bool SendRawResponse(MHD_Connection* conn, absl::string_view response);
 
 }  // namespace moeserve::metrics
 

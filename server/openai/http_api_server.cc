@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <chrono>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -172,6 +174,25 @@ bool IsJson(const char* content_type) {
   absl::string_view type(content_type);
   type = type.substr(0, type.find(';'));
   return absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(type), kJson);
+}
+
+// The one answer to a Content-Length libmicrohttpd refuses itself, sent by
+// the connection watch (metrics/mhd_daemon.h: libmicrohttpd's own comes
+// with its headers twice).
+std::string BadContentLengthResponse(int http_status) {
+  const bool too_large = http_status == 413;
+  ApiError e = PlainError(
+      http_status, "invalid_request_error",
+      too_large ? "Content-Length is larger than any body this server takes"
+                : "Content-Length is not a non-negative decimal number",
+      too_large ? "request_too_large" : "invalid_content_length");
+  e.param = "Content-Length";
+  const std::string body = ErrorBody(e);
+  return absl::StrCat("HTTP/1.1 ", http_status,
+                      too_large ? " Content Too Large" : " Bad Request",
+                      "\r\nConnection: close\r\nContent-Type: ", kJson,
+                      "\r\nCache-Control: no-cache\r\nContent-Length: ",
+                      body.size(), "\r\n\r\n", body);
 }
 
 }  // namespace
@@ -595,8 +616,9 @@ OpenAiHttpServer::OpenAiHttpServer(const HttpApiOptions& options,
     : options_(options),
       frontend_(frontend),
       hangups_(std::make_unique<HangupWatch>()),
-      watch_(std::make_unique<metrics::ConnectionWatch>(options, "HTTP API")),
-      start_log_(std::make_unique<metrics::HttpStartLog>()) {}
+      watch_(std::make_unique<metrics::ConnectionWatch>(
+          options, "HTTP API", &BadContentLengthResponse)),
+      start_log_(std::make_unique<metrics::HttpStartLog>(watch_.get())) {}
 
 OpenAiHttpServer::~OpenAiHttpServer() { Stop(); }
 
@@ -650,6 +672,9 @@ void OpenAiHttpServer::Stop() {
   // Cut streams send their error event and [DONE], woken unary requests
   // their 503: give them a moment to go out before the sockets close.
   WaitForOpenCalls(absl::Now() + kStopFlushTime);
+  // Not while libmicrohttpd is still refusing a bad Content-Length
+  // (metrics::ConnectionWatch::WaitForRefusedClosed): closed at once.
+  watch_->WaitForRefusedClosed(std::chrono::seconds(2));
   MHD_stop_daemon(daemon_);  // closes the connections, joins the threads
   daemon_ = nullptr;
 }
