@@ -73,6 +73,7 @@ ConnectionWatch::ConnectionWatch(
     : head_timeout_(std::chrono::seconds(options.head_timeout_s)),
       min_body_bytes_per_s_(options.min_body_bytes_per_s),
       max_half_received_(static_cast<size_t>(MaxHalfReceived(options))),
+      max_connections_(static_cast<size_t>(options.max_connections)),
       name_(std::move(name)),
       bad_length_response_(std::move(bad_length_response)),
       last_log_(Clock::now() - std::chrono::hours(1)),
@@ -104,6 +105,26 @@ void ConnectionWatch::Started(MHD_Connection* conn) {
   base::MutexLock lock(&mu_);
   conns_[conn] = t;
   CapLocked();
+  // Over max_connections (libmicrohttpd's own limit sits above it, see
+  // ConnectionHeadroom): a connection still arriving makes room, the one
+  // that began first; with none, this one is turned away, as
+  // libmicrohttpd would at its limit. So a fresh client gets in while the
+  // slots are held by half-sent requests, even before their cut sockets
+  // are closed.
+  size_t live = 0;
+  Tracked* oldest_arriving = nullptr;
+  for (auto& [c, other] : conns_) {
+    if (other.cut) continue;
+    ++live;
+    if (c != conn && other.phase != Phase::kAnswering &&
+        (oldest_arriving == nullptr || other.began < oldest_arriving->began)) {
+      oldest_arriving = &other;
+    }
+  }
+  if (live > max_connections_) {
+    CutLocked(oldest_arriving != nullptr ? oldest_arriving : &conns_[conn],
+              &cuts_.too_many);
+  }
 }
 
 void ConnectionWatch::Closed(MHD_Connection* conn) {
@@ -260,6 +281,10 @@ void ConnectionWatch::LogLocked(Clock::time_point now) {
   last_log_ = now;
 }
 
+int ConnectionHeadroom(const HttpListenerOptions& options) {
+  return std::max(8, options.max_connections / 8);
+}
+
 int MaxHalfReceived(const HttpListenerOptions& options) {
   return options.max_half_received > 0
              ? options.max_half_received
@@ -284,7 +309,8 @@ std::vector<MHD_OptionItem> DaemonOptionItems(
   std::vector<MHD_OptionItem> items = {
       {MHD_OPTION_THREAD_POOL_SIZE, options.threads, nullptr},
       {MHD_OPTION_CONNECTION_TIMEOUT, options.idle_timeout_s, nullptr},
-      {MHD_OPTION_CONNECTION_LIMIT, options.max_connections, nullptr},
+      {MHD_OPTION_CONNECTION_LIMIT,
+       options.max_connections + ConnectionHeadroom(options), nullptr},
       {MHD_OPTION_PER_IP_CONNECTION_LIMIT, options.max_connections_per_ip,
        nullptr},
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT,

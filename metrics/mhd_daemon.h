@@ -156,6 +156,7 @@ class ConnectionWatch {
   const Clock::duration head_timeout_;
   const double min_body_bytes_per_s_;
   const size_t max_half_received_;
+  const size_t max_connections_;
   const std::string name_;
   const std::function<std::string(int)> bad_length_response_;
   mutable base::Mutex mu_;
@@ -194,6 +195,13 @@ std::vector<MHD_OptionItem> DaemonOptionItems(
 // The cap on requests arriving at once that `options` means (its
 // max_half_received, or max_connections / 4 when 0).
 int MaxHalfReceived(const HttpListenerOptions& options);
+
+// How far above max_connections libmicrohttpd's own connection limit is
+// set (max(8, max_connections / 8)): room for sockets the watch has cut
+// but libmicrohttpd has not yet closed, and for the uneven split of its
+// limit over its threads, so that the watch, not libmicrohttpd, decides who
+// is turned away (ConnectionWatch: a request still arriving first).
+int ConnectionHeadroom(const HttpListenerOptions& options);
 
 // True when the TLS peer presented a certificate that the configured client
 // CA verifies (libmicrohttpd requests one but leaves the check to us).
