@@ -14,7 +14,9 @@
 
 #if defined(__x86_64__)
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // a GCC-only warning; clang would warn about its name
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
