@@ -55,6 +55,18 @@ void SendAll(int fd, const std::string& data) {
   }
 }
 
+// Reads from `fd` into `got` until it holds `needle`; false when the
+// connection ends (or its receive timeout passes) first.
+bool RecvUntil(int fd, absl::string_view needle, std::string* got) {
+  char buf[4096];
+  while (!absl::StrContains(*got, needle)) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return false;
+    got->append(buf, static_cast<size_t>(n));
+  }
+  return true;
+}
+
 std::string Request(const std::string& method, const std::string& path,
                     const std::string& body,
                     const std::string& extra_headers = "") {
@@ -285,12 +297,7 @@ TEST_F(HttpApiServerTest, ClientLeavingMidStreamCancelsTheCall) {
   ASSERT_NE(call, nullptr);
   call->PushText("first");
   std::string got;
-  char buf[1024];
-  while (!absl::StrContains(got, "first")) {
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    ASSERT_GT(n, 0);
-    got.append(buf, static_cast<size_t>(n));
-  }
+  ASSERT_TRUE(RecvUntil(fd, "first", &got)) << got;
   EXPECT_EQ(server_->open_calls(), 1);
   close(fd);  // the client goes away mid-stream
   // The server notices when it next writes.
@@ -435,12 +442,7 @@ TEST_F(HttpApiServerTest, GetsKeepTheConnectionAlive) {
           "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
           "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
   std::string got;
-  char buf[4096];
-  while (!absl::StrContains(got, "\"object\":\"list\"")) {
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
+  RecvUntil(fd, "\"object\":\"list\"", &got);
   EXPECT_THAT(got, HasSubstr("HTTP/1.1 200"));
   EXPECT_THAT(got, HasSubstr("ok\n"));
   EXPECT_THAT(got, HasSubstr("\"object\":\"list\"")) << got;
@@ -464,12 +466,7 @@ TEST_F(HttpApiServerTest, StreamCutByStopEndsWithErrorAndDone) {
   ASSERT_NE(call, nullptr);
   call->PushText("first");
   std::string got;
-  char buf[4096];
-  while (!absl::StrContains(got, "first")) {
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    ASSERT_GT(n, 0);
-    got.append(buf, static_cast<size_t>(n));
-  }
+  ASSERT_TRUE(RecvUntil(fd, "first", &got)) << got;
   server_->StartDraining();
   server_->Stop();  // --drain_seconds are over
   got += ReadAll(fd);
@@ -546,11 +543,7 @@ TEST_F(HttpApiServerTest, TrickledBodyAndHeadAreCut) {
   const int kept = Connect(port_);
   SendAll(kept, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
   std::string got;
-  while (!absl::StrContains(got, "ok\n")) {
-    const ssize_t n = recv(kept, buf, sizeof(buf), 0);
-    ASSERT_GT(n, 0) << got;
-    got.append(buf, static_cast<size_t>(n));
-  }
+  ASSERT_TRUE(RecvUntil(kept, "ok\n", &got)) << got;
   const absl::Time head_start = absl::Now();
   SendAll(kept, "GET /health HTTP/1.1\r\nHost: x\r\n");
   cut = false;
