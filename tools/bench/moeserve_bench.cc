@@ -114,6 +114,12 @@ ABSL_FLAG(std::string, concurrency, "1",
 ABSL_FLAG(int, policy_repeats, 1,
           "Policy mode: run each (ratio, concurrency) group's policies "
           "round-robin this many times; report each policy's median run.");
+ABSL_FLAG(double, max_seconds, 0,
+          "Policy mode: a time budget; once it has passed no new run starts "
+          "and the bench exits 0 with what finished (\"complete\": false in "
+          "the JSON). 0: none. Each finished (ratio, concurrency) group is "
+          "printed and the JSON rewritten as the run goes, so a run cut "
+          "short keeps its figures.");
 ABSL_FLAG(int, max_new_tokens, 48,
           "Policy mode: tokens generated per request (EOS ignored).");
 ABSL_FLAG(int, warmup_tokens, 4,
@@ -253,6 +259,25 @@ int PolicyMain(int threads) {
   o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   o.repeats = absl::GetFlag(FLAGS_policy_repeats);
   o.warmup_tokens = absl::GetFlag(FLAGS_warmup_tokens);
+  o.max_seconds = absl::GetFlag(FLAGS_max_seconds);
+  if (!(o.max_seconds >= 0)) {
+    std::fprintf(stderr, "moeserve_bench: --max_seconds must be >= 0\n");
+    return 2;
+  }
+  // Each finished group: its rows on stdout, the JSON so far rewritten.
+  size_t rows_printed = 0;
+  o.on_group_done = [&rows_printed](const PolicyReport& so_far) {
+    for (; rows_printed < so_far.results.size(); ++rows_printed) {
+      const PolicyResult& r = so_far.results[rows_printed];
+      std::printf(
+          "done: ratio %.2f concurrency %d %s + %s: %.2f tok/s, hit rate "
+          "%.3f, %.2f transfers/token\n",
+          r.ratio, r.concurrency, r.policy.c_str(), r.drafter.c_str(),
+          r.tokens_per_s, r.hit_rate, r.transfers_per_token);
+    }
+    std::fflush(stdout);
+    WriteJson(PolicyReportJson(so_far));
+  };
   // The backend first: a missing GPU is reported before any model is
   // loaded.
   const std::string backend_name = absl::GetFlag(FLAGS_backend);
@@ -451,7 +476,7 @@ const moeserve::base::ProgramHelp& Help() {
                    "link_latency_us", "inplace_compute_ratio"}},
                  {"Policy mode: load",
                   {"num_requests", "concurrency", "max_new_tokens",
-                   "warmup_tokens", "policy_repeats"}},
+                   "warmup_tokens", "policy_repeats", "max_seconds"}},
                  {"Throughput optimizer",
                   {"optimize", "optimize_policy", "optimize_batches",
                    "optimize_max_k", "optimize_profile_tokens"}},

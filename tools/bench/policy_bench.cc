@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/builder/engine_builder.h"
 #include "engine/builder/engine_spec.h"
@@ -364,6 +365,38 @@ std::string HumanBytes(uint64_t bytes) {
 
 }  // namespace
 
+namespace {
+
+// The report's figures that span its results: identical outputs (with
+// `identical`, what the repeats agreed on), distinct generated tokens,
+// expert copy rate against the plain copy probe.
+void FinishReport(bool identical, PolicyReport* report) {
+  report->outputs_identical = identical;
+  if (report->results.empty()) return;
+  {
+    // How varied the generated text is: a model that repeats one token
+    // routes every decode step alike, which flatters the caching policies.
+    std::set<int32_t> distinct;
+    for (const std::vector<int32_t>& out : report->results.front().outputs) {
+      distinct.insert(out.begin(), out.end());
+    }
+    report->distinct_generated_tokens = static_cast<int>(distinct.size());
+  }
+  for (PolicyResult& r : report->results) {
+    if (report->copy_probe.event_gbps > 0) {
+      r.expert_copy_vs_plain =
+          r.expert_copy_gbps / report->copy_probe.event_gbps;
+    }
+  }
+  for (const PolicyResult& r : report->results) {
+    if (r.outputs != report->results.front().outputs) {
+      report->outputs_identical = false;
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
                                             kernels::Backend* backend) {
   if (o.slow_tier != "host" && o.slow_tier != "disk") {
@@ -474,8 +507,36 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
   }
 
   bool identical = true;
+  // The time budget: checked before each run but the first.
+  const absl::Time began = absl::Now();
+  bool out_of_time = false;
+  int runs_started = 0;
+  auto may_start = [&]() {
+    if (out_of_time) return false;
+    if (o.max_seconds > 0 && runs_started > 0 &&
+        absl::ToDoubleSeconds(absl::Now() - began) >= o.max_seconds) {
+      out_of_time = true;
+      report.complete = false;
+      return false;
+    }
+    ++runs_started;
+    return true;
+  };
+  int runs_planned = 0;
+  for (double ratio : o.ratios) {
+    const uint64_t budget = engine::ExpertCacheBytes(**weights, ratio, 0);
+    for (const Cell& cell : *cells) {
+      if (cell.budget == "shared" &&
+          budget < cell.pool_bytes + report.expert_blob_bytes) {
+        continue;  // skipped below, not planned
+      }
+      runs_planned +=
+          static_cast<int>(o.concurrencies.size()) * std::max(1, o.repeats);
+    }
+  }
   for (double ratio : o.ratios) {
     for (int conc : o.concurrencies) {
+      if (out_of_time) break;
       const size_t first = report.results.size();
       // A shared draft pool must leave at least one expert slot (as
       // BuildEngine checks); such cells are skipped, not failed.
@@ -499,6 +560,7 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
       for (int rep = 0; rep < std::max(1, o.repeats); ++rep) {
         for (size_t p = 0; p < cells->size(); ++p) {
           if (!runnable[p]) continue;
+          if (!may_start()) break;
           const Cell& cell = (*cells)[p];
           std::fprintf(stderr,
                        "  ratio %.2f concurrency %d policy %s drafter %s%s "
@@ -549,34 +611,26 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
           r.speedup_vs_no_drafter = r.tokens_per_s / plain->tokens_per_s;
         }
       }
+      if (o.on_group_done) {
+        PolicyReport so_far = report;
+        FinishReport(identical, &so_far);
+        o.on_group_done(so_far);
+      }
     }
   }
-  report.outputs_identical = identical;
-  {
-    // How varied the generated text is: a model that repeats one token
-    // routes every decode step alike, which flatters the caching policies.
-    std::set<int32_t> distinct;
-    for (const std::vector<int32_t>& out : report.results.front().outputs) {
-      distinct.insert(out.begin(), out.end());
-    }
-    report.distinct_generated_tokens = static_cast<int>(distinct.size());
-  }
-  for (PolicyResult& r : report.results) {
-    if (report.copy_probe.event_gbps > 0) {
-      r.expert_copy_vs_plain =
-          r.expert_copy_gbps / report.copy_probe.event_gbps;
-    }
-  }
-  for (const PolicyResult& r : report.results) {
-    if (r.outputs != report.results.front().outputs) {
-      report.outputs_identical = false;
-    }
-  }
+  report.runs_not_started = runs_planned - runs_started;
+  FinishReport(identical, &report);
   return report;
 }
 
 void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
   const PolicyBenchOptions& o = rep.options;
+  if (!rep.complete) {
+    std::fprintf(out,
+                 "INCOMPLETE: the %.0f s budget (--max_seconds) ended the run; "
+                 "%d planned runs did not start\n",
+                 o.max_seconds, rep.runs_not_started);
+  }
   std::fprintf(out,
                "machine: %s, %d logical CPUs, %.1f GiB, %s; backend %s, %d "
                "CPU kernel threads\n",
@@ -808,6 +862,9 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
       {"draft_budgets", o.draft_budgets},
       {"num_speculative_tokens", o.num_speculative_tokens},
       {"greedy", true}};
+  j["complete"] = rep.complete;
+  j["runs_not_started"] = rep.runs_not_started;
+  j["max_seconds"] = rep.options.max_seconds;
   j["outputs_identical"] = rep.outputs_identical;
   j["distinct_generated_tokens"] = rep.distinct_generated_tokens;
   j["skipped"] = rep.skipped;

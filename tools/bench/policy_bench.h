@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,14 @@ struct PolicyBenchOptions {
   // policy is reported. Interleaving spreads background load evenly.
   int repeats = 1;
   int threads = 0;  // CPU kernel threads (report only; 0 on a GPU backend).
+  // A time budget in seconds (0: none). Once it has passed, counted from
+  // the start of the first run, no new run starts; the report holds what
+  // finished (PolicyReport::complete false). The first run always runs.
+  double max_seconds = 0;
+  // Called after each (ratio, concurrency) group with the report so far,
+  // finished as the final one is (speedups, identical outputs): a caller
+  // that prints or saves it keeps the figures of a run cut short.
+  std::function<void(const struct PolicyReport&)> on_group_done;
 };
 
 // One (ratio, concurrency, policy, drafter) run; figures cover the timed
@@ -171,6 +180,11 @@ struct PolicyReport {
   // Cells not run, each with why (a shared draft pool larger than the
   // budget).
   std::vector<std::string> skipped;
+  // False when PolicyBenchOptions::max_seconds ended the run early (or the
+  // report is a progress snapshot); runs_not_started counts the runs of the
+  // planned matrix that never began.
+  bool complete = true;
+  int runs_not_started = 0;
 };
 
 absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,

@@ -79,6 +79,8 @@ TEST(PolicyBenchSmokeTest, ReportsEveryPolicyWithIdenticalOutputs) {
           "--max_new_tokens=4 --concurrency=2 --threads=2 --policy_repeats=2",
       "policy_bench.json", &j));
   EXPECT_EQ(j.at("mode"), "policies");
+  EXPECT_TRUE(j.at("complete").get<bool>());
+  EXPECT_EQ(j.at("runs_not_started").get<int>(), 0);
   EXPECT_TRUE(j.at("outputs_identical").get<bool>());
   EXPECT_EQ(j.at("threads").get<int>(), 2);
   // The default backend, named as Backend::name() ("cpu-avx2-2t", ...).
@@ -292,6 +294,32 @@ TEST(PolicyBenchSmokeTest, GeneratedModelWithoutTokenizerUsesSyntheticIds) {
     EXPECT_GT(r.at("tokens_per_s").get<double>(), 0);
   }
   EXPECT_EQ(ExpectOracleBoundsDemandCaching(j.at("results")), 4);
+}
+
+// A time budget ends the run early with what finished: exit 0, the first
+// run reported, the rest counted as not started; each finished group was
+// printed as it finished.
+TEST(PolicyBenchSmokeTest, TimeBudgetKeepsWhatFinished) {
+  nlohmann::json j;
+  const std::string out_path = TmpFile("policy_bench_budget.stdout");
+  ASSERT_NO_FATAL_FAILURE(
+      RunBench(" --gen_model=mixtral_tiny --policies=on_demand,lru,overlap "
+               "--expert_cache_ratio=0.25,0.5 --num_requests=2 "
+               "--max_new_tokens=4 --concurrency=1,2 --threads=2 "
+               "--max_seconds=0.001 > " +
+                   out_path,
+               "policy_bench_budget.json", &j));
+  EXPECT_FALSE(j.at("complete").get<bool>());
+  EXPECT_DOUBLE_EQ(j.at("max_seconds").get<double>(), 0.001);
+  // 2 ratios x 2 concurrencies x 3 policies planned; the first always runs.
+  ASSERT_EQ(j.at("results").size(), 1u) << j.at("results").dump();
+  EXPECT_EQ(j.at("runs_not_started").get<int>(), 11);
+  EXPECT_EQ(j["results"][0].at("policy"), "on_demand");
+  const std::string printed = ReadFile(out_path);
+  EXPECT_NE(printed.find("done: ratio 0.25 concurrency 1 on_demand"),
+            std::string::npos)
+      << printed;
+  EXPECT_NE(printed.find("INCOMPLETE"), std::string::npos) << printed;
 }
 
 // Exit status of `cmd` run by the shell, or -1 when it did not exit normally
