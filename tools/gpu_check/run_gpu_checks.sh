@@ -5,7 +5,9 @@
 #
 #   tools/gpu_check/run_gpu_checks.sh BUNDLE LOG_DIR [tests|bench|all]
 #
-# Tests run side by side (one log each, a PASS/FAIL line each in summary.txt),
+# Tests run side by side (one log each, a PASS/FAIL line each in summary.txt
+# with the test cases run, failed and skipped: a step that ran no case or
+# skipped one fails),
 # then the benchmarks one at a time with nothing else on the GPU. Each step has
 # its own time limit so one hang cannot eat the machine's lease.
 set -uo pipefail
@@ -38,16 +40,49 @@ printf '#!/bin/bash\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "$libpath" \
   "$bundle/bin/moeserve" >"$wrapper"
 chmod +x "$wrapper"
 
+# The test cases a step ran, from its gtest XML ($logs/NAME.xml) or, for a
+# Python unittest step, its log: "CASES FAILED SKIPPED", or nothing when
+# neither says (a crash before any report).
+case_counts() {  # case_counts NAME
+  local xml="$logs/$1.xml" log="$logs/$1.log"
+  if [[ -s "$xml" ]]; then
+    local cases failed skipped
+    cases=$(grep -o '<testcase ' "$xml" | wc -l)
+    failed=$(grep -o '<failure' "$xml" | wc -l)
+    skipped=$(grep -o '<skipped' "$xml" | wc -l)
+    echo "$cases $failed $skipped"
+  elif grep -q '^Ran [0-9]* tests\?' "$log" 2>/dev/null; then
+    local ran bad skip
+    ran=$(sed -n 's/^Ran \([0-9]*\) tests\?.*/\1/p' "$log" | tail -1)
+    bad=$(grep -oE '(failures|errors)=[0-9]+' "$log" | tail -2 |
+      sed 's/.*=//' | awk '{s+=$1} END {print s+0}')
+    skip=$(grep -oE 'skipped=[0-9]+' "$log" | tail -1 | sed 's/.*=//')
+    echo "$ran $bad ${skip:-0}"
+  fi
+}
+
+# A step passes only when its command exits 0 AND it ran test cases of which
+# none failed or skipped (MOESERVE_REQUIRE_CUDA=1 already fails a CUDA skip;
+# this also catches a binary that ran nothing). Benchmarks (no case counts)
+# are judged by their exit status.
 step() {  # step NAME LIMIT_S COMMAND... -> $logs/NAME.log, a line in summary
   local name="$1" limit="$2"
   shift 2
   local t0=$SECONDS
   timeout -k 5 "$limit" "$@" >"$logs/$name.log" 2>&1
   local rc=$?
-  local verdict=PASS
+  local verdict=PASS counts="" cases failed skipped
+  counts="$(case_counts "$name")"
+  if [[ -n "$counts" ]]; then
+    read -r cases failed skipped <<<"$counts"
+    if [[ "$cases" -eq 0 || "$failed" -gt 0 || "$skipped" -gt 0 ]]; then
+      verdict="FAIL(cases)"
+    fi
+    counts=" ($cases cases, $failed failed, $skipped skipped)"
+  fi
   [[ $rc -ne 0 ]] && verdict="FAIL(rc=$rc)"
   [[ $rc -eq 124 || $rc -eq 137 ]] && verdict="TIMEOUT(${limit}s)"
-  echo "$verdict $name $((SECONDS - t0))s" | tee -a "$summary"
+  echo "$verdict $name $((SECONDS - t0))s$counts" | tee -a "$summary"
 }
 
 {
@@ -61,12 +96,16 @@ cat "$logs/machine.txt"
 
 if [[ "$what" == tests || "$what" == all ]]; then
   B="$bundle/bin"
-  step cuda_memory_test 60 "${run[@]}" "$B/cuda_memory_test" &
-  step cuda_ops_differential_test 130 "${run[@]}" "$B/cuda_ops_differential_test" &
+  x() { echo "--gtest_output=xml:$logs/$1.xml"; }
+  step cuda_memory_test 60 "${run[@]}" "$B/cuda_memory_test" \
+    "$(x cuda_memory_test)" &
+  step cuda_ops_differential_test 130 "${run[@]}" \
+    "$B/cuda_ops_differential_test" "$(x cuda_ops_differential_test)" &
   step cuda_parity_test 130 "${run[@]}" "$B/cuda_parity_test" \
-    --gtest_filter="${PARITY_FILTER:-*}" &
+    --gtest_filter="${PARITY_FILTER:-*}" "$(x cuda_parity_test)" &
   step policy_invariance_cuda 130 "${run[@]}" "$B/policy_invariance_test" \
-    --gtest_filter="${INVARIANCE_FILTER:-*_cuda}" &
+    --gtest_filter="${INVARIANCE_FILTER:-*_cuda}" \
+    "$(x policy_invariance_cuda)" &
   step serving_e2e_cuda 130 env \
     MOESERVE_E2E_SERVER_FLAGS="--backend=cuda --expert_cache_ratio=0.25" \
     python3 tests/serving_e2e_test.py "$wrapper" "$bundle" &
@@ -77,19 +116,21 @@ if [[ "$what" == bench || "$what" == all ]]; then
   B="$bundle/bin"
   step cuda_ops_benchmark 60 "${run[@]}" "$B/cuda_ops_benchmark" \
     --benchmark_min_time=0.05 --benchmark_counters_tabular=true
+  # Each bench step's --max_seconds sits below its time limit: a run cut
+  # short still exits 0 with the cells that finished in its JSON.
   common=(--backend=cuda --concurrency=1,4 --num_requests="${BENCH_REQUESTS:-8}"
     --max_new_tokens=32 --warmup_tokens=16 --policy_repeats=1
     --expert_cache_ratio=0.25,0.5)
   step bench_demo 80 "${run[@]}" "$B/moeserve_bench" "${common[@]}" \
     --model_dir=models/demo --policies="${BENCH_POLICIES:-on_demand,lru,lfu_static,overlap,self_spec,quant_draft,cutoff,utility,throughput}" \
-    --json_out="$logs/bench_demo.json"
+    --max_seconds=50 --json_out="$logs/bench_demo.json"
   step bench_qwen 120 "${run[@]}" "$B/moeserve_bench" "${common[@]}" \
     --gen_model=qwen --gen_layers="${QWEN_LAYERS:-24}" --gen_dir=/tmp/moe_qwen \
     --policies=on_demand,lru,lfu_static,overlap \
-    --json_out="$logs/bench_qwen.json"
+    --max_seconds=60 --json_out="$logs/bench_qwen.json"
   step bench_mixtral 100 "${run[@]}" "$B/moeserve_bench" "${common[@]}" \
     --gen_model=mixtral --gen_layers=2 --gen_dir=/tmp/moe_mixtral \
     --policies=on_demand,lru,lfu_static,overlap \
-    --json_out="$logs/bench_mixtral.json"
+    --max_seconds=50 --json_out="$logs/bench_mixtral.json"
 fi
 cat "$summary"
