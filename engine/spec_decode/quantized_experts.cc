@@ -1,6 +1,8 @@
 #include "engine/spec_decode/quantized_experts.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -18,44 +20,89 @@ absl::StatusOr<uint64_t> QuantizedExperts::BytesFor(const ModelConfig& c) {
          c.num_experts;
 }
 
+namespace {
+
+// Quantizes experts [first, first + count) (linear index layer * E + expert)
+// into `out` (count blobs of layout.bytes, in order) on `threads` threads,
+// each taking every threads-th expert with its own staging buffer. Each
+// expert's int4 blob depends on that expert alone, so the result is the
+// same for any thread count.
+absl::Status QuantizeRange(const ModelWeights& weights,
+                           const kernels::Int4ExpertLayout& layout,
+                           int64_t first, int64_t count, int threads,
+                           std::byte* out) {
+  const ModelConfig& c = weights.config();
+  const size_t matrix_bytes =
+      static_cast<size_t>(c.hidden_size) * c.expert_intermediate_size * 2;
+  const int workers =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, count)));
+  std::vector<absl::Status> errors(workers);
+  auto work = [&](int w) {
+    // The expert's bf16 matrices side by side: the packed layout
+    // QuantizeExpertInt4 reads.
+    std::vector<std::byte> packed(3 * matrix_bytes);
+    for (int64_t i = w; i < count; i += workers) {
+      const int64_t index = first + i;
+      absl::StatusOr<ExpertMatrices> m = LocateExpertMatrices(
+          weights, static_cast<int>(index / c.num_experts),
+          static_cast<int>(index % c.num_experts), matrix_bytes);
+      if (!m.ok()) {
+        errors[w] = m.status();
+        return;
+      }
+      for (int k = 0; k < 3; ++k) {
+        std::memcpy(packed.data() + k * matrix_bytes, m->m[k], matrix_bytes);
+      }
+      kernels::QuantizeExpertInt4(
+          reinterpret_cast<const kernels::bf16*>(packed.data()), layout,
+          out + i * layout.bytes);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < workers; ++w) pool.emplace_back(work, w);
+  work(0);
+  for (std::thread& t : pool) t.join();
+  for (absl::Status& st : errors) MOESERVE_RETURN_IF_ERROR(st);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<QuantizedExperts>> QuantizedExperts::Create(
-    const ModelWeights& weights, kernels::Backend* backend) {
+    const ModelWeights& weights, kernels::Backend* backend, int threads) {
   const ModelConfig& c = weights.config();
   MOESERVE_ASSIGN_OR_RETURN(
       kernels::Int4ExpertLayout layout,
       kernels::MakeInt4ExpertLayout(c.hidden_size, c.expert_intermediate_size));
   const int64_t per_expert = layout.bytes;
-  const int64_t total = per_expert * c.num_hidden_layers * c.num_experts;
+  const int64_t experts =
+      static_cast<int64_t>(c.num_hidden_layers) * c.num_experts;
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> arena,
-                            backend->Allocate(total));
-  const bool on_host = backend->device() == kernels::Device::kCpu;
-  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
-                            backend->CreateStream());
-  // One expert at a time: its bf16 matrices side by side (the packed
-  // layout QuantizeExpertInt4 reads), quantized, then placed.
-  const size_t matrix_bytes =
-      static_cast<size_t>(c.hidden_size) * c.expert_intermediate_size * 2;
-  std::vector<std::byte> packed(3 * matrix_bytes);
-  std::vector<std::byte> staged(on_host ? 0 : per_expert);
+                            backend->Allocate(per_expert * experts));
+  if (threads <= 0) {
+    threads = static_cast<int>(
+        std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 32));
+  }
   std::byte* base = static_cast<std::byte*>(arena->data());
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    for (int e = 0; e < c.num_experts; ++e) {
-      MOESERVE_ASSIGN_OR_RETURN(
-          ExpertMatrices m, LocateExpertMatrices(weights, l, e, matrix_bytes));
-      for (int i = 0; i < 3; ++i) {
-        std::memcpy(packed.data() + i * matrix_bytes, m.m[i], matrix_bytes);
-      }
-      std::byte* dst =
-          base + (static_cast<int64_t>(l) * c.num_experts + e) * per_expert;
-      std::byte* out = on_host ? dst : staged.data();
-      kernels::QuantizeExpertInt4(
-          reinterpret_cast<const kernels::bf16*>(packed.data()), layout, out);
-      if (!on_host) {
-        MOESERVE_RETURN_IF_ERROR(
-            backend->CopyToDevice(*stream, dst, out, per_expert));
-        // The staging buffer is reused for the next expert.
-        MOESERVE_RETURN_IF_ERROR(stream->Synchronize());
-      }
+  if (backend->device() == kernels::Device::kCpu) {
+    MOESERVE_RETURN_IF_ERROR(
+        QuantizeRange(weights, layout, 0, experts, threads, base));
+  } else {
+    // A batch of consecutive experts at a time through host staging (their
+    // blobs are consecutive in the arena too: one copy per batch).
+    MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
+                              backend->CreateStream());
+    const int64_t batch = 4 * static_cast<int64_t>(threads);
+    std::vector<std::byte> staged(static_cast<size_t>(batch * per_expert));
+    for (int64_t first = 0; first < experts; first += batch) {
+      const int64_t count = std::min(batch, experts - first);
+      MOESERVE_RETURN_IF_ERROR(
+          QuantizeRange(weights, layout, first, count, threads, staged.data()));
+      MOESERVE_RETURN_IF_ERROR(
+          backend->CopyToDevice(*stream, base + first * per_expert,
+                                staged.data(), count * per_expert));
+      // The staging buffer is reused for the next batch.
+      MOESERVE_RETURN_IF_ERROR(stream->Synchronize());
     }
   }
   return std::unique_ptr<QuantizedExperts>(

@@ -26,11 +26,13 @@ namespace moeserve::engine::spec_decode {
 
 class QuantizedExperts final : public ExpertProvider {
  public:
-  // The int4 copy of every expert of `weights`, in `backend`'s memory.
-  // ResourceExhausted when it does not fit; InvalidArgument for expert
-  // shapes int4 cannot hold (an odd row length).
+  // The int4 copy of every expert of `weights`, in `backend`'s memory,
+  // quantized on `threads` threads (0: one per hardware thread, at most
+  // 32; the result is the same for any count). ResourceExhausted when it
+  // does not fit; InvalidArgument for expert shapes int4 cannot hold (an
+  // odd row length).
   static absl::StatusOr<std::unique_ptr<QuantizedExperts>> Create(
-      const ModelWeights& weights, kernels::Backend* backend);
+      const ModelWeights& weights, kernels::Backend* backend, int threads = 0);
 
   // Bytes the int4 copy of `config`'s experts takes (for budgets).
   static absl::StatusOr<uint64_t> BytesFor(const ModelConfig& config);
