@@ -522,14 +522,17 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
     ++runs_started;
     return true;
   };
+  // A shared draft pool must leave at least one expert slot (as
+  // BuildEngine checks); cells where it does not are skipped, not failed.
+  auto runnable_at = [&](const Cell& cell, double ratio) {
+    return cell.budget != "shared" ||
+           engine::ExpertCacheBytes(**weights, ratio, 0) >=
+               cell.pool_bytes + report.expert_blob_bytes;
+  };
   int runs_planned = 0;
   for (double ratio : o.ratios) {
-    const uint64_t budget = engine::ExpertCacheBytes(**weights, ratio, 0);
     for (const Cell& cell : *cells) {
-      if (cell.budget == "shared" &&
-          budget < cell.pool_bytes + report.expert_blob_bytes) {
-        continue;  // skipped below, not planned
-      }
+      if (!runnable_at(cell, ratio)) continue;  // skipped below, not planned
       runs_planned +=
           static_cast<int>(o.concurrencies.size()) * std::max(1, o.repeats);
     }
@@ -538,16 +541,11 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
     for (int conc : o.concurrencies) {
       if (out_of_time) break;
       const size_t first = report.results.size();
-      // A shared draft pool must leave at least one expert slot (as
-      // BuildEngine checks); such cells are skipped, not failed.
       const uint64_t budget = engine::ExpertCacheBytes(**weights, ratio, 0);
       std::vector<bool> runnable(cells->size(), true);
       for (size_t p = 0; p < cells->size(); ++p) {
         const Cell& cell = (*cells)[p];
-        if (cell.budget != "shared" ||
-            budget >= cell.pool_bytes + report.expert_blob_bytes) {
-          continue;
-        }
+        if (runnable_at(cell, ratio)) continue;
         runnable[p] = false;
         if (conc != o.concurrencies.front()) continue;
         report.skipped.push_back(absl::StrFormat(
