@@ -77,34 +77,37 @@ Event& CountingBackend::Inner(Event& e) {
   return static_cast<CountingEvent&>(e).inner();
 }
 
-absl::StatusOr<std::unique_ptr<Stream>> CountingBackend::CreateStream() {
-  absl::StatusOr<std::unique_ptr<Stream>> s = inner_->CreateStream();
-  if (!s.ok()) return s.status();
+absl::StatusOr<std::unique_ptr<Stream>> CountingBackend::Wrap(
+    absl::StatusOr<std::unique_ptr<Stream>> inner) {
+  if (!inner.ok()) return inner.status();
   counters_->streams_and_events.fetch_add(1, kRelaxed);
   return std::unique_ptr<Stream>(
-      std::make_unique<CountingStream>(*std::move(s), counters_));
+      std::make_unique<CountingStream>(*std::move(inner), counters_));
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> CountingBackend::CreateStream() {
+  return Wrap(inner_->CreateStream());
 }
 
 absl::StatusOr<std::unique_ptr<Stream>> CountingBackend::CreateCopyStream() {
-  absl::StatusOr<std::unique_ptr<Stream>> s = inner_->CreateCopyStream();
-  if (!s.ok()) return s.status();
-  counters_->streams_and_events.fetch_add(1, kRelaxed);
-  return std::unique_ptr<Stream>(
-      std::make_unique<CountingStream>(*std::move(s), counters_));
+  return Wrap(inner_->CreateCopyStream());
 }
 
 absl::StatusOr<std::unique_ptr<Buffer>> CountingBackend::Allocate(
     int64_t bytes) {
-  counters_->allocations.fetch_add(1, kRelaxed);
-  counters_->allocated_bytes.fetch_add(bytes, kRelaxed);
+  CountAllocation(bytes);
   return inner_->Allocate(bytes);
 }
 
 absl::StatusOr<std::unique_ptr<Buffer>> CountingBackend::AllocateHost(
     int64_t bytes) {
+  CountAllocation(bytes);
+  return inner_->AllocateHost(bytes);
+}
+
+void CountingBackend::CountAllocation(int64_t bytes) {
   counters_->allocations.fetch_add(1, kRelaxed);
   counters_->allocated_bytes.fetch_add(bytes, kRelaxed);
-  return inner_->AllocateHost(bytes);
 }
 
 absl::Status CountingBackend::CopyToDevice(Stream& s, void* dst,

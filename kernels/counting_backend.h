@@ -114,6 +114,10 @@ class CountingBackend final : public Backend {
   // The inner backend's stream / event behind one of ours.
   static Stream& Inner(Stream& s);
   static Event& Inner(Event& e);
+  // One of ours around a stream the inner backend created.
+  absl::StatusOr<std::unique_ptr<Stream>> Wrap(
+      absl::StatusOr<std::unique_ptr<Stream>> inner);
+  void CountAllocation(int64_t bytes);
   Stream& Launch(Stream& s) {
     counters_->launches.fetch_add(1, std::memory_order_relaxed);
     return Inner(s);
