@@ -442,9 +442,16 @@ class ServingE2eTest(ServingTestBase):
         def count(m, reason):
             return m.get("moeserve_request_success_total", policy=policy,
                          finished_reason=reason)
+        rpc = {"method": "Generate", "code": "DEADLINE_EXCEEDED"}
+
+        def rpc_count(m):
+            return m.find("moeserve_grpc_requests_total", **rpc) or 0
         m, waited = self.wait_idle(policy)
+        # The engine's finish and the gRPC call's end are counted by two
+        # threads: wait for both (the call's end can come after the engine's).
         deadline = time.time() + GAUGE_SETTLE_S
-        while (count(m, "deadline") == count(before, "deadline") and
+        while ((count(m, "deadline") == count(before, "deadline") or
+                rpc_count(m) == rpc_count(before)) and
                time.time() < deadline):
             time.sleep(0.05)
             m = self.server.metrics()
@@ -458,10 +465,8 @@ class ServingE2eTest(ServingTestBase):
         self.assertEqual(m.get("moeserve_num_requests_running",
                                policy=policy), 0)
         # The server, too, ended the RPC with DEADLINE_EXCEEDED.
-        rpc = {"method": "Generate", "code": "DEADLINE_EXCEEDED"}
         self.assertEqual(m.get("moeserve_grpc_requests_total", **rpc) -
-                         (before.find("moeserve_grpc_requests_total", **rpc)
-                          or 0), 1)
+                         rpc_count(before), 1)
         generated = (m.get("moeserve_generation_tokens_total", policy=policy) -
                      before.get("moeserve_generation_tokens_total",
                                 policy=policy))
