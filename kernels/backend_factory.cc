@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "base/plugin_loader.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/null_backend.h"
 
 namespace moeserve::kernels {
 namespace {
@@ -50,6 +51,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
         std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{
             .num_threads = std::max(1, options.cpu_threads)}));
   }
+  if (options.name == "null") {
+    return std::unique_ptr<Backend>(std::make_unique<NullBackend>());
+  }
   if (options.name == "cuda") {
 #ifdef MOESERVE_WITH_CUDA
     return CreateCudaBackend(options.cuda_device);
@@ -59,15 +63,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
         "was not found when it was built; see third_party/cuda)");
 #endif
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("backend must be cpu or cuda, got '", options.name, "'"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "backend must be cpu, cuda or null, got '", options.name, "'"));
 }
 
 std::vector<std::string> CompiledBackends() {
 #ifdef MOESERVE_WITH_CUDA
-  return {"cpu", "cuda"};
+  return {"cpu", "cuda", "null"};
 #else
-  return {"cpu"};
+  return {"cpu", "null"};
 #endif
 }
 

@@ -1,5 +1,6 @@
-// CreateBackend: picks a compute backend by name ("cpu" or "cuda") for the
-// server and tools. The CUDA backend is built only where the build found the
+// CreateBackend: picks a compute backend by name ("cpu", "cuda" or "null",
+// the device that does no arithmetic: null_backend.h) for the server and
+// tools. The CUDA backend is built only where the build found the
 // CUDA toolkit (//third_party/cuda), as the plugin libmoeserve_cuda.so loaded
 // on first use (MOESERVE_CUDA_PLUGIN overrides its path); asking for it
 // elsewhere is a clear error, not a crash.
@@ -16,7 +17,7 @@
 namespace moeserve::kernels {
 
 struct BackendOptions {
-  std::string name = "cpu";  // "cpu" or "cuda"
+  std::string name = "cpu";  // "cpu", "cuda" or "null"
   int cpu_threads = 1;       // CPU backend: threads running kernels
   int cuda_device = 0;       // CUDA backend: device ordinal
 };
@@ -26,7 +27,8 @@ struct BackendOptions {
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const BackendOptions& options);
 
-// The names this build can create ("cpu", and "cuda" with the toolkit).
+// The names this build can create ("cpu", "null", and "cuda" with the
+// toolkit).
 std::vector<std::string> CompiledBackends();
 
 // What --version says about compute: the backends this build carries and

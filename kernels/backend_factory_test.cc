@@ -15,6 +15,16 @@ TEST(BackendFactory, CpuAlwaysThere) {
   EXPECT_EQ((*b)->device(), Device::kCpu);
 }
 
+// The device that does no arithmetic, in every build.
+TEST(BackendFactory, NullAlwaysThere) {
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateBackend({.name = "null"});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->name(), "null");
+  EXPECT_EQ((*b)->device(), Device::kCpu);
+  const std::vector<std::string> names = CompiledBackends();
+  EXPECT_NE(std::find(names.begin(), names.end(), "null"), names.end());
+}
+
 TEST(BackendFactory, UnknownNameIsInvalidArgument) {
   absl::StatusOr<std::unique_ptr<Backend>> b = CreateBackend({.name = "tpu"});
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
