@@ -29,6 +29,7 @@
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tools/bench/generated_model.h"
+#include "tools/bench/host_overhead.h"
 #include "tools/bench/machine.h"
 #include "tools/bench/model_bench.h"
 #include "tools/bench/optimizer.h"
@@ -129,6 +130,14 @@ ABSL_FLAG(std::string, backend, "cpu",
           "Policy mode: compute backend, cpu or cuda (expert slots in VRAM, "
           "link copies on CUDA streams). Roofline mode is CPU-only.");
 ABSL_FLAG(int, cuda_device, 0, "Policy mode, --backend=cuda: device ordinal.");
+
+// Host-overhead mode (README "Host overhead (null device)"): replaces the
+// other modes when given.
+ABSL_FLAG(bool, host_overhead, false,
+          "Time and count a decode step's host work per MoE layer on the null "
+          "device (no arithmetic) for each --policies (default on_demand,lru) "
+          "x --expert_cache_ratio x --batch_sizes, on the first --model_dir "
+          "or --gen_model (--prompt_len, --decode_steps, --slow_tier).");
 
 // Throughput optimiser (README "Throughput optimiser"): replaces the other
 // modes when given.
@@ -327,6 +336,42 @@ int PolicyMain(int threads) {
   return report->outputs_identical ? 0 : 3;
 }
 
+int HostOverheadMain() {
+  HostOverheadOptions o;
+  const std::optional<engine::EngineSpec> settings = SettingsFromFlags();
+  if (!settings) return 2;
+  const std::vector<std::string> dirs = absl::GetFlag(FLAGS_model_dir);
+  o.gen = {.kind = absl::GetFlag(FLAGS_gen_model),
+           .layers = absl::GetFlag(FLAGS_gen_layers)};
+  if (!o.gen.kind.empty() && !dirs.empty()) {
+    std::fprintf(stderr, "give --model_dir or --gen_model, not both\n");
+    return 2;
+  }
+  o.model_dir = Resolve(dirs.empty() ? "models/demo" : dirs.front());
+  o.gen_dir = Resolve(absl::GetFlag(FLAGS_gen_dir));
+  if (!absl::GetFlag(FLAGS_policies).empty()) {
+    o.policies =
+        absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty());
+  }
+  o.ratios = ParseDoubles(absl::GetFlag(FLAGS_expert_cache_ratio));
+  o.batch_sizes = ParseInts(absl::GetFlag(FLAGS_batch_sizes));
+  o.slow_tier = settings->slow_tier;
+  o.prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  o.decode_steps = absl::GetFlag(FLAGS_decode_steps);
+  o.on_row_done = [](const HostOverheadReport& so_far) {
+    PrintHostOverheadRow(so_far.rows.back(), stdout);
+    std::fflush(stdout);
+    WriteJson(HostOverheadJson(so_far));
+  };
+  absl::StatusOr<HostOverheadReport> report = RunHostOverhead(o);
+  if (!report.ok()) {
+    std::fprintf(stderr, "%s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  PrintHostOverheadReport(*report, stdout);
+  return WriteJson(HostOverheadJson(*report));
+}
+
 int OptimizeMain(int threads) {
   OptimizerOptions o;
   const std::optional<engine::EngineSpec> settings = SettingsFromFlags();
@@ -365,6 +410,7 @@ int Main() {
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads <= 0)
     threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (absl::GetFlag(FLAGS_host_overhead)) return HostOverheadMain();
   if (absl::GetFlag(FLAGS_optimize)) return OptimizeMain(threads);
   if (!absl::GetFlag(FLAGS_policies).empty()) return PolicyMain(threads);
   if (absl::GetFlag(FLAGS_backend) != "cpu") {
@@ -477,6 +523,7 @@ const moeserve::base::ProgramHelp& Help() {
                  {"Policy mode: load",
                   {"num_requests", "concurrency", "max_new_tokens",
                    "warmup_tokens", "policy_repeats", "max_seconds"}},
+                 {"Host overhead (null device)", {"host_overhead"}},
                  {"Throughput optimizer",
                   {"optimize", "optimize_policy", "optimize_batches",
                    "optimize_max_k", "optimize_profile_tokens"}},
