@@ -1,8 +1,10 @@
 // ExpertProvider: how the forward pass gets at expert weights.
 //
 // For each MoE layer the forward pass announces every expert its router
-// selected (BeginLayer), then acquires, computes and releases them one by
-// one. Whatever stands behind
+// selected (BeginLayer), then acquires them in ascending order; the ones
+// IsReadyForCompute are held together and computed in one grouped op, any
+// other is acquired with nothing held, computed alone and released before
+// the next Acquire. Whatever stands behind
 // this interface decides where the bytes live and when they move (the fast
 // tier and its offload policy plug in here); the forward pass only needs a
 // pointer to each packed blob (layout: engine/model_weights.h) that stays
@@ -66,11 +68,21 @@ class ExpertProvider {
     (void)layer, (void)experts, (void)token_counts, (void)hidden, (void)n;
   }
 
+  // Whether Acquire(id) would hand out a blob already in place: no load, no
+  // wait, no slot taken, no in-place read. The forward pass holds such
+  // experts together (they occupy nothing new); any other it acquires with
+  // nothing else held. Default: true (every blob in place).
+  virtual bool IsReadyForCompute(ExpertId id) const {
+    (void)id;
+    return true;
+  }
+
   // Makes `id` usable and returns its packed blob, valid until Release(id)
   // (and, on an asynchronous device, until the compute stream has passed the
   // ops enqueued before the Release).
   // Blocks until the blob is ready. The forward pass holds at most one
-  // expert at a time, so a fast tier of one free slot always makes progress.
+  // expert that was not IsReadyForCompute, and only with nothing else held,
+  // so a fast tier of one free slot always makes progress.
   virtual absl::StatusOr<const std::byte*> Acquire(ExpertId id) = 0;
   virtual void Release(ExpertId id) = 0;
 

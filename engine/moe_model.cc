@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -54,7 +55,7 @@ struct MoeModel::Scratch {
   // Device.
   ScratchBuffer x, h, q, k, v, attn, proj, moe_out, expert_in, expert_out,
       expert_ws, shared_a, shared_b, shared_out, shared_gate, last, logits,
-      meta, perm, perm_weights;
+      meta, route_table;
   RouteBuffers route, predict;
   // Host: step metadata, uploaded once per step into `meta` as
   // [ids | positions | slots | query_start | last_rows | block_tables].
@@ -62,10 +63,17 @@ struct MoeModel::Scratch {
   std::vector<int32_t> last_rows, meta_host;
   int64_t off_positions = 0, off_slots = 0, off_query_start = 0,
           off_last_rows = 0, off_block_tables = 0;
-  // Host: one layer's routing grouped by expert (counting sort).
-  std::vector<int32_t> perm_host, expert_begin, fill;
-  std::vector<float> perm_weights_host;
+  // Host: one layer's routing grouped by expert (counting sort), uploaded
+  // once per layer into `route_table` as [perm | weights | pairs]: the
+  // token of each routed pair, grouped by expert ascending; its router
+  // weight (float bits); each token's pair positions ascending (-1 after
+  // the last), the order CombineExpertRows sums in.
+  std::vector<int32_t> route_host, expert_begin, fill;
+  // The experts acquired and not yet computed (ExpertFfnGrouped's groups).
+  std::vector<kernels::ExpertGroup> groups;
+  std::vector<int> held;
   int64_t num_seqs = 0;
+  int64_t num_tokens = 0;  // of the Forward() in progress
   int64_t max_blocks = 0;
 };
 
@@ -206,24 +214,33 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs, int64_t rows,
   const int64_t kvd = c.num_key_value_heads * hd;
   const int64_t k = c.num_experts_per_tok;
   const int64_t f = 4;  // sizeof(float) == sizeof(int32_t)
-  for (ScratchBuffer* buf : {&s.x, &s.h, &s.proj, &s.moe_out, &s.expert_in,
-                             &s.expert_out, &s.shared_out}) {
+  for (ScratchBuffer* buf :
+       {&s.x, &s.h, &s.proj, &s.moe_out, &s.expert_in, &s.shared_out}) {
     MOESERVE_RETURN_IF_ERROR(buf->Reserve(b, n * d * f));
   }
+  // One row per routed (token, expert) pair.
+  const int64_t pairs = n * k;
+  MOESERVE_RETURN_IF_ERROR(s.expert_out.Reserve(b, pairs * d * f));
   MOESERVE_RETURN_IF_ERROR(s.q.Reserve(b, n * qd * f));
   MOESERVE_RETURN_IF_ERROR(s.attn.Reserve(b, n * qd * f));
   MOESERVE_RETURN_IF_ERROR(s.k.Reserve(b, n * kvd * f));
   MOESERVE_RETURN_IF_ERROR(s.v.Reserve(b, n * kvd * f));
-  MOESERVE_RETURN_IF_ERROR(s.expert_ws.Reserve(
-      b, kernels::ExpertFfnWorkspaceElems(n, c.expert_intermediate_size) * f));
+  MOESERVE_RETURN_IF_ERROR(
+      s.expert_ws.Reserve(b, kernels::GroupedExpertWorkspaceElems(
+                                 pairs, c.expert_intermediate_size, d) *
+                                 f));
   const int64_t sf = std::max<int64_t>(1, c.shared_expert_intermediate_size);
   MOESERVE_RETURN_IF_ERROR(s.shared_a.Reserve(b, n * sf * f));
   MOESERVE_RETURN_IF_ERROR(s.shared_b.Reserve(b, n * sf * f));
   MOESERVE_RETURN_IF_ERROR(s.shared_gate.Reserve(b, n * f));
   MOESERVE_RETURN_IF_ERROR(s.last.Reserve(b, rows * d * f));
   MOESERVE_RETURN_IF_ERROR(s.logits.Reserve(b, rows * c.vocab_size * f));
-  MOESERVE_RETURN_IF_ERROR(s.perm.Reserve(b, n * k * f));
-  MOESERVE_RETURN_IF_ERROR(s.perm_weights.Reserve(b, n * k * f));
+  MOESERVE_RETURN_IF_ERROR(s.route_table.Reserve(b, 3 * pairs * f));
+  s.route_host.reserve(3 * pairs);
+  s.expert_begin.reserve(E + 1);
+  s.fill.reserve(E);
+  s.groups.reserve(E);
+  s.held.reserve(E);
   // The prediction probe may ask for up to E experts a row.
   for (RouteBuffers* r : {&s.route, &s.predict}) {
     MOESERVE_RETURN_IF_ERROR(r->logits.Reserve(b, n * E * f));
@@ -288,6 +305,7 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
               s.block_tables.begin() + i * s.max_blocks);
   }
   const int64_t n = static_cast<int64_t>(s.ids.size());
+  s.num_tokens = n;
   const int64_t d = c.hidden_size;
   kernels::Stream& st = *stream_;
   const int64_t rows = static_cast<int64_t>(s.last_rows.size());
@@ -485,13 +503,15 @@ absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
   return st.Synchronize();
 }
 
-// Router, top-k, then every selected expert once on all of its tokens.
+// Router, top-k, then every selected expert once on all of its tokens, the
+// experts ready in the fast tier together in one grouped op, and one
+// combine in ascending expert order per token.
 absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   const ModelConfig& c = config();
   Scratch& s = *scratch_;
   kernels::Stream& st = *stream_;
   const int64_t d = c.hidden_size, E = c.num_experts;
-  const int64_t k = c.num_experts_per_tok, ffn = c.expert_intermediate_size;
+  const int64_t k = c.num_experts_per_tok;
   Tensor h = F32(s.h, {n, d});
   MOESERVE_RETURN_IF_ERROR(
       Route(layer, h, static_cast<int>(k), c.norm_topk_prob, s.route));
@@ -500,42 +520,13 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
                      s.route.host_weights);
   }
   const std::vector<int32_t>& ids = s.route.host_ids;
-  const std::vector<float>& weights = s.route.host_weights;
   for (int32_t e : ids) {
     if (e < -1 || e >= E || (e == -1 && routing_ == nullptr)) {
       return absl::InternalError(
           absl::StrCat("router of layer ", layer, " picked expert ", e));
     }
   }
-
-  // Group the (token, weight) pairs by expert, experts ascending and tokens
-  // in order within each (a counting sort into perm), and upload them once.
-  // Choices a routing filter dropped (-1) are left out.
-  s.expert_begin.assign(E + 1, 0);
-  for (int32_t e : ids) {
-    if (e >= 0) ++s.expert_begin[e + 1];
-  }
-  for (int64_t e = 0; e < E; ++e) s.expert_begin[e + 1] += s.expert_begin[e];
-  s.fill.assign(s.expert_begin.begin(), s.expert_begin.end() - 1);
-  s.perm_host.resize(n * k);
-  s.perm_weights_host.resize(n * k);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = ids[t * k + j];
-      if (e < 0) continue;
-      const int32_t at = s.fill[e]++;
-      s.perm_host[at] = static_cast<int32_t>(t);
-      s.perm_weights_host[at] = weights[t * k + j];
-    }
-  }
-  // A routing filter may have dropped every choice of the layer.
-  if (const int64_t routed = s.expert_begin[E]; routed > 0) {
-    MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
-        st, s.perm.data(), s.perm_host.data(), routed * sizeof(int32_t)));
-    MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(st, s.perm_weights.data(),
-                                                    s.perm_weights_host.data(),
-                                                    routed * sizeof(float)));
-  }
+  const int64_t routed = GroupRouting(n, k);
   std::vector<int> selected, counts;
   for (int e = 0; e < E; ++e) {
     const int count = s.expert_begin[e + 1] - s.expert_begin[e];
@@ -545,38 +536,107 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   }
   active_experts_->BeginLayer(layer, selected, counts,
                               static_cast<float*>(s.h.data()), n);
-  Tensor moe_out = F32(s.moe_out, {n, d});
-  // An int4 draft's experts run the int4 kernel.
-  const kernels::Int4ExpertLayout* int4 = active_experts_->int4_layout();
+  // A routing filter may have dropped every choice of the layer.
+  if (routed > 0) {
+    MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
+        st, s.route_table.data(), s.route_host.data(),
+        static_cast<int64_t>(s.route_host.size() * sizeof(int32_t))));
+  }
+  absl::Status status = absl::OkStatus();
   for (int e : selected) {
-    MOESERVE_ASSIGN_OR_RETURN(const std::byte* blob_data,
-                              active_experts_->Acquire({layer, e}));
-    const int64_t begin = s.expert_begin[e];
-    const int64_t m = s.expert_begin[e + 1] - begin;
-    Tensor rows = I32(s.perm, begin, {m});
-    Tensor w = F32(s.perm_weights, {m}, begin);
-    Tensor in = F32(s.expert_in, {m, d});
-    Tensor out = F32(s.expert_out, {m, d});
-    Tensor ws = F32(s.expert_ws, {kernels::ExpertFfnWorkspaceElems(m, ffn)});
-    absl::Status status = backend_->GatherRows(st, h, rows, in);
-    if (status.ok() && int4 != nullptr) {
-      Tensor blob(const_cast<std::byte*>(blob_data), KDType::kU8, {int4->bytes},
-                  backend_->device());
-      status = backend_->ExpertFfnInt4(st, in, blob, *int4, ws, out);
-    } else if (status.ok()) {
-      Tensor blob(const_cast<std::byte*>(blob_data), KDType::kBF16,
-                  {3 * ffn * d}, backend_->device());
-      status = backend_->ExpertFfn(st, in, blob, ffn, ws, out);
+    // An expert that needs a load (or is computed where it lives) runs on
+    // its own, as before grouping: what is held meanwhile cannot be evicted,
+    // and its Acquire-to-Release time stays its own. The ready ones gather
+    // into one ExpertFfnGrouped.
+    const bool ready = active_experts_->IsReadyForCompute({layer, e});
+    if (!ready) status = ComputeHeld(layer, routed);
+    if (!status.ok()) break;
+    absl::StatusOr<const std::byte*> blob =
+        active_experts_->Acquire({layer, e});
+    if (!blob.ok()) {
+      status = blob.status();
+      break;
     }
-    if (status.ok()) status = backend_->ScaleAddRows(st, out, rows, w, moe_out);
-    // No wait here: the blob stays valid until the stream has passed these
-    // ops (ExpertProvider::Acquire, expert_provider.h; the offloaded fast
-    // tier fences the slot at Release, SlotMemory::MarkReleased).
-    active_experts_->Release({layer, e});
-    MOESERVE_RETURN_IF_ERROR(status);
+    s.held.push_back(e);
+    s.groups.push_back(
+        {*blob, s.expert_begin[e], s.expert_begin[e + 1] - s.expert_begin[e]});
+    if (!ready) status = ComputeHeld(layer, routed);
+    if (!status.ok()) break;
+  }
+  // Computes what is left, or releases it after an error.
+  absl::Status last = ComputeHeld(layer, routed);
+  if (status.ok()) status = last;
+  MOESERVE_RETURN_IF_ERROR(status);
+  if (routed > 0) {
+    MOESERVE_RETURN_IF_ERROR(backend_->CombineExpertRows(
+        st, F32(s.expert_out, {routed, d}),
+        F32(s.route_table, {routed}, routed),
+        I32(s.route_table, 2 * routed, {n, k}), F32(s.moe_out, {n, d})));
   }
   active_experts_->EndLayer(layer);
   return absl::OkStatus();
+}
+
+int64_t MoeModel::GroupRouting(int64_t n, int64_t k) {
+  Scratch& s = *scratch_;
+  const int64_t E = config().num_experts;
+  const std::vector<int32_t>& ids = s.route.host_ids;
+  const std::vector<float>& weights = s.route.host_weights;
+  // Counting sort of the (token, weight) pairs by expert, experts ascending
+  // and tokens in order within each. Choices a routing filter dropped (-1)
+  // are left out.
+  s.expert_begin.assign(E + 1, 0);
+  for (int32_t e : ids) {
+    if (e >= 0) ++s.expert_begin[e + 1];
+  }
+  for (int64_t e = 0; e < E; ++e) s.expert_begin[e + 1] += s.expert_begin[e];
+  const int64_t routed = s.expert_begin[E];
+  s.fill.assign(s.expert_begin.begin(), s.expert_begin.end() - 1);
+  s.route_host.assign(2 * routed + n * k, -1);
+  int32_t* perm = s.route_host.data();
+  int32_t* weight_bits = perm + routed;
+  int32_t* pairs = weight_bits + routed;
+  for (int64_t t = 0; t < n; ++t) {
+    int32_t* token_pairs = pairs + t * k;
+    int64_t used = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = ids[t * k + j];
+      if (e < 0) continue;
+      const int32_t at = s.fill[e]++;
+      perm[at] = static_cast<int32_t>(t);
+      std::memcpy(&weight_bits[at], &weights[t * k + j], sizeof(float));
+      token_pairs[used++] = at;
+    }
+    // Ascending positions are ascending experts: the order of the sum.
+    std::sort(token_pairs, token_pairs + used);
+  }
+  return routed;
+}
+
+absl::Status MoeModel::ComputeHeld(int layer, int64_t routed) {
+  Scratch& s = *scratch_;
+  if (s.groups.empty()) return absl::OkStatus();
+  const ModelConfig& c = config();
+  const int64_t d = c.hidden_size;
+  kernels::GroupedExperts call;
+  call.x = F32(s.h, {s.num_tokens, d});
+  call.rows = I32(s.route_table, 0, {routed});
+  call.groups = s.groups;
+  call.ffn = c.expert_intermediate_size;
+  // An int4 draft's experts run the int4 kernel.
+  call.int4 = active_experts_->int4_layout();
+  const int64_t ffn = call.int4 != nullptr ? call.int4->ffn : call.ffn;
+  absl::Status status = backend_->ExpertFfnGrouped(
+      *stream_, call,
+      F32(s.expert_ws, {kernels::GroupedExpertWorkspaceElems(routed, ffn, d)}),
+      F32(s.expert_out, {routed, d}));
+  // No wait here: a blob stays valid until the stream has passed the op
+  // (ExpertProvider::Acquire, expert_provider.h; the offloaded fast tier
+  // fences the slot at Release, SlotMemory::MarkReleased).
+  for (int e : s.held) active_experts_->Release({layer, e});
+  s.held.clear();
+  s.groups.clear();
+  return status;
 }
 
 // qwen2_moe: out += sigmoid(h Wg^T) * down(silu(gate(h)) * up(h)).

@@ -126,6 +126,13 @@ class MoeModel final : public RouterProbe {
   absl::Status Attention(int layer, int64_t n, KvCache* cache);
   absl::Status MoeBlock(int layer, int64_t n);
   absl::Status RoutedExperts(int layer, int64_t n);
+  // Groups the layer's routing (scratch route.host_ids/host_weights, n
+  // tokens of k choices) by expert into scratch expert_begin and
+  // route_host; returns the number of routed pairs.
+  int64_t GroupRouting(int64_t n, int64_t k);
+  // Runs the held experts (scratch groups) in one ExpertFfnGrouped into
+  // their rows of expert_out, then releases them (also on error).
+  absl::Status ComputeHeld(int layer, int64_t routed);
   absl::Status SharedExpert(int layer, int64_t n);
 
   const ModelWeights* const weights_;

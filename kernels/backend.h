@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
@@ -100,6 +101,36 @@ struct AttentionBatch {
 // Elements of the F32 workspace that ExpertFfn needs for m tokens.
 inline int64_t ExpertFfnWorkspaceElems(int64_t m, int64_t ffn) {
   return 3 * m * ffn;
+}
+
+// One expert of an ExpertFfnGrouped call: its blob (packed bf16, or int4 in
+// the call's layout) in device memory and its rows [begin, begin + count)
+// of the call's `rows`.
+struct ExpertGroup {
+  const void* blob = nullptr;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
+// Several experts of one MoE layer for ExpertFfnGrouped. `rows` lists the
+// token of each routed (token, expert) pair, grouped by expert; `groups`
+// (host memory, read during the call only) gives each expert its range of
+// pairs: ranges ascending and disjoint, within [0, R).
+struct GroupedExperts {
+  Tensor x;     // F32[n, hidden], the layer's tokens
+  Tensor rows;  // I32[R], values in [0, n)
+  std::span<const ExpertGroup> groups;
+  int64_t ffn = 0;  // bf16 experts: the intermediate size
+  // Non-null: the blobs are int4 experts in this layout (as ExpertFfnInt4;
+  // ffn is then layout->ffn and hidden layout->hidden).
+  const Int4ExpertLayout* int4 = nullptr;
+};
+
+// Elements of the F32 workspace ExpertFfnGrouped needs for R pairs (any
+// grouping): the gathered tokens and the gate/up/activation rows.
+inline int64_t GroupedExpertWorkspaceElems(int64_t pairs, int64_t ffn,
+                                           int64_t hidden) {
+  return pairs * (3 * ffn + hidden);
 }
 
 class Backend {
@@ -240,6 +271,30 @@ class Backend {
                                      const Int4ExpertLayout& layout,
                                      const Tensor& workspace,
                                      const Tensor& out) = 0;
+
+  // A layer's experts in one op (issue 30: launches per MoE layer do not
+  // grow with the experts routed): for every group g and every r in its
+  // range, out[r, :] = expert_g(x[rows[r], :]) exactly as ExpertFfn (or
+  // ExpertFfnInt4) computes it on those rows; rows of `out` outside every
+  // range are left as they are. out F32[R, hidden]; workspace F32 with >=
+  // GroupedExpertWorkspaceElems(R, ffn, hidden) elements. Each group's
+  // blob must stay valid until the stream has passed the op.
+  // The default runs GatherRows + ExpertFfn per group (any backend).
+  virtual absl::Status ExpertFfnGrouped(Stream& s, const GroupedExperts& call,
+                                        const Tensor& workspace,
+                                        const Tensor& out);
+
+  // Combines the experts' outputs into the tokens' residual stream in a
+  // fixed order: for each token t, y[t, :] += weights[p] * x[p, :] for
+  // p = pairs[t, 0], pairs[t, 1], ... up to the first negative entry, one
+  // rounded product and one rounded add each, in that order (callers list
+  // a token's pairs by ascending expert, so the sum does not depend on how
+  // the experts were batched). x F32[R, d], weights F32[R], pairs I32[n, k]
+  // (entries in [-1, R)), y F32[n, d], not overlapping x.
+  virtual absl::Status CombineExpertRows(Stream& s, const Tensor& x,
+                                         const Tensor& weights,
+                                         const Tensor& pairs,
+                                         const Tensor& y) = 0;
 
   // Row-wise softmax (sampler). x, out F32[n, V]; out may alias x.
   virtual absl::Status Softmax(Stream& s, const Tensor& x,

@@ -238,6 +238,20 @@ absl::Status CountingBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   return inner_->ExpertFfnInt4(Launch(s), x, blob, layout, workspace, out);
 }
 
+absl::Status CountingBackend::ExpertFfnGrouped(Stream& s,
+                                               const GroupedExperts& call,
+                                               const Tensor& workspace,
+                                               const Tensor& out) {
+  return inner_->ExpertFfnGrouped(Launch(s), call, workspace, out);
+}
+
+absl::Status CountingBackend::CombineExpertRows(Stream& s, const Tensor& x,
+                                                const Tensor& weights,
+                                                const Tensor& pairs,
+                                                const Tensor& y) {
+  return inner_->CombineExpertRows(Launch(s), x, weights, pairs, y);
+}
+
 absl::Status CountingBackend::Softmax(Stream& s, const Tensor& x,
                                       const Tensor& out) {
   return inner_->Softmax(Launch(s), x, out);

@@ -268,6 +268,22 @@ absl::Status NullBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   return CheckExpertFfnInt4(Device::kCpu, x, blob, layout, workspace, out);
 }
 
+absl::Status NullBackend::ExpertFfnGrouped(Stream& s,
+                                           const GroupedExperts& call,
+                                           const Tensor& workspace,
+                                           const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  return CheckExpertFfnGrouped(Device::kCpu, call, workspace, out);
+}
+
+absl::Status NullBackend::CombineExpertRows(Stream& s, const Tensor& x,
+                                            const Tensor& weights,
+                                            const Tensor& pairs,
+                                            const Tensor& y) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  return CheckCombineExpertRows(Device::kCpu, x, weights, pairs, y);
+}
+
 absl::Status NullBackend::Softmax(Stream& s, const Tensor& x,
                                   const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));

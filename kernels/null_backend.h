@@ -115,6 +115,14 @@ class NullBackend final : public Backend {
                              const Int4ExpertLayout& layout,
                              const Tensor& workspace,
                              const Tensor& out) override;
+  // One check and no per-group launch (the base class's default would call
+  // GatherRows and ExpertFfn once per group).
+  absl::Status ExpertFfnGrouped(Stream& s, const GroupedExperts& call,
+                                const Tensor& workspace,
+                                const Tensor& out) override;
+  absl::Status CombineExpertRows(Stream& s, const Tensor& x,
+                                 const Tensor& weights, const Tensor& pairs,
+                                 const Tensor& y) override;
   absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
   absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
 

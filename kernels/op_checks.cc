@@ -353,6 +353,90 @@ absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
   return CheckExpertWorkspace(kOp, d, x, blob, workspace, out, m, ffn);
 }
 
+absl::Status CheckExpertFfnGrouped(Device d, const GroupedExperts& call,
+                                   const Tensor& workspace, const Tensor& out) {
+  constexpr char kOp[] = "ExpertFfnGrouped";
+  int64_t hidden = 0, ffn = call.ffn;
+  if (call.int4 != nullptr) {
+    const Int4ExpertLayout& layout = *call.int4;
+    absl::StatusOr<Int4ExpertLayout> canonical = Int4ExpertLayoutWithGroups(
+        layout.hidden, layout.ffn, layout.group_in, layout.group_out);
+    if (!canonical.ok() || !(*canonical == layout)) {
+      return Invalid(kOp, "int4 layout is not that of its shape and groups");
+    }
+    hidden = layout.hidden;
+    ffn = layout.ffn;
+    MOESERVE_RETURN_IF_ERROR(
+        CheckOperand(kOp, call.x, "x", d, DType::kF32, {kAnyDim, hidden}));
+  } else {
+    MOESERVE_RETURN_IF_ERROR(
+        CheckOperand(kOp, call.x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+    hidden = call.x.dim(1);
+  }
+  if (ffn <= 0 || hidden <= 0) {
+    return Invalid(kOp, "ffn and hidden must be > 0");
+  }
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, call.rows, "rows", d, DType::kI32, {kAnyDim}));
+  const int64_t pairs = call.rows.dim(0);
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {pairs, hidden}));
+  int64_t previous_end = 0;
+  for (size_t g = 0; g < call.groups.size(); ++g) {
+    const ExpertGroup& group = call.groups[g];
+    if (group.blob == nullptr) {
+      return Invalid(kOp, absl::StrCat("group ", g, " has no blob"));
+    }
+    if (call.int4 != nullptr &&
+        reinterpret_cast<uintptr_t>(group.blob) % 16 != 0) {
+      return Invalid(kOp, absl::StrCat("group ", g,
+                                       ": an int4 blob must be 16-byte "
+                                       "aligned"));
+    }
+    if (group.count < 0 || group.begin < previous_end ||
+        group.begin + group.count > pairs) {
+      return Invalid(kOp, absl::StrCat("group ", g, " rows [", group.begin,
+                                       ", ", group.begin + group.count,
+                                       ") are not ascending, disjoint and "
+                                       "within [0, ",
+                                       pairs, ")"));
+    }
+    previous_end = group.begin + group.count;
+  }
+  const int64_t need = GroupedExpertWorkspaceElems(pairs, ffn, hidden);
+  if (!workspace.valid() || workspace.dtype() != DType::kF32 ||
+      workspace.device() != d || workspace.numel() < need ||
+      (workspace.numel() > 0 && workspace.raw() == nullptr)) {
+    return Invalid(kOp, absl::StrCat("workspace ", workspace.DebugString(),
+                                     " needs F32 with at least ", need,
+                                     " elements on ", DeviceName(d)));
+  }
+  if (Overlaps(out, call.x) || Overlaps(out, call.rows) ||
+      Overlaps(out, workspace) || Overlaps(workspace, call.x) ||
+      Overlaps(workspace, call.rows)) {
+    return Invalid(kOp, "out, workspace and inputs must not overlap");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCombineExpertRows(Device d, const Tensor& x,
+                                    const Tensor& weights, const Tensor& pairs,
+                                    const Tensor& y) {
+  constexpr char kOp[] = "CombineExpertRows";
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, weights, "weights", d, DType::kF32, {x.dim(0)}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, pairs, "pairs", d, DType::kI32, {kAnyDim, kAnyDim}));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, y, "y", d, DType::kF32, {pairs.dim(0), x.dim(1)}));
+  if (Overlaps(y, x) || Overlaps(y, weights) || Overlaps(y, pairs)) {
+    return Invalid(kOp, "y overlaps an input");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSoftmax(Device d, const Tensor& x, const Tensor& out) {
   constexpr char kOp[] = "Softmax";
   MOESERVE_RETURN_IF_ERROR(

@@ -70,6 +70,15 @@ absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
 absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
                                 const Int4ExpertLayout& layout,
                                 const Tensor& workspace, const Tensor& out);
+// ExpertFfnGrouped: x, rows, out and workspace as documented; every group
+// with a non-null blob (16-byte aligned for int4), count >= 0 and a range
+// inside [0, R) starting at or after the previous group's end; int4 layout
+// as CheckExpertFfnInt4. Blob sizes are the caller's (they are pointers).
+absl::Status CheckExpertFfnGrouped(Device d, const GroupedExperts& call,
+                                   const Tensor& workspace, const Tensor& out);
+absl::Status CheckCombineExpertRows(Device d, const Tensor& x,
+                                    const Tensor& weights, const Tensor& pairs,
+                                    const Tensor& y);
 absl::Status CheckSoftmax(Device d, const Tensor& x, const Tensor& out);
 absl::Status CheckArgmax(Device d, const Tensor& x, const Tensor& out);
 

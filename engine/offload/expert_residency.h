@@ -194,6 +194,8 @@ class ExpertResidency final : public ExpertProvider,
   void BeginLayer(int layer, std::span<const int> experts,
                   std::span<const int> token_counts, const float* hidden,
                   int64_t n) override;
+  // Ready in a slot (IsReady): Acquire takes no slot and does not wait.
+  bool IsReadyForCompute(ExpertId id) const override { return IsReady(id); }
   absl::StatusOr<const std::byte*> Acquire(ExpertId id) override;
   void Release(ExpertId id) override;
   void EndLayer(int layer) override;
@@ -247,6 +249,9 @@ class ExpertResidency final : public ExpertProvider,
     kernels::Device device() const override { return r_->device(); }
     absl::Status AttachCompute(kernels::Backend* backend,
                                kernels::Stream* stream) override;
+    bool IsReadyForCompute(ExpertId id) const override {
+      return r_->IsReady(id);
+    }
     absl::StatusOr<const std::byte*> Acquire(ExpertId id) override;
     void Release(ExpertId id) override;
 

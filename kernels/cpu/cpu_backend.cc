@@ -403,6 +403,21 @@ absl::Status CpuBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   return absl::OkStatus();
 }
 
+absl::Status CpuBackend::CombineExpertRows(Stream& s, const Tensor& x,
+                                           const Tensor& weights,
+                                           const Tensor& pairs,
+                                           const Tensor& y) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckCombineExpertRows(Device::kCpu, x, weights, pairs, y));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckIndices("CombineExpertRows", "pairs", pairs, -1, x.dim(0)));
+  CombineRowsF32(pool_, x.data<float>(), x.dim(1), weights.data<float>(),
+                 pairs.data<int32_t>(), pairs.dim(0), pairs.dim(1),
+                 y.data<float>());
+  return absl::OkStatus();
+}
+
 absl::Status CpuBackend::Softmax(Stream& s, const Tensor& x,
                                  const Tensor& out) {
   MOESERVE_RETURN_IF_ERROR(CheckStream(s));

@@ -190,6 +190,26 @@ void ScaleAddRowsF32(ThreadPool& pool, const float* x, int64_t m, int64_t d,
       std::max<int64_t>(64, 16384 / std::max<int64_t>(m, 1)));
 }
 
+void CombineRowsF32(ThreadPool& pool, const float* x, int64_t d,
+                    const float* weights, const int32_t* pairs, int64_t n,
+                    int64_t k, float* y) {
+  pool.ParallelFor(
+      d,
+      [&](int64_t c0, int64_t c1) {
+        for (int64_t t = 0; t < n; ++t) {
+          float* yt = y + t * d;
+          for (int64_t j = 0; j < k; ++j) {
+            const int32_t p = pairs[t * k + j];
+            if (p < 0) break;
+            const float w = weights[p];
+            const float* xp = x + static_cast<int64_t>(p) * d;
+            for (int64_t c = c0; c < c1; ++c) yt[c] += w * xp[c];
+          }
+        }
+      },
+      std::max<int64_t>(64, 16384 / std::max<int64_t>(n * k, 1)));
+}
+
 void SigmoidGatedAddRows(ThreadPool& pool, const float* x, int64_t n, int64_t d,
                          const float* gate, float* y) {
   pool.ParallelFor(

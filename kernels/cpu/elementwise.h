@@ -44,6 +44,13 @@ void GatherRowsF32(ThreadPool& pool, const float* x, int64_t d,
 // rows may be null (identity).
 void ScaleAddRowsF32(ThreadPool& pool, const float* x, int64_t m, int64_t d,
                      const int32_t* rows, const float* weights, float* y);
+// y[t, :] += weights[p] * x[p, :] for p = pairs[t * k + j], j = 0.. up to
+// the first negative entry (CombineExpertRows). The same expression as
+// ScaleAddRowsF32, so a token's sum is bit-identical to ScaleAddRowsF32
+// applied expert by expert in the same order.
+void CombineRowsF32(ThreadPool& pool, const float* x, int64_t d,
+                    const float* weights, const int32_t* pairs, int64_t n,
+                    int64_t k, float* y);
 void SigmoidGatedAddRows(ThreadPool& pool, const float* x, int64_t n, int64_t d,
                          const float* gate, float* y);
 void SoftmaxRows(ThreadPool& pool, const float* x, int64_t n, int64_t v,

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/cuda/cuda_stream.h"
@@ -343,6 +344,81 @@ absl::Status CudaBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   return FromCuda(LaunchMatMulInt4(act, m, ffn, down.q, down.scales, down.group,
                                    hidden, out.data<float>(), st),
                   "ExpertFfnInt4 down");
+}
+
+// Decode-sized experts (m < lt_min_m) take two grouped GEMV launches for
+// the whole call (gate/up, down) around one gather and one SiLU; an expert
+// with enough rows for cuBLASLt takes its own two GEMMs, as in ExpertFfn.
+// Either way a row's result is what ExpertFfn computes for it.
+absl::Status CudaBackend::ExpertFfnGrouped(Stream& s,
+                                           const GroupedExperts& call,
+                                           const Tensor& workspace,
+                                           const Tensor& out) {
+  MOESERVE_ASSIGN_OR_RETURN(CudaStream * cs, OwnStream(this, s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckExpertFfnGrouped(Device::kCuda, call, workspace, out));
+  if (call.int4 != nullptr) {
+    // int4 experts (a draft's pool) go expert by expert for now.
+    return Backend::ExpertFfnGrouped(s, call, workspace, out);
+  }
+  const int64_t pairs = call.rows.dim(0), hidden = out.dim(1);
+  const int64_t ffn = call.ffn;
+  if (pairs == 0 || call.groups.empty()) return absl::OkStatus();
+  const Strm st = cs->get();
+  float* gathered = workspace.data<float>();   // [R, hidden]
+  float* gate_up = gathered + pairs * hidden;  // [R, 2 * ffn]
+  float* act = gate_up + pairs * 2 * ffn;      // [R, ffn]
+  MOESERVE_RETURN_IF_ERROR(
+      FromCuda(LaunchGatherRows(call.x.data<float>(), call.x.dim(0), hidden,
+                                call.rows.data<int32_t>(), pairs, gathered, st),
+               "ExpertFfnGrouped gather"));
+  const bool lt_usable = lt_ != nullptr && cs->scratch().split != nullptr;
+  absl::InlinedVector<GemvGroup, 32> small;
+  for (const ExpertGroup& g : call.groups) {
+    if (g.count == 0) continue;
+    const auto* w = static_cast<const uint16_t*>(g.blob);
+    if (lt_usable && g.count >= options_.lt_min_m) {
+      MOESERVE_RETURN_IF_ERROR(Gemm(
+          *cs, gathered + g.begin * hidden, g.count, hidden, w, 2 * ffn,
+          nullptr, gate_up + g.begin * 2 * ffn, "ExpertFfnGrouped gate_up"));
+    } else {
+      small.push_back({w, g.begin, g.count});
+    }
+  }
+  MOESERVE_RETURN_IF_ERROR(FromCuda(
+      LaunchGroupedGemvBf16(gathered, hidden, small.data(), small.size(),
+                            /*w_offset=*/0, 2 * ffn, gate_up, st),
+      "ExpertFfnGrouped gate_up"));
+  MOESERVE_RETURN_IF_ERROR(
+      FromCuda(LaunchSiluMul(gate_up, 2 * ffn, gate_up + ffn, 2 * ffn, pairs,
+                             ffn, act, st),
+               "ExpertFfnGrouped silu"));
+  for (const ExpertGroup& g : call.groups) {
+    if (g.count == 0 || !lt_usable || g.count < options_.lt_min_m) continue;
+    const auto* w = static_cast<const uint16_t*>(g.blob);
+    MOESERVE_RETURN_IF_ERROR(Gemm(*cs, act + g.begin * ffn, g.count, ffn,
+                                  w + 2 * ffn * hidden, hidden, nullptr,
+                                  out.data<float>() + g.begin * hidden,
+                                  "ExpertFfnGrouped down"));
+  }
+  return FromCuda(LaunchGroupedGemvBf16(act, ffn, small.data(), small.size(),
+                                        /*w_offset=*/2 * ffn * hidden, hidden,
+                                        out.data<float>(), st),
+                  "ExpertFfnGrouped down");
+}
+
+absl::Status CudaBackend::CombineExpertRows(Stream& s, const Tensor& x,
+                                            const Tensor& weights,
+                                            const Tensor& pairs,
+                                            const Tensor& y) {
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckCombineExpertRows(Device::kCuda, x, weights, pairs, y));
+  return FromCuda(
+      LaunchCombineExpertRows(x.data<float>(), x.dim(0), x.dim(1),
+                              weights.data<float>(), pairs.data<int32_t>(),
+                              pairs.dim(0), pairs.dim(1), y.data<float>(), st),
+      "CombineExpertRows");
 }
 
 absl::Status CudaBackend::Softmax(Stream& s, const Tensor& x,

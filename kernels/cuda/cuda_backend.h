@@ -123,6 +123,12 @@ class CudaBackend final : public Backend {
                              const Int4ExpertLayout& layout,
                              const Tensor& workspace,
                              const Tensor& out) override;
+  absl::Status ExpertFfnGrouped(Stream& s, const GroupedExperts& call,
+                                const Tensor& workspace,
+                                const Tensor& out) override;
+  absl::Status CombineExpertRows(Stream& s, const Tensor& x,
+                                 const Tensor& weights, const Tensor& pairs,
+                                 const Tensor& y) override;
   absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
   absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
 

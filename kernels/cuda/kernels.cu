@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/gemv_bf16.cuh"
 #include "kernels/cuda/launchers.h"
 
 namespace moeserve::kernels::cuda {
@@ -46,10 +47,7 @@ __global__ void RmsNormKernel(const float* x, int64_t d, const uint16_t* w,
   }
 }
 
-// One warp per output column j (a row of W), kRows rows of x at a time: the
-// weight row is streamed once per kRows tokens with fp32 accumulation.
-// Decode (m <= 8) reads each weight exactly once.
-constexpr int kRows = 8;
+// One warp per output column j (a row of W): gemv_bf16.cuh.
 __global__ void GemvBf16Kernel(const float* x, int64_t m, int64_t k,
                                const uint16_t* w, int64_t n,
                                const uint16_t* bias, float* out) {
@@ -57,55 +55,9 @@ __global__ void GemvBf16Kernel(const float* x, int64_t m, int64_t k,
   const int64_t j =
       (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (j >= n) return;
-  const uint16_t* wj = w + j * k;
   const float b = bias != nullptr ? Bf16(bias[j]) : 0.f;
-  for (int64_t r0 = 0; r0 < m; r0 += kRows) {
-    const int rows = static_cast<int>(m - r0 < kRows ? m - r0 : kRows);
-    float acc[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
-    const float* xr = x + r0 * k;
-    // 8 bf16 (16 bytes) a lane when aligned; scalar tail otherwise.
-    const bool vec = (k % 8 == 0) &&
-                     (reinterpret_cast<uintptr_t>(w) % 16 == 0) &&
-                     (reinterpret_cast<uintptr_t>(x) % 16 == 0);
-    int64_t start = 0;
-    if (vec) {
-      for (int64_t i = lane * 8; i < k; i += 32 * 8) {
-        const uint4 pk = *reinterpret_cast<const uint4*>(wj + i);
-        float wf[8];
-        const uint32_t words[4] = {pk.x, pk.y, pk.z, pk.w};
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          wf[2 * t] = __uint_as_float(words[t] << 16);
-          wf[2 * t + 1] = __uint_as_float(words[t] & 0xffff0000u);
-        }
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          if (r < rows) {
-            const float4 a = *reinterpret_cast<const float4*>(xr + r * k + i);
-            const float4 c =
-                *reinterpret_cast<const float4*>(xr + r * k + i + 4);
-            acc[r] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3] +
-                      c.x * wf[4] + c.y * wf[5] + c.z * wf[6] + c.w * wf[7];
-          }
-        }
-      }
-      start = k;
-    }
-    for (int64_t i = start + lane; i < k; i += 32) {
-      const float wv = Bf16(wj[i]);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (r < rows) acc[r] += xr[r * k + i] * wv;
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float s = WarpSum(acc[r]);
-      if (lane == 0 && r < rows) out[(r0 + r) * n + j] = s + b;
-    }
-  }
+  GemvBf16Column(x, m, k, w + j * k, GemvBf16Vectorized(x, w, k), b, lane,
+                 out + j, n);
 }
 
 __global__ void RopeKernel(float* x, int64_t n, int64_t heads, int64_t hd,

@@ -63,6 +63,24 @@ int LaunchGatherRows(const float* x, int64_t n, int64_t d, const int32_t* rows,
 int LaunchScaleAddRows(const float* x, int64_t m, int64_t d,
                        const int32_t* rows, const float* weights, float* y,
                        int64_t n, Strm stream);
+// One expert of a grouped GEMV: its blob and its rows [begin, begin + count).
+struct GemvGroup {
+  const uint16_t* w = nullptr;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+// For every group: out[r, :] = x[r, :] * W^T for r in its rows, where W
+// [n, k] starts w_offset elements into the group's blob; bit for bit what
+// LaunchMatMulBf16 gives on those rows and that W. x [R, k], out [R, n].
+// Groups go 128 to a launch, their table passed by value.
+int LaunchGroupedGemvBf16(const float* x, int64_t k, const GemvGroup* groups,
+                          int64_t num_groups, int64_t w_offset, int64_t n,
+                          float* out, Strm stream);
+// CombineExpertRows (backend.h): y[t, :] += weights[p] * x[p, :] over
+// p = pairs[t, 0..] until an entry outside [0, pairs_total).
+int LaunchCombineExpertRows(const float* x, int64_t pairs_total, int64_t d,
+                            const float* weights, const int32_t* pairs,
+                            int64_t n, int64_t k, float* y, Strm stream);
 int LaunchSigmoidGatedAdd(const float* x, int64_t n, int64_t d,
                           const float* gate, float* y, Strm stream);
 int LaunchSoftmax(const float* x, int64_t n, int64_t v, float* out,

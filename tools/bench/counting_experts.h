@@ -33,6 +33,9 @@ class CountingExperts final : public engine::ExpertProvider {
                   int64_t n) override {
     inner_->BeginLayer(layer, experts, token_counts, hidden, n);
   }
+  bool IsReadyForCompute(engine::ExpertId id) const override {
+    return inner_->IsReadyForCompute(id);
+  }
   absl::StatusOr<const std::byte*> Acquire(engine::ExpertId id) override {
     const engine::ExpertBlob& b = weights_->expert(id);
     bytes_ += b.gate_bytes + b.up_bytes + b.down_bytes;
