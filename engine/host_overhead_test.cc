@@ -2,15 +2,21 @@
 // around the CPU backend (issue 30 item 1, "count before changing"): the
 // launches, syncs, copies and allocations per decode step and per MoE
 // layer are printed, and the counting wrapper changes nothing in the
-// tokens. The grouped expert op (issue 30 item 2) will be measured
-// against these figures.
+// tokens. With every expert resident, the forward pass holds the layer's
+// launches constant in the number of routed experts (one grouped expert op,
+// issue 30 item 2), allocates nothing in a warm decode step, and waits on
+// the device once per MoE layer (the router's ids) plus once per step (the
+// logits) (item 3).
 #include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "engine/engine.h"
+#include "engine/expert_provider.h"
+#include "engine/kv_cache.h"
 #include "engine/model_weights.h"
+#include "engine/moe_model.h"
 #include "engine/testing/golden.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
@@ -78,6 +84,91 @@ TEST(HostOverheadTest, CountsADecodeStepAndChangesNoToken) {
   EXPECT_GT(short_run.launches, 0);
   // Every layer launches its router and at least one expert per decode step.
   EXPECT_GE(decode.launches, int64_t{kDecode} * c.num_hidden_layers * 2);
+}
+
+// The counts of one decode step of `batch` sequences (after a warm-up step
+// of the same shape), straight on MoeModel with every expert resident.
+kernels::BackendCounts DecodeStepCounts(const ModelWeights& weights,
+                                        kernels::CountingBackend& counting,
+                                        MoeModel& model, int batch) {
+  auto cache = KvCache::Create(weights.config(), 64, 16);
+  EXPECT_TRUE(cache.ok());
+  std::vector<BlockTable> tables(batch);
+  std::vector<std::vector<int32_t>> prompts(batch);
+  std::vector<int32_t> next(batch);
+  for (int i = 0; i < batch; ++i) {
+    // Different prompts route to different experts.
+    prompts[i] = {1 + 7 * i, 2 + 11 * i, 3 + 13 * i};
+    next[i] = 5 + 17 * i;
+    EXPECT_TRUE((*cache)->Grow(&tables[i], 8).ok());
+  }
+  std::vector<float> logits;
+  std::vector<SequenceChunk> prefill;
+  for (int i = 0; i < batch; ++i) {
+    prefill.push_back({prompts[i], 0, &tables[i]});
+  }
+  EXPECT_TRUE(model.Forward(prefill, cache->get(), &logits).ok());
+  kernels::BackendCounts before;
+  for (int step = 0; step < 2; ++step) {  // the first one warms up
+    std::vector<SequenceChunk> decode;
+    for (int i = 0; i < batch; ++i) {
+      decode.push_back({std::span(&next[i], 1), 3 + step, &tables[i]});
+    }
+    before = counting.counts();
+    EXPECT_TRUE(model.Forward(decode, cache->get(), &logits).ok());
+  }
+  return counting.counts().Minus(before);
+}
+
+TEST(HostOverheadTest, LaunchesPerLayerDoNotGrowWithRoutedExperts) {
+  const testing::Golden golden = testing::ReadGolden("mixtral_tiny");
+  std::unique_ptr<ModelWeights> weights =
+      *ModelWeights::Load(testing::Runfile(golden.model_dir));
+  const ModelConfig& c = weights->config();
+  kernels::cpu::CpuBackend cpu({.num_threads = 1});
+  kernels::CountingBackend counting(&cpu);
+  ResidentExperts resident(weights.get());
+  // Counts the experts each layer computes, to show they did grow.
+  struct Counted final : ExpertProvider {
+    explicit Counted(ExpertProvider* inner) : inner(inner) {}
+    absl::StatusOr<const std::byte*> Acquire(ExpertId id) override {
+      ++acquired;
+      return inner->Acquire(id);
+    }
+    void Release(ExpertId id) override { inner->Release(id); }
+    ExpertProvider* inner;
+    int64_t acquired = 0;
+  } experts(&resident);
+  std::unique_ptr<MoeModel> model =
+      *MoeModel::Create(weights.get(), &counting, &experts);
+  const int layers = static_cast<int>(c.num_hidden_layers);
+  int64_t acquired0 = experts.acquired;
+  const kernels::BackendCounts one =
+      DecodeStepCounts(*weights, counting, *model, 1);
+  const int64_t experts_one = experts.acquired - acquired0;
+  acquired0 = experts.acquired;
+  const kernels::BackendCounts four =
+      DecodeStepCounts(*weights, counting, *model, 4);
+  const int64_t experts_four = experts.acquired - acquired0;
+  std::printf(
+      "%s, every expert resident, CPU backend, per decode step: batch 1: %ld "
+      "launches, %ld syncs, %ld allocations; batch 4: %ld launches, %ld syncs, "
+      "%ld allocations (%d layers; experts computed in prefill, warm-up "
+      "and measured step: %ld at batch 1, %ld at batch 4)\n",
+      golden.model_dir.c_str(), static_cast<long>(one.launches),
+      static_cast<long>(one.syncs), static_cast<long>(one.allocations),
+      static_cast<long>(four.launches), static_cast<long>(four.syncs),
+      static_cast<long>(four.allocations), layers,
+      static_cast<long>(experts_one), static_cast<long>(experts_four));
+  EXPECT_GT(experts_four, experts_one) << "batch 4 should route to more";
+  EXPECT_EQ(one.launches, four.launches);
+  EXPECT_EQ(one.allocations, 0);
+  EXPECT_EQ(four.allocations, 0);
+  // One wait per MoE layer (routing) and one for the step's logits.
+  EXPECT_LE(one.syncs, layers + 1);
+  EXPECT_LE(four.syncs, layers + 1);
+  // One upload of the step's metadata, one routing table per layer.
+  EXPECT_LE(four.copies_to_device, layers + 1);
 }
 
 }  // namespace

@@ -42,11 +42,14 @@ struct MoeModel::LayerWeights {
   Tensor shared_gate_proj, shared_up, shared_down, shared_gate;
 };
 
-// One router evaluation's buffers: device outputs and their host copies.
+// One router evaluation's buffers: device outputs, their host copy (one
+// copy into pinned memory) and views of it.
 struct MoeModel::RouteBuffers {
-  ScratchBuffer logits, weights, ids;  // device
-  std::vector<float> host_weights;     // [n, k]
-  std::vector<int32_t> host_ids;       // [n, k]
+  ScratchBuffer logits;  // device F32[n, E]
+  ScratchBuffer topk;    // device [weights F32[n, k] | ids I32[n, k]]
+  ScratchBuffer host{ScratchBuffer::Where::kPinnedHost};  // copy of topk
+  std::span<float> host_weights;                          // [n, k]
+  std::span<int32_t> host_ids;                            // [n, k]
 };
 
 // Activations of one forward pass in device scratch (grown at the start of
@@ -61,6 +64,7 @@ struct MoeModel::Scratch {
   // [ids | positions | slots | query_start | last_rows | block_tables].
   std::vector<int32_t> ids, positions, slots, query_start, block_tables;
   std::vector<int32_t> last_rows, meta_host;
+  ScratchBuffer meta_staging{ScratchBuffer::Where::kPinnedHost};
   int64_t off_positions = 0, off_slots = 0, off_query_start = 0,
           off_last_rows = 0, off_block_tables = 0;
   // Host: one layer's routing grouped by expert (counting sort), uploaded
@@ -68,7 +72,9 @@ struct MoeModel::Scratch {
   // token of each routed pair, grouped by expert ascending; its router
   // weight (float bits); each token's pair positions ascending (-1 after
   // the last), the order CombineExpertRows sums in.
-  std::vector<int32_t> route_host, expert_begin, fill;
+  ScratchBuffer route_staging{ScratchBuffer::Where::kPinnedHost};
+  int64_t route_staging_elems = 0;  // of the layer in progress
+  std::vector<int32_t> expert_begin, fill;
   // The experts acquired and not yet computed (ExpertFfnGrouped's groups).
   std::vector<kernels::ExpertGroup> groups;
   std::vector<int> held;
@@ -236,7 +242,7 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs, int64_t rows,
   MOESERVE_RETURN_IF_ERROR(s.last.Reserve(b, rows * d * f));
   MOESERVE_RETURN_IF_ERROR(s.logits.Reserve(b, rows * c.vocab_size * f));
   MOESERVE_RETURN_IF_ERROR(s.route_table.Reserve(b, 3 * pairs * f));
-  s.route_host.reserve(3 * pairs);
+  MOESERVE_RETURN_IF_ERROR(s.route_staging.Reserve(b, 3 * pairs * f));
   s.expert_begin.reserve(E + 1);
   s.fill.reserve(E);
   s.groups.reserve(E);
@@ -244,11 +250,12 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs, int64_t rows,
   // The prediction probe may ask for up to E experts a row.
   for (RouteBuffers* r : {&s.route, &s.predict}) {
     MOESERVE_RETURN_IF_ERROR(r->logits.Reserve(b, n * E * f));
-    MOESERVE_RETURN_IF_ERROR(r->weights.Reserve(b, n * E * f));
-    MOESERVE_RETURN_IF_ERROR(r->ids.Reserve(b, n * E * f));
+    MOESERVE_RETURN_IF_ERROR(r->topk.Reserve(b, 2 * n * E * f));
+    MOESERVE_RETURN_IF_ERROR(r->host.Reserve(b, 2 * n * E * f));
   }
-  return s.meta.Reserve(
-      b, (3 * n + num_seqs + rows + 1 + num_seqs * max_blocks) * f);
+  const int64_t meta = 3 * n + num_seqs + rows + 1 + num_seqs * max_blocks;
+  MOESERVE_RETURN_IF_ERROR(s.meta_staging.Reserve(b, meta * f));
+  return s.meta.Reserve(b, meta * f);
 }
 
 absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
@@ -325,9 +332,13 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   s.off_query_start = append(s.query_start);
   s.off_last_rows = append(s.last_rows);
   s.off_block_tables = append(s.block_tables);
+  // Through pinned memory: the previous step's upload has completed (the
+  // step ended with a Synchronize).
+  const int64_t meta_bytes =
+      static_cast<int64_t>(s.meta_host.size() * sizeof(int32_t));
+  std::memcpy(s.meta_staging.data(), s.meta_host.data(), meta_bytes);
   MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
-      st, s.meta.data(), s.meta_host.data(),
-      static_cast<int64_t>(s.meta_host.size() * sizeof(int32_t))));
+      st, s.meta.data(), s.meta_staging.data(), meta_bytes));
 
   StepInfo info;
   info.step = step_++;
@@ -481,25 +492,26 @@ std::vector<int> MoeModel::PredictExperts(int layer, const float* hidden,
 absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
                              RouteBuffers& r) {
   const int64_t n = h.dim(0), E = config().num_experts;
-  if (r.logits.bytes() < n * E * 4 || r.weights.bytes() < n * k * 4 ||
-      r.ids.bytes() < n * k * 4) {
+  if (r.logits.bytes() < n * E * 4 || r.topk.bytes() < 2 * n * k * 4 ||
+      r.host.bytes() < 2 * n * k * 4) {
     return absl::InternalError("router scratch not reserved");
   }
   Tensor logits = F32(r.logits, {n, E});
-  Tensor weights = F32(r.weights, {n, k});
-  Tensor ids = I32(r.ids, 0, {n, k});
+  Tensor weights = F32(r.topk, {n, k});
+  Tensor ids = I32(r.topk, n * k, {n, k});
   kernels::Stream& st = *stream_;
   MOESERVE_RETURN_IF_ERROR(
       backend_->MatMul(st, h, layers_[layer].router, {}, logits));
   MOESERVE_RETURN_IF_ERROR(
       backend_->RouterTopK(st, logits, k, normalize, weights, ids));
-  // Routing is read on the host: it decides which experts to fetch.
-  r.host_weights.resize(n * k);
-  r.host_ids.resize(n * k);
-  MOESERVE_RETURN_IF_ERROR(backend_->CopyToHost(
-      st, r.host_weights.data(), weights.raw(), weights.nbytes()));
+  // Routing is read on the host: it decides which experts to fetch. One
+  // copy of weights and ids (adjacent) into pinned memory, and the layer's
+  // one wait.
   MOESERVE_RETURN_IF_ERROR(
-      backend_->CopyToHost(st, r.host_ids.data(), ids.raw(), ids.nbytes()));
+      backend_->CopyToHost(st, r.host.data(), r.topk.data(), 2 * n * k * 4));
+  r.host_weights = std::span<float>(static_cast<float*>(r.host.data()), n * k);
+  r.host_ids =
+      std::span<int32_t>(static_cast<int32_t*>(r.host.data()) + n * k, n * k);
   return st.Synchronize();
 }
 
@@ -519,8 +531,7 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
     routing_->Filter(layer, n, static_cast<int>(k), s.route.host_ids,
                      s.route.host_weights);
   }
-  const std::vector<int32_t>& ids = s.route.host_ids;
-  for (int32_t e : ids) {
+  for (int32_t e : s.route.host_ids) {
     if (e < -1 || e >= E || (e == -1 && routing_ == nullptr)) {
       return absl::InternalError(
           absl::StrCat("router of layer ", layer, " picked expert ", e));
@@ -538,9 +549,11 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
                               static_cast<float*>(s.h.data()), n);
   // A routing filter may have dropped every choice of the layer.
   if (routed > 0) {
+    // The previous layer's upload from the same pinned buffer has
+    // completed: this layer's Route synchronized the stream.
     MOESERVE_RETURN_IF_ERROR(backend_->CopyToDevice(
-        st, s.route_table.data(), s.route_host.data(),
-        static_cast<int64_t>(s.route_host.size() * sizeof(int32_t))));
+        st, s.route_table.data(), s.route_staging.data(),
+        s.route_staging_elems * static_cast<int64_t>(sizeof(int32_t))));
   }
   absl::Status status = absl::OkStatus();
   for (int e : selected) {
@@ -580,8 +593,8 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
 int64_t MoeModel::GroupRouting(int64_t n, int64_t k) {
   Scratch& s = *scratch_;
   const int64_t E = config().num_experts;
-  const std::vector<int32_t>& ids = s.route.host_ids;
-  const std::vector<float>& weights = s.route.host_weights;
+  const std::span<const int32_t> ids = s.route.host_ids;
+  const std::span<const float> weights = s.route.host_weights;
   // Counting sort of the (token, weight) pairs by expert, experts ascending
   // and tokens in order within each. Choices a routing filter dropped (-1)
   // are left out.
@@ -592,8 +605,9 @@ int64_t MoeModel::GroupRouting(int64_t n, int64_t k) {
   for (int64_t e = 0; e < E; ++e) s.expert_begin[e + 1] += s.expert_begin[e];
   const int64_t routed = s.expert_begin[E];
   s.fill.assign(s.expert_begin.begin(), s.expert_begin.end() - 1);
-  s.route_host.assign(2 * routed + n * k, -1);
-  int32_t* perm = s.route_host.data();
+  s.route_staging_elems = 2 * routed + n * k;
+  int32_t* perm = static_cast<int32_t*>(s.route_staging.data());
+  std::fill(perm, perm + s.route_staging_elems, -1);
   int32_t* weight_bits = perm + routed;
   int32_t* pairs = weight_bits + routed;
   for (int64_t t = 0; t < n; ++t) {
