@@ -9,6 +9,7 @@
 #   tools/gpu_check/bundle.sh .gpu_bundle   # an ignored folder to carry
 set -euo pipefail
 TARGETS=(
+  //kernels:grouped_experts_test
   //kernels/cuda:cuda_memory_test
   //kernels/cuda:cuda_ops_differential_test
   //kernels/cuda:cuda_ops_benchmark

@@ -101,6 +101,8 @@ if [[ "$what" == tests || "$what" == all ]]; then
     "$(x cuda_memory_test)" &
   step cuda_ops_differential_test 130 "${run[@]}" \
     "$B/cuda_ops_differential_test" "$(x cuda_ops_differential_test)" &
+  step grouped_experts_test 60 "${run[@]}" "$B/grouped_experts_test" \
+    "$(x grouped_experts_test)" &
   step cuda_parity_test 130 "${run[@]}" "$B/cuda_parity_test" \
     --gtest_filter="${PARITY_FILTER:-*}" "$(x cuda_parity_test)" &
   step policy_invariance_cuda 130 "${run[@]}" "$B/policy_invariance_test" \
