@@ -1,11 +1,14 @@
 #include "engine/model_weights.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,6 +20,10 @@ namespace moeserve::engine {
 namespace {
 
 constexpr size_t kAlign = 64;
+// Arenas of at least this many bytes are aligned to it and asked for
+// transparent huge pages: a tenth of the first-touch page faults when a
+// large model's experts are copied or generated in.
+constexpr size_t kHugePage = size_t{2} << 20;
 
 size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -135,6 +142,24 @@ ExpertBlob Layout(const ModelConfig& c) {
   return b;
 }
 
+// CheckFinite for an expert filled in memory: the message names the tensor
+// the matrix stands for.
+absl::Status CheckFiniteBlob(const ModelConfig& c, const ExpertBlob& b,
+                             int layer, int e) {
+  const ExpertTensorNames n = c.architecture->ExpertNames(layer, e);
+  const std::pair<const std::string*, size_t> matrices[] = {
+      {&n.gate, b.gate_offset}, {&n.up, b.up_offset}, {&n.down, b.down_offset}};
+  for (const auto& [name, offset] : matrices) {
+    const size_t values = b.gate_bytes / 2;  // == up, down
+    const size_t i = FirstNonFiniteBf16(b.data + offset, values);
+    if (i == values) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("generated expert tensor \"", *name, "\": element ", i,
+                     " is not finite; the weights must be finite"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void ModelWeights::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
@@ -150,6 +175,46 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
       w->LoadExperts(options.pack_experts, options.check_finite));
   w->FindUnexpected();
   return w;
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::FromMemory(
+    const std::string& config_json,
+    std::unique_ptr<SafetensorsFile> non_experts,
+    const ExpertArenaFiller& fill_experts, const LoadOptions& options) {
+  if (!options.pack_experts) {
+    return absl::InvalidArgumentError(
+        "weights built in memory always pack their experts "
+        "(LoadOptions.pack_experts false needs model files)");
+  }
+  if (non_experts == nullptr || !fill_experts) {
+    return absl::InvalidArgumentError(
+        "FromMemory needs a non-expert image and an expert filler");
+  }
+  std::unique_ptr<ModelWeights> w(new ModelWeights());
+  w->has_files_ = false;
+  MOESERVE_ASSIGN_OR_RETURN(w->config_, ParseModelConfig(config_json));
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  files.push_back(std::move(non_experts));
+  MOESERVE_ASSIGN_OR_RETURN(w->files_,
+                            ShardedSafetensors::FromFiles(std::move(files)));
+  MOESERVE_RETURN_IF_ERROR(w->CheckLayerCount());
+  MOESERVE_RETURN_IF_ERROR(w->LoadNonExperts(options.check_finite));
+  MOESERVE_RETURN_IF_ERROR(w->FillExperts(fill_experts, options.check_finite));
+  w->FindUnexpected();
+  return w;
+}
+
+absl::Status ModelWeights::AllocateArena(size_t bytes) {
+  const size_t align = bytes >= kHugePage ? kHugePage : kAlign;
+  const size_t size = (bytes + align - 1) / align * align;
+  arena_.reset(static_cast<std::byte*>(std::aligned_alloc(align, size)));
+  if (arena_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes for experts"));
+  }
+  // A hint; where transparent huge pages are off it changes nothing.
+  if (align == kHugePage) madvise(arena_.get(), size, MADV_HUGEPAGE);
+  return absl::OkStatus();
 }
 
 absl::Status ModelWeights::CheckLayerCount() const {
@@ -185,14 +250,7 @@ absl::Status ModelWeights::LoadExperts(bool pack, bool check_finite) {
   const ModelConfig& c = config_;
   const ExpertBlob layout = Layout(c);
   const size_t count = static_cast<size_t>(c.num_hidden_layers) * c.num_experts;
-  if (pack) {
-    arena_.reset(static_cast<std::byte*>(
-        std::aligned_alloc(kAlign, count * layout.bytes)));
-    if (arena_ == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot allocate ", count * layout.bytes, " bytes for experts"));
-    }
-  }
+  if (pack) MOESERVE_RETURN_IF_ERROR(AllocateArena(count * layout.bytes));
   const int64_t ffn = c.expert_intermediate_size, hidden = c.hidden_size;
   experts_.reserve(count);
   for (int layer = 0; layer < num_layers(); ++layer) {
@@ -223,6 +281,28 @@ absl::Status ModelWeights::LoadExperts(bool pack, bool check_finite) {
         std::memcpy(dst + b.up_offset, up.data, b.up_bytes);
         std::memcpy(dst + b.down_offset, down.data, b.down_bytes);
         b.data = dst;
+      }
+      experts_.push_back(b);
+      expert_bytes_ += b.bytes;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeights::FillExperts(const ExpertArenaFiller& fill,
+                                       bool check_finite) {
+  const ExpertBlob layout = Layout(config_);
+  const size_t count =
+      static_cast<size_t>(config_.num_hidden_layers) * config_.num_experts;
+  MOESERVE_RETURN_IF_ERROR(AllocateArena(count * layout.bytes));
+  MOESERVE_RETURN_IF_ERROR(fill(config_, layout, arena_.get()));
+  experts_.reserve(count);
+  for (int layer = 0; layer < num_layers(); ++layer) {
+    for (int e = 0; e < num_experts(); ++e) {
+      ExpertBlob b = layout;
+      b.data = arena_.get() + experts_.size() * layout.bytes;
+      if (check_finite) {
+        MOESERVE_RETURN_IF_ERROR(CheckFiniteBlob(config_, b, layer, e));
       }
       experts_.push_back(b);
       expert_bytes_ += b.bytes;

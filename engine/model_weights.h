@@ -3,12 +3,14 @@
 
 // ModelWeights: every weight of a Hugging Face MoE model directory
 // (config.json + model.safetensors or sharded *.safetensors with an index),
-// checked against the shapes its config implies.
+// checked against the shapes its config implies; or (FromMemory) of a model
+// that never was files, e.g. a generated benchmark model.
 //
-// Ownership: owns the ModelConfig, the mmapped shard files and one 64-byte
+// Ownership: owns the ModelConfig, the mmapped shard files (FromMemory: one
+// in-memory safetensors image of the non-expert weights) and one 64-byte
 // aligned arena holding every packed expert. Non-expert weights are
-// WeightViews into the mmapped files (zero copy); they and the expert blobs
-// stay valid for the object's lifetime.
+// WeightViews into the mmapped files or the image (zero copy); they and the
+// expert blobs stay valid for the object's lifetime.
 //
 // Expert blob layout (the unit a slow tier moves in one transfer), all bf16,
 // row-major exactly as the Hugging Face Linear weight [out, in]:
@@ -34,10 +36,17 @@
 //     listed by unexpected_tensors() (older checkpoints carry e.g. rotary
 //     inv_freq buffers).
 //
-// Thread-safety: immutable after Load; all const methods are thread-safe.
+// FromMemory weights pass the same checks (every tensor, dtype, shape, layer
+// count; finite values when asked, over the arena too) but have no files:
+// has_files() is false, their ExpertSources are empty (bytes 0) and a disk
+// slow tier cannot read them.
+//
+// Thread-safety: immutable after Load / FromMemory; all const methods are
+// thread-safe.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -97,10 +106,33 @@ struct LoadOptions {
   bool check_finite = true;
 };
 
+// Writes every expert of a FromMemory model into the packed arena: blob
+// (layer, expert) at arena + (layer * num_experts + expert) * layout.bytes,
+// its matrices at layout's offsets (see the layout above). REQUIRES: writes
+// all num_hidden_layers * num_experts * layout.bytes bytes (padding zero);
+// may use threads, but returns only when every write is done. The arena is
+// fresh, untouched memory: the filler's writes are its first touch.
+using ExpertArenaFiller = std::function<absl::Status(
+    const ModelConfig& config, const ExpertBlob& layout, std::byte* arena)>;
+
 class ModelWeights {
  public:
   static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(
       const std::string& model_dir, const LoadOptions& options = {});
+
+  // Weights without files: the config parsed from `config_json` (a
+  // config.json text), the non-expert tensors from `non_experts` (an
+  // in-memory safetensors image, SafetensorsFile::FromBuffer or
+  // FromOwnedBuffer, holding every non-expert tensor the config implies;
+  // ownership passes to the result), the experts written by `fill_experts`.
+  // Checks as Load (options.check_finite also scans the filled arena);
+  // options.pack_experts must be true. Errors: the config's, the image's
+  // (missing tensor, dtype, shape, non-finite value), the filler's, or
+  // ResourceExhausted when the arena cannot be allocated.
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> FromMemory(
+      const std::string& config_json,
+      std::unique_ptr<SafetensorsFile> non_experts,
+      const ExpertArenaFiller& fill_experts, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
 
@@ -119,6 +151,9 @@ class ModelWeights {
   // Sum of the non-expert weight sizes.
   uint64_t non_expert_bytes() const { return non_expert_bytes_; }
 
+  // False for FromMemory weights: nothing on disk to pread (shard_path(0)
+  // is then the image's name, not a file).
+  bool has_files() const { return has_files_; }
   const std::string& shard_path(int shard) const;
   const ShardedSafetensors& files() const { return *files_; }
   const std::vector<std::string>& unexpected_tensors() const {
@@ -134,6 +169,8 @@ class ModelWeights {
   absl::Status CheckLayerCount() const;
   absl::Status LoadNonExperts(bool check_finite);
   absl::Status LoadExperts(bool pack, bool check_finite);
+  absl::Status FillExperts(const ExpertArenaFiller& fill, bool check_finite);
+  absl::Status AllocateArena(size_t bytes);
   void FindUnexpected();
 
   ModelConfig config_;
@@ -144,6 +181,7 @@ class ModelWeights {
   uint64_t expert_bytes_ = 0;
   uint64_t non_expert_bytes_ = 0;
   std::vector<std::string> unexpected_;
+  bool has_files_ = true;
 };
 
 }  // namespace moeserve::engine

@@ -165,10 +165,18 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBuffer(
     absl::string_view bytes, std::string name) {
+  std::unique_ptr<char[]> copy(new char[bytes.size()]);
+  if (!bytes.empty()) std::memcpy(copy.get(), bytes.data(), bytes.size());
+  return FromOwnedBuffer(std::move(copy), bytes.size(), std::move(name));
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>>
+SafetensorsFile::FromOwnedBuffer(std::unique_ptr<char[]> bytes, uint64_t size,
+                                 std::string name) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile(std::move(name)));
-  f->owned_.assign(bytes.data(), bytes.size());
-  f->base_ = reinterpret_cast<const uint8_t*>(f->owned_.data());
-  f->size_ = f->owned_.size();
+  f->owned_ = std::move(bytes);
+  f->base_ = reinterpret_cast<const uint8_t*>(f->owned_.get());
+  f->size_ = size;
   if (absl::Status s = f->Parse(); !s.ok()) return s;
   return f;
 }

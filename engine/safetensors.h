@@ -56,6 +56,12 @@ class SafetensorsFile {
   // Validates a copy of `bytes`; `name` stands for the path in messages.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromBuffer(
       absl::string_view bytes, std::string name = "<buffer>");
+  // As FromBuffer, but takes the `size` bytes at `bytes` instead of copying
+  // them (a large image built in memory, ModelWeights::FromMemory: a
+  // new char[] needs no zeroing pass before it is filled).
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromOwnedBuffer(
+      std::unique_ptr<char[]> bytes, uint64_t size,
+      std::string name = "<buffer>");
 
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -83,8 +89,8 @@ class SafetensorsFile {
   int fd_ = -1;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
-  void* mapping_ = nullptr;  // munmap'd in the destructor when set.
-  std::string owned_;        // Backing bytes for FromBuffer.
+  void* mapping_ = nullptr;        // munmap'd in the destructor when set.
+  std::unique_ptr<char[]> owned_;  // Backing bytes for FromBuffer.
   std::map<std::string, TensorInfo, std::less<>> tensors_;
   std::map<std::string, std::string> metadata_;
 };

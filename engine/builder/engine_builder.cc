@@ -84,6 +84,12 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
                               "slow_tier host needs the weights loaded with "
                               "packed experts"));
   }
+  if (spec.slow_tier == "disk" && !model.weights->has_files()) {
+    return InEngine(spec, absl::FailedPreconditionError(
+                              "slow_tier disk preads the model files, and "
+                              "these weights were built in memory (no "
+                              "files); use slow_tier host"));
+  }
   BuiltEngine built;
   built.spec = spec;
   if (absl::Status st = ResolveSpeculation(&built.spec); !st.ok()) {
