@@ -12,7 +12,7 @@ struct DTypeEntry {
   size_t size;
 };
 
-constexpr std::array<DTypeEntry, 9> kDTypes = {{
+constexpr std::array<DTypeEntry, 11> kDTypes = {{
     {DType::kF32, "F32", 4},
     {DType::kF16, "F16", 2},
     {DType::kBF16, "BF16", 2},
@@ -22,6 +22,8 @@ constexpr std::array<DTypeEntry, 9> kDTypes = {{
     {DType::kI8, "I8", 1},
     {DType::kBool, "BOOL", 1},
     {DType::kF64, "F64", 8},
+    {DType::kF8E4M3, "F8_E4M3", 1},
+    {DType::kU32, "U32", 4},
 }};
 
 const DTypeEntry& Entry(DType dtype) {

@@ -13,7 +13,21 @@
 
 namespace moeserve::engine {
 
-enum class DType { kF32, kF16, kBF16, kI32, kI64, kU8, kI8, kBool, kF64 };
+// F8_E4M3: float8 e4m3fn (what torch.float8_e4m3fn writes: 1 sign, 4
+// exponent bits with bias 7, 3 mantissa bits, no infinities, NaN = S.1111.111).
+enum class DType {
+  kF32,
+  kF16,
+  kBF16,
+  kI32,
+  kI64,
+  kU8,
+  kI8,
+  kBool,
+  kF64,
+  kF8E4M3,
+  kU32
+};
 
 // Size of one element in bytes.
 size_t DTypeSize(DType dtype);
