@@ -1,12 +1,19 @@
 // Random-weight benchmark models at real models' shapes, generated on demand
-// (random_model_writer.h): which shapes exist (GeneratedModelConfig), and a
-// directory holding one (GeneratedModel).
+// (random_weights.h, random_model_writer.h): which shapes exist
+// (GeneratedModelConfig), the model built in memory (GenerateModelInMemory:
+// no file) or a directory holding one (GeneratedModel, for those that need
+// files: a disk slow tier).
 //
-// Kinds: "qwen" (Qwen1.5-MoE-A2.7B: 60 experts x ffn 1408, top-4, shared
-// expert; default 4 of its 24 layers), "mixtral" (Mixtral-8x7B: 8 experts x
-// ffn 14336, top-2; default 2 of its 32 layers), and "qwen_tiny" /
-// "mixtral_tiny" (hidden 64, for smoke tests; default 2 layers). None has a
-// tokenizer.
+// Kinds (the real model's layer count is the default; --gen_layers picks
+// the first N instead):
+//   qwen3_30b_a3b  Qwen3-30B-A3B: 128 experts x ffn 768, top-8, q/k norm;
+//                  48 layers, 58.0 GB of bf16 experts (1.21 GB a layer)
+//   qwen           Qwen1.5-MoE-A2.7B: 60 experts x ffn 1408, top-4, shared
+//                  expert; 24 layers, 24.9 GB of experts
+//   mixtral        Mixtral-8x7B: 8 experts x ffn 14336, top-2; 32 layers,
+//                  90.2 GB of experts
+//   qwen3_tiny, qwen_tiny, mixtral_tiny: hidden 64, 2 layers (tests).
+// None has a tokenizer.
 //
 // Thread-compatible.
 #ifndef MOESERVE_TOOLS_BENCH_GENERATED_MODEL_H_
@@ -18,13 +25,15 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "engine/model_weights.h"
 #include "nlohmann/json.hpp"
 
 namespace moeserve::bench {
 
 struct GeneratedModelSpec {
-  std::string kind;  // qwen | mixtral | qwen_tiny | mixtral_tiny
-  int layers = 0;    // 0: the kind's default (see above).
+  // qwen3_30b_a3b | qwen | mixtral | qwen3_tiny | qwen_tiny | mixtral_tiny
+  std::string kind;
+  int layers = 0;  // 0: the kind's default (see above: the whole model).
 };
 
 // config.json of `spec`. InvalidArgument for an unknown kind or layers < 0.
@@ -33,6 +42,15 @@ absl::StatusOr<nlohmann::json> GeneratedModelConfig(
 
 // For reports, e.g. "mixtral-8x7b-shape-random, 2 of 32 layers".
 std::string GeneratedModelName(const GeneratedModelSpec& spec);
+
+// The model `config` implies, generated in memory on `threads` threads (0:
+// all hardware threads) with seed 1: the bytes GeneratedModel::Prepare would
+// write (random_weights.h). Refuses with ResourceExhausted, before
+// allocating, a model larger than the memory available now (MemAvailable);
+// the message names the bytes needed and suggests fewer layers. Size,
+// threads, seconds and GB/s go to `log`.
+absl::StatusOr<std::unique_ptr<engine::ModelWeights>> GenerateModelInMemory(
+    const nlohmann::json& config, std::FILE* log, int threads = 0);
 
 // A directory holding a generated model. Owns the directory when it is
 // temporary (removes it on destruction); a caller-chosen one is kept.

@@ -49,15 +49,19 @@ ABSL_FLAG(bool, gen_qwen_tiny, false,
           "Generate a tiny qwen2_moe (hidden 64) instead; for the smoke test.");
 ABSL_FLAG(std::string, gen_dir, "",
           "Where to write the generated model; reused when its config.json "
-          "matches. Default: a temporary directory removed at exit.");
+          "matches. Roofline mode default: a temporary directory removed at "
+          "exit. Policy mode: write --gen_model here (needed by "
+          "--slow_tier=disk) instead of generating it in memory.");
 ABSL_FLAG(std::string, gen_model, "",
-          "Policy mode: run on a random-weight model generated on the fly "
-          "instead of --model_dir: qwen (Qwen1.5-MoE-A2.7B shape), mixtral "
-          "(Mixtral-8x7B shape), or qwen_tiny / mixtral_tiny (tests). No "
-          "tokenizer: the prompts are synthetic token ids.");
+          "Policy mode: run on a random-weight model generated in memory "
+          "(seeded, on every hardware thread, no file) instead of "
+          "--model_dir: qwen3_30b_a3b (Qwen3-30B-A3B shape), qwen "
+          "(Qwen1.5-MoE-A2.7B), mixtral (Mixtral-8x7B), or qwen3_tiny / "
+          "qwen_tiny / mixtral_tiny (tests). No tokenizer: the prompts are "
+          "synthetic token ids.");
 ABSL_FLAG(int, gen_layers, 0,
-          "Policy mode, --gen_model: layers; 0 = default (qwen 4 of 24, "
-          "mixtral 2 of 32, tiny 2).");
+          "Policy mode, --gen_model: its first N layers; 0 = the whole model "
+          "(qwen3_30b_a3b 48, qwen 24, mixtral 32, tiny 2).");
 ABSL_FLAG(int, threads, 0, "Kernel threads; 0 = all logical CPUs.");
 ABSL_FLAG(int, prompt_len, 128, "Tokens per prefilled sequence.");
 ABSL_FLAG(int, decode_steps, 32, "Timed decode steps per batch size.");
@@ -304,20 +308,38 @@ int PolicyMain(int threads) {
     return 1;
   }
   o.threads = (*backend)->device() == kernels::Device::kCpu ? threads : 0;
-  std::unique_ptr<GeneratedModel> model;  // removed at return if temporary
+  std::unique_ptr<GeneratedModel> model;  // --gen_dir: the written files
   if (!gen.kind.empty()) {
-    absl::StatusOr<std::unique_ptr<GeneratedModel>> m = GeneratedModel::Prepare(
-        *gen_config, Resolve(absl::GetFlag(FLAGS_gen_dir)), stderr);
-    if (!m.ok()) {
-      std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
-      return 1;
+    const std::string gen_dir = Resolve(absl::GetFlag(FLAGS_gen_dir));
+    if (gen_dir.empty() && o.slow_tier == "disk") {
+      std::fprintf(stderr,
+                   "moeserve_bench: --slow_tier=disk preads the experts from "
+                   "model files, and --gen_model=%s generates the model in "
+                   "memory; add --gen_dir=DIR to write it there first\n",
+                   gen.kind.c_str());
+      return 2;
     }
-    model = *std::move(m);
-    o.model_dir = model->dir();
+    if (gen_dir.empty()) {
+      o.model_dir = "";
+      // On every hardware thread, whatever --threads says for the kernels.
+      o.make_weights = [config = *gen_config] {
+        return GenerateModelInMemory(config, stderr);
+      };
+    } else {
+      absl::StatusOr<std::unique_ptr<GeneratedModel>> m =
+          GeneratedModel::Prepare(*gen_config, gen_dir, stderr);
+      if (!m.ok()) {
+        std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+        return 1;
+      }
+      model = *std::move(m);
+      o.model_dir = model->dir();
+    }
     o.model_name = GeneratedModelName(gen);
   }
   std::fprintf(stderr, "policy bench on %s, backend %s ...\n",
-               o.model_dir.c_str(), (*backend)->name().c_str());
+               o.make_weights ? o.model_name.c_str() : o.model_dir.c_str(),
+               (*backend)->name().c_str());
   absl::StatusOr<PolicyReport> report = RunPolicyBench(o, backend->get());
   if (!report.ok()) {
     std::fprintf(stderr, "%s\n", report.status().ToString().c_str());

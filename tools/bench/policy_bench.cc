@@ -429,13 +429,16 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
   absl::StatusOr<std::vector<Cell>> cells = ResolveCells(o, *config);
   if (!cells.ok()) return cells.status();
   absl::StatusOr<std::unique_ptr<engine::ModelWeights>> weights =
-      engine::ModelWeights::Load(o.model_dir,
-                                 {.pack_experts = o.slow_tier == "host"});
+      o.make_weights
+          ? o.make_weights()
+          : engine::ModelWeights::Load(o.model_dir,
+                                       {.pack_experts = o.slow_tier == "host"});
   if (!weights.ok()) return weights.status();
   // Text prompts need the model's tokenizer; a model without one (the
   // generated random-weight models) gets synthetic ids and a stand-in
   // tokenizer that only satisfies the engine.
   const bool synthetic =
+      o.make_weights ||
       !std::filesystem::exists(o.model_dir + "/tokenizer.model");
   absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tokenizer =
       synthetic ? StandInTokenizer((*weights)->config().vocab_size)
@@ -812,6 +815,29 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
   }
 }
 
+namespace {
+
+// FNV-1a over the first run's generated token ids (every run's, when
+// outputs_identical), in hex: two reports of one workload on the same
+// weights (a model generated in memory and the same one written to disk)
+// compare by it. "" without runs.
+std::string OutputsFingerprint(const PolicyReport& rep) {
+  if (rep.results.empty()) return "";
+  uint64_t h = 1469598103934665603ull;
+  for (const std::vector<int32_t>& out : rep.results.front().outputs) {
+    for (int32_t id : out) {
+      for (int b = 0; b < 4; ++b) {
+        h = (h ^ ((static_cast<uint32_t>(id) >> (8 * b)) & 0xff)) *
+            1099511628211ull;
+      }
+    }
+    h = (h ^ 0xff) * 1099511628211ull;  // request separator
+  }
+  return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+}
+
+}  // namespace
+
 nlohmann::json PolicyReportJson(const PolicyReport& rep) {
   const PolicyBenchOptions& o = rep.options;
   nlohmann::json j;
@@ -825,6 +851,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
   j["threads"] = rep.threads;
   j["model"] = {{"name", rep.model_name},
                 {"dir", o.model_dir},
+                {"in_memory", static_cast<bool>(o.make_weights)},
                 {"layers", rep.layers},
                 {"experts", rep.experts},
                 {"top_k", rep.top_k},
@@ -865,6 +892,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
   j["max_seconds"] = rep.options.max_seconds;
   j["outputs_identical"] = rep.outputs_identical;
   j["distinct_generated_tokens"] = rep.distinct_generated_tokens;
+  j["outputs_fingerprint"] = OutputsFingerprint(rep);
   j["skipped"] = rep.skipped;
   j["results"] = nlohmann::json::array();
   for (const PolicyResult& r : rep.results) {

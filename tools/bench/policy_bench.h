@@ -36,10 +36,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model_weights.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench/copy_probe.h"
@@ -52,6 +54,12 @@ struct PolicyBenchOptions {
   // random-weight models) synthetic token ids of the same lengths.
   std::string model_dir;
   std::string model_name;  // For the report; default: the directory's name.
+  // When set, builds the weights instead of loading model_dir (a model
+  // generated in memory, generated_model.h GenerateModelInMemory; no
+  // tokenizer, so synthetic prompts); model_dir is then only reported.
+  // Called once per RunPolicyBench, the weights freed when it returns.
+  std::function<absl::StatusOr<std::unique_ptr<engine::ModelWeights>>()>
+      make_weights;
   std::vector<std::string> policies = {"on_demand", "lru", "lfu_static",
                                        "overlap"};
   // See the header comment: "none", "" / "own" or a registered drafter.

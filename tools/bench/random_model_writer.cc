@@ -1,16 +1,14 @@
 #include "tools/bench/random_model_writer.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/architecture.h"
 #include "engine/model_config.h"
+#include "tools/bench/random_weights.h"
 
 namespace moeserve::bench {
 namespace {
@@ -23,38 +21,12 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint16_t ToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-int64_t NumElements(const TensorSpec& t) {
-  int64_t n = 1;
-  for (int64_t d : t.shape) n *= d;
-  return n;
-}
-
 // Every tensor of the model, non-experts first, in the engine's naming.
 absl::StatusOr<std::vector<TensorSpec>> AllTensors(const json& config) {
   absl::StatusOr<engine::ModelConfig> c =
       engine::ParseModelConfig(config.dump());
   if (!c.ok()) return c.status();
-  std::vector<TensorSpec> out = c->architecture->NonExpertTensors(*c);
+  std::vector<TensorSpec> out = NonExpertTensorSpecs(*c);
   const int64_t ffn = c->expert_intermediate_size, hidden = c->hidden_size;
   for (int layer = 0; layer < c->num_hidden_layers; ++layer) {
     for (int e = 0; e < c->num_experts; ++e) {
@@ -67,50 +39,18 @@ absl::StatusOr<std::vector<TensorSpec>> AllTensors(const json& config) {
   return out;
 }
 
-// Header padded with spaces so the data region starts 64-byte aligned.
-std::string Header(const std::vector<TensorSpec>& tensors) {
-  json header = json::object();
-  uint64_t offset = 0;
-  for (const TensorSpec& t : tensors) {
-    const uint64_t bytes = 2 * static_cast<uint64_t>(NumElements(t));
-    header[t.name] = {{"dtype", "BF16"},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  header["__metadata__"] = {{"format", "pt"}};
-  std::string text = header.dump();
-  text.resize((text.size() + 8 + 63) / 64 * 64 - 8, ' ');
-  return text;
-}
-
-// Writes one tensor's values, generated in chunks.
+// Writes one tensor's values (random_weights.h), generated in chunks.
 absl::Status WriteTensor(std::FILE* f, const TensorSpec& t, uint64_t seed) {
-  const bool is_bias = absl::EndsWith(t.name, ".bias");
-  const bool is_norm = absl::EndsWith(t.name, "norm.weight");
-  const float fan_in = static_cast<float>(t.shape.back());
-  const float scale = std::sqrt(3.0f / fan_in) / 32768.0f;
-  const uint16_t constant = ToBf16(is_norm ? 1.0f : 0.0f);
-  uint64_t state = Fnv1a(t.name) ^ seed;
-  std::vector<uint16_t> chunk(1 << 21);
-  for (int64_t left = NumElements(t); left > 0;) {
+  std::vector<uint16_t> chunk(1 << 21);  // a multiple of 4 values
+  const int64_t total = NumElements(t);
+  for (int64_t begin = 0; begin < total;) {
     const size_t n = static_cast<size_t>(
-        std::min<int64_t>(left, static_cast<int64_t>(chunk.size())));
-    if (is_bias || is_norm) {
-      std::fill_n(chunk.begin(), n, constant);
-    } else {
-      for (size_t i = 0; i < n; i += 4) {
-        uint64_t r = SplitMix64(&state);
-        for (size_t j = i; j < std::min(n, i + 4); ++j, r >>= 16) {
-          const int v = static_cast<int>(r & 0xffff) - 32768;
-          chunk[j] = ToBf16(static_cast<float>(v) * scale);
-        }
-      }
-    }
+        std::min<int64_t>(total - begin, static_cast<int64_t>(chunk.size())));
+    FillRandomTensor(t, seed, begin, static_cast<int64_t>(n), chunk.data());
     if (std::fwrite(chunk.data(), 2, n, f) != n) {
       return absl::InternalError(absl::StrCat("short write of ", t.name));
     }
-    left -= static_cast<int64_t>(n);
+    begin += static_cast<int64_t>(n);
   }
   return absl::OkStatus();
 }
@@ -170,6 +110,61 @@ json QwenMoeConfig(const QwenMoeShape& s) {
   };
 }
 
+Qwen3MoeShape TinyQwen3MoeShape() {
+  return {.hidden = 64,
+          .num_layers = 2,
+          .num_heads = 4,
+          .num_kv_heads = 2,
+          .head_dim = 32,
+          .vocab = 256,
+          .num_experts = 16,
+          .top_k = 4,
+          .expert_ffn = 32,
+          .dense_ffn = 128,
+          .max_positions = 2048};
+}
+
+// Qwen3-30B-A3B's config.json (Hugging Face Qwen/Qwen3-30B-A3B) with the
+// shape's numbers; the training-only fields are kept for fidelity.
+json Qwen3MoeConfig(const Qwen3MoeShape& s) {
+  return json{
+      {"architectures", {"Qwen3MoeForCausalLM"}},
+      {"model_type", "qwen3_moe"},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"hidden_size", s.hidden},
+      {"num_hidden_layers", s.num_layers},
+      {"num_attention_heads", s.num_heads},
+      {"num_key_value_heads", s.num_kv_heads},
+      {"head_dim", s.head_dim},
+      {"vocab_size", s.vocab},
+      {"intermediate_size", s.dense_ffn},
+      {"num_experts", s.num_experts},
+      {"num_experts_per_tok", s.top_k},
+      {"moe_intermediate_size", s.expert_ffn},
+      {"norm_topk_prob", true},
+      {"decoder_sparse_step", 1},
+      {"mlp_only_layers", json::array()},
+      {"max_window_layers", s.num_layers},
+      {"hidden_act", "silu"},
+      {"initializer_range", 0.02},
+      {"rms_norm_eps", 1e-6},
+      {"rope_theta", 1e6},
+      {"rope_scaling", nullptr},
+      {"max_position_embeddings", s.max_positions},
+      {"use_sliding_window", false},
+      {"sliding_window", nullptr},
+      {"output_router_logits", false},
+      {"router_aux_loss_coef", 0.001},
+      {"use_cache", true},
+      {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"},
+      // <|endoftext|> and <|im_end|>, inside a tiny vocabulary too.
+      {"bos_token_id", std::min<int64_t>(151643, s.vocab - 1)},
+      {"eos_token_id", std::min<int64_t>(151645, s.vocab - 1)},
+  };
+}
+
 MixtralShape TinyMixtralShape() {
   return {.hidden = 64,
           .num_layers = 2,
@@ -224,7 +219,7 @@ absl::Status WriteRandomModel(const std::string& dir, const json& config,
   const std::string partial = path + ".partial";
   File f(std::fopen(partial.c_str(), "wb"));
   if (!f) return absl::InternalError(absl::StrCat("cannot create ", partial));
-  const std::string header = Header(*tensors);
+  const std::string header = SafetensorsHeader(*tensors);
   uint8_t len[8];
   for (int i = 0; i < 8; ++i)
     len[i] = static_cast<uint8_t>(header.size() >> (8 * i));

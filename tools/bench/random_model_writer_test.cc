@@ -32,6 +32,7 @@ TEST(RandomModelWriterTest, MixtralShapeIsMixtral8x7B) {
   EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
 }
 
+// 0 layers: the whole model (the in-memory default); tiny kinds 2.
 TEST(RandomModelWriterTest, GeneratedKindsAndDefaultLayers) {
   struct Case {
     const char* kind;
@@ -40,9 +41,12 @@ TEST(RandomModelWriterTest, GeneratedKindsAndDefaultLayers) {
     const char* model_type;
   };
   for (const Case& k :
-       {Case{"qwen", 0, 4, "qwen2_moe"}, Case{"qwen", 24, 24, "qwen2_moe"},
-        Case{"mixtral", 0, 2, "mixtral"}, Case{"mixtral_tiny", 0, 2, "mixtral"},
-        Case{"qwen_tiny", 3, 3, "qwen2_moe"}}) {
+       {Case{"qwen", 0, 24, "qwen2_moe"}, Case{"qwen", 4, 4, "qwen2_moe"},
+        Case{"mixtral", 0, 32, "mixtral"}, Case{"mixtral", 2, 2, "mixtral"},
+        Case{"mixtral_tiny", 0, 2, "mixtral"},
+        Case{"qwen_tiny", 3, 3, "qwen2_moe"},
+        Case{"qwen3_30b_a3b", 0, 48, "qwen3_moe"},
+        Case{"qwen3_tiny", 0, 2, "qwen3_moe"}}) {
     absl::StatusOr<nlohmann::json> j =
         GeneratedModelConfig({.kind = k.kind, .layers = k.layers});
     ASSERT_TRUE(j.ok()) << k.kind << ": " << j.status();
