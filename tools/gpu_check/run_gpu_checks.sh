@@ -3,7 +3,11 @@
 # bundle.sh, on a machine with a GPU and the CUDA 13 runtime, from the
 # workspace root (models/ and tests/golden/ are read from there):
 #
-#   tools/gpu_check/run_gpu_checks.sh BUNDLE LOG_DIR [tests|bench|all]
+#   tools/gpu_check/run_gpu_checks.sh BUNDLE LOG_DIR [tests|bench|all|whole_model]
+#
+# whole_model (not part of all: it would not fit one 10-minute command with
+# the rest) measures the whole Qwen3-30B-A3B shape, generated in memory
+# (61 GB of host RAM, ~62 GB of VRAM at ratio 1.0).
 #
 # Tests run side by side (one log each, a PASS/FAIL line each in summary.txt
 # with the test cases run, failed and skipped: a step that ran no case or
@@ -126,13 +130,29 @@ if [[ "$what" == bench || "$what" == all ]]; then
   step bench_demo 80 "${run[@]}" "$B/moeserve_bench" "${common[@]}" \
     --model_dir=models/demo --policies="${BENCH_POLICIES:-on_demand,lru,lfu_static,overlap,self_spec,quant_draft,cutoff,utility,throughput}" \
     --max_seconds=50 --json_out="$logs/bench_demo.json"
+  # --gen_model generates in memory on every core (no --gen_dir: nothing
+  # written to disk; the stderr log says how fast).
   step bench_qwen 120 "${run[@]}" "$B/moeserve_bench" "${common[@]}" \
-    --gen_model=qwen --gen_layers="${QWEN_LAYERS:-24}" --gen_dir=/tmp/moe_qwen \
+    --gen_model=qwen --gen_layers="${QWEN_LAYERS:-24}" \
     --policies=on_demand,lru,lfu_static,overlap \
     --max_seconds=60 --json_out="$logs/bench_qwen.json"
   step bench_mixtral 100 "${run[@]}" "$B/moeserve_bench" "${common[@]}" \
-    --gen_model=mixtral --gen_layers=2 --gen_dir=/tmp/moe_mixtral \
+    --gen_model=mixtral --gen_layers=2 \
     --policies=on_demand,lru,lfu_static,overlap \
     --max_seconds=50 --json_out="$logs/bench_mixtral.json"
+fi
+
+if [[ "$what" == whole_model ]]; then
+  # The whole Qwen3-30B-A3B shape (48 layers, 128 experts x 9 MiB = 58.0 GB
+  # of bf16 experts; 61.1 GB generated in host RAM): every expert in VRAM
+  # (ratio 1.0) and a 24 GiB fast tier (0.4444 of 58.0 GB = 24.0 GiB).
+  # --max_seconds counts from the first run, after generation.
+  step bench_qwen3_30b 300 "${run[@]}" "$bundle/bin/moeserve_bench" \
+    --backend=cuda --gen_model=qwen3_30b_a3b --gen_layers="${QWEN3_LAYERS:-0}" \
+    --policies="${QWEN3_POLICIES:-on_demand,lru}" \
+    --expert_cache_ratio=1.0,0.4444 --concurrency=1,4 \
+    --num_requests="${BENCH_REQUESTS:-4}" --max_new_tokens=32 \
+    --warmup_tokens=16 --policy_repeats=1 --max_seconds=200 \
+    --json_out="$logs/bench_qwen3_30b.json"
 fi
 cat "$summary"
