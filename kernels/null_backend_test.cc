@@ -216,5 +216,48 @@ TEST(NullBackend, RefusesBadShapesAsTheCpuBackendDoes) {
   }
 }
 
+// The grouped ops: checked as the CPU backend checks them, nothing written.
+TEST(NullBackend, GroupedExpertOpsCheckAndWriteNothing) {
+  NullBackend null;
+  cpu::CpuBackend cpu({.num_threads = 1});
+  auto ns = NewStream(null);
+  auto cs = NewStream(cpu);
+  constexpr int64_t kTokens = 2, kHidden = 8, kFfn = 4, kPairs = 3;
+  std::vector<float> x(kTokens * kHidden, 1.0f);
+  std::vector<int32_t> rows = {0, 1, 0};
+  std::vector<bf16> blob(3 * kFfn * kHidden, FloatToBf16(0.5f));
+  const ExpertGroup groups[] = {{blob.data(), 0, 2}, {blob.data(), 2, 1}};
+  GroupedExperts call;
+  call.x = Tensor(x.data(), DType::kF32, {kTokens, kHidden});
+  call.rows = Tensor(rows.data(), DType::kI32, {kPairs});
+  call.groups = groups;
+  call.ffn = kFfn;
+  std::vector<float> ws(GroupedExpertWorkspaceElems(kPairs, kFfn, kHidden));
+  std::vector<float> out(kPairs * kHidden, -1.0f);
+  const Tensor w(ws.data(), DType::kF32, {static_cast<int64_t>(ws.size())});
+  const Tensor o(out.data(), DType::kF32, {kPairs, kHidden});
+  ASSERT_TRUE(null.ExpertFfnGrouped(*ns, call, w, o).ok());
+  EXPECT_EQ(out, std::vector<float>(kPairs * kHidden, -1.0f));
+  const Tensor short_ws(ws.data(), DType::kF32, {1});
+  const absl::Status bad = null.ExpertFfnGrouped(*ns, call, short_ws, o);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad, cpu.ExpertFfnGrouped(*cs, call, short_ws, o));
+
+  std::vector<float> weights(kPairs, 1.0f);
+  std::vector<int32_t> pairs = {0, 1, 2, -1};
+  std::vector<float> y(kTokens * kHidden, 3.0f);
+  const Tensor pw(weights.data(), DType::kF32, {kPairs});
+  const Tensor yt(y.data(), DType::kF32, {kTokens, kHidden});
+  ASSERT_TRUE(null.CombineExpertRows(
+                      *ns, o, pw, Tensor(pairs.data(), DType::kI32, {2, 2}), yt)
+                  .ok());
+  EXPECT_EQ(y, std::vector<float>(kTokens * kHidden, 3.0f));
+  const Tensor bad_pairs(pairs.data(), DType::kF32, {2, 2});  // not I32
+  const absl::Status bad_combine =
+      null.CombineExpertRows(*ns, o, pw, bad_pairs, yt);
+  EXPECT_EQ(bad_combine.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad_combine, cpu.CombineExpertRows(*cs, o, pw, bad_pairs, yt));
+}
+
 }  // namespace
 }  // namespace moeserve::kernels

@@ -263,25 +263,36 @@ absl::StatusOr<HostOverheadReport> RunHostOverhead(
 absl::StatusOr<HostOverheadReport> RunHostOverhead(
     const HostOverheadOptions& options) {
   HostOverheadOptions o = options;
-  std::unique_ptr<GeneratedModel> generated;  // removed at return if temporary
+  std::unique_ptr<GeneratedModel> generated;  // --gen_dir: the written files
+  absl::StatusOr<std::unique_ptr<engine::ModelWeights>> weights;
   if (!o.gen.kind.empty()) {
     absl::StatusOr<nlohmann::json> config = GeneratedModelConfig(o.gen);
     if (!config.ok()) return config.status();
-    absl::StatusOr<std::unique_ptr<GeneratedModel>> m =
-        GeneratedModel::Prepare(*config, o.gen_dir, stderr);
-    if (!m.ok()) return m.status();
-    generated = *std::move(m);
-    o.model_dir = generated->dir();
     if (o.model_name.empty()) o.model_name = GeneratedModelName(o.gen);
+    if (o.gen_dir.empty() && o.slow_tier == "disk") {
+      return absl::InvalidArgumentError(
+          "a disk slow tier preads the experts from model files: give a "
+          "gen_dir to write the generated model to");
+    }
+    if (o.gen_dir.empty()) {
+      weights = GenerateModelInMemory(*config, stderr);
+    } else {
+      absl::StatusOr<std::unique_ptr<GeneratedModel>> m =
+          GeneratedModel::Prepare(*config, o.gen_dir, stderr);
+      if (!m.ok()) return m.status();
+      generated = *std::move(m);
+      o.model_dir = generated->dir();
+    }
   }
   if (o.model_name.empty()) {
     const std::filesystem::path p(o.model_dir);
     o.model_name = p.has_filename() ? p.filename().string()
                                     : p.parent_path().filename().string();
   }
-  absl::StatusOr<std::unique_ptr<engine::ModelWeights>> weights =
-      engine::ModelWeights::Load(o.model_dir,
-                                 {.pack_experts = o.slow_tier == "host"});
+  if (generated != nullptr || o.gen.kind.empty()) {
+    weights = engine::ModelWeights::Load(
+        o.model_dir, {.pack_experts = o.slow_tier == "host"});
+  }
   if (!weights.ok()) return weights.status();
   return RunHostOverhead(o, **weights);
 }

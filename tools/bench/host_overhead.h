@@ -49,8 +49,8 @@ namespace moeserve::bench {
 
 struct HostOverheadOptions {
   // The model: a directory, or (gen.kind non-empty) a generated
-  // random-weight one (generated_model.h) written to gen_dir (empty: a
-  // temporary directory).
+  // random-weight one (generated_model.h): built in memory, or written to
+  // gen_dir when that is set (needed by the disk slow tier).
   std::string model_dir;
   GeneratedModelSpec gen;
   std::string gen_dir;
