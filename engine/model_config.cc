@@ -213,6 +213,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
   MOESERVE_ASSIGN_OR_RETURN(c.architecture, ResolveArchitecture(j));
   c.model_type = std::string(c.architecture->model_type());
   MOESERVE_RETURN_IF_ERROR(ParseCommon(j, &c));
+  MOESERVE_ASSIGN_OR_RETURN(c.quantization, quant::ParseQuantizationConfig(j));
   MOESERVE_RETURN_IF_ERROR(c.architecture->ParseHparams(j, &c));
   MOESERVE_RETURN_IF_ERROR(Validate(c));
   return c;

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/quant/quantization_config.h"
 
 namespace moeserve::engine {
 
@@ -53,6 +54,9 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   std::string torch_dtype;  // Empty when absent.
+  // config.json's quantization_config (engine/quant/quantization_config.h);
+  // method kNone for bf16 / f16 checkpoints.
+  quant::QuantizationConfig quantization;
   std::optional<int64_t> bos_token_id;
   // End-of-sequence ids: config.json's "eos_token_id" (an id or a list),
   // then, when the model directory has a generation_config.json, the ids its

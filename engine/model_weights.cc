@@ -3,11 +3,13 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -47,7 +49,8 @@ absl::StatusOr<WeightView> CheckTensor(const ShardedSafetensors& files,
   if (t.dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, "dtype ", DTypeName(t.dtype),
-                     " is not supported; only BF16 is"));
+                     " is not supported (BF16 or F16 weights, or a "
+                     "quantization_config that describes them)"));
   }
   if (t.shape != spec.shape) {
     return absl::InvalidArgumentError(
@@ -102,9 +105,9 @@ absl::Status CheckFinite(const ShardedSafetensors& files, const WeightView& v,
   uint16_t bits;
   std::memcpy(&bits, static_cast<const unsigned char*>(v.data) + 2 * i, 2);
   return absl::InvalidArgumentError(absl::StrCat(
-      files.shard(v.shard).path(), ": tensor \"", name, "\": element ", i,
-      " is ", (bits & 0x007F) != 0 ? "NaN" : "Inf",
-      "; the weights must be finite"));
+      v.shard >= 0 ? files.shard(v.shard).path() : "(converted at load)",
+      ": tensor \"", name, "\": element ", i, " is ",
+      (bits & 0x007F) != 0 ? "NaN" : "Inf", "; the weights must be finite"));
 }
 
 // The layer index of a tensor named "...layers.<n>.<rest>", if any.
@@ -153,9 +156,9 @@ absl::Status CheckFiniteBlob(const ModelConfig& c, const ExpertBlob& b,
     const size_t values = b.gate_bytes / 2;  // == up, down
     const size_t i = FirstNonFiniteBf16(b.data + offset, values);
     if (i == values) continue;
-    return absl::InvalidArgumentError(
-        absl::StrCat("generated expert tensor \"", *name, "\": element ", i,
-                     " is not finite; the weights must be finite"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expert tensor \"", *name, "\" (as packed in memory): element ", i,
+        " is not finite; the weights must be finite"));
   }
   return absl::OkStatus();
 }
@@ -235,8 +238,23 @@ absl::Status ModelWeights::CheckLayerCount() const {
 absl::Status ModelWeights::LoadNonExperts(bool check_finite) {
   const Architecture& arch = *config_.architecture;
   for (const TensorSpec& spec : arch.NonExpertTensors(config_)) {
-    MOESERVE_ASSIGN_OR_RETURN(WeightView v,
-                              CheckTensor(*files_, spec, config_.model_type));
+    std::optional<ShardedSafetensors::Located> loc = files_->Find(spec.name);
+    const bool stored_bf16 = loc && loc->info->dtype == DType::kBF16;
+    const bool convertible = (loc && loc->info->dtype == DType::kF16) ||
+                             (config_.quantization.quantized() && !stored_bf16);
+    WeightView v;
+    if (convertible) {
+      // F16, or a quantized Linear: bf16 in memory this object owns.
+      std::vector<uint16_t> bf16;
+      MOESERVE_RETURN_IF_ERROR(
+          quant::LoadAsBf16(*files_, config_, spec, &bf16));
+      v = WeightView{bf16.data(), DType::kBF16,    spec.shape,
+                     0,           bf16.size() * 2, /*shard=*/-1};
+      converted_.push_back(std::move(bf16));
+    } else {
+      MOESERVE_ASSIGN_OR_RETURN(v,
+                                CheckTensor(*files_, spec, config_.model_type));
+    }
     if (check_finite) {
       MOESERVE_RETURN_IF_ERROR(CheckFinite(*files_, v, spec.name));
     }
@@ -247,6 +265,20 @@ absl::Status ModelWeights::LoadNonExperts(bool check_finite) {
 }
 
 absl::Status ModelWeights::LoadExperts(bool pack, bool check_finite) {
+  MOESERVE_ASSIGN_OR_RETURN(quant::ExpertCodec codec,
+                            quant::ExpertCodec::Create(config_, *files_));
+  expert_format_ = codec.format();
+  expert_format_description_ = codec.Describe();
+  if (codec.int4_layout() != nullptr) int4_layout_ = *codec.int4_layout();
+  if (!codec.blob_is_file_bytes()) {
+    if (!pack) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the experts of this checkpoint are ", codec.Describe(),
+          ", converted at load into memory; a disk slow tier reads BF16 "
+          "experts straight from the files (use slow_tier host)"));
+    }
+    return PackConverted(codec, check_finite);
+  }
   const ModelConfig& c = config_;
   const ExpertBlob layout = Layout(c);
   const size_t count = static_cast<size_t>(c.num_hidden_layers) * c.num_experts;
@@ -302,6 +334,60 @@ absl::Status ModelWeights::FillExperts(const ExpertArenaFiller& fill,
       ExpertBlob b = layout;
       b.data = arena_.get() + experts_.size() * layout.bytes;
       if (check_finite) {
+        MOESERVE_RETURN_IF_ERROR(CheckFiniteBlob(config_, b, layer, e));
+      }
+      experts_.push_back(b);
+      expert_bytes_ += b.bytes;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelWeights::PackConverted(const quant::ExpertCodec& codec,
+                                         bool check_finite) {
+  experts_in_files_ = false;
+  const size_t bytes = codec.blob_bytes();
+  const size_t count =
+      static_cast<size_t>(config_.num_hidden_layers) * config_.num_experts;
+  MOESERVE_RETURN_IF_ERROR(AllocateArena(count * bytes));
+  // Every expert on its own: threads take experts in turn.
+  const unsigned threads =
+      std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 32);
+  std::atomic<size_t> next{0};
+  std::vector<absl::Status> errors(threads);
+  auto work = [&](unsigned t) {
+    for (size_t i = next++; i < count; i = next++) {
+      const int layer = static_cast<int>(i / config_.num_experts);
+      const int e = static_cast<int>(i % config_.num_experts);
+      absl::Status st =
+          codec.Pack(*files_, config_.architecture->ExpertNames(layer, e),
+                     arena_.get() + i * bytes);
+      if (!st.ok()) {
+        errors[t] = st;
+        next = count;  // stop the others soon
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : pool) th.join();
+  for (const absl::Status& st : errors) MOESERVE_RETURN_IF_ERROR(st);
+  ExpertBlob layout;
+  layout.bytes = bytes;
+  layout.gate_offset = codec.part(0).offset;
+  layout.gate_bytes = codec.part(0).bytes;
+  layout.up_offset = codec.part(1).offset;
+  layout.up_bytes = codec.part(1).bytes;
+  layout.down_offset = codec.part(2).offset;
+  layout.down_bytes = codec.part(2).bytes;
+  experts_.reserve(count);
+  for (int layer = 0; layer < num_layers(); ++layer) {
+    for (int e = 0; e < num_experts(); ++e) {
+      ExpertBlob b = layout;
+      b.data = arena_.get() + experts_.size() * bytes;
+      if (check_finite && codec.format() == quant::ExpertFormat::kBf16) {
         MOESERVE_RETURN_IF_ERROR(CheckFiniteBlob(config_, b, layer, e));
       }
       experts_.push_back(b);

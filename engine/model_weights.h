@@ -36,6 +36,16 @@
 //     listed by unexpected_tensors() (older checkpoints carry e.g. rotary
 //     inv_freq buffers).
 //
+// Other stored forms (engine/quant/expert_codec.h): F16 tensors are served
+// as bf16 (each value rounded to the nearest bf16); a quantized checkpoint
+// (config.json quantization_config) keeps its experts quantized in their
+// blobs (expert_format() kInt4 or kFp8: the offsets above then point at
+// each part's values and the *_bytes count a part's values, scales and
+// zero points) and has its non-expert Linear layers dequantized to bf16.
+// Only bf16 experts stored as BF16 are readable from the files
+// (experts_in_files()); the others exist only in the packed arena, so
+// Load refuses pack_experts = false for them.
+//
 // FromMemory weights pass the same checks (every tensor, dtype, shape, layer
 // count; finite values when asked, over the arena too) but have no files:
 // has_files() is false, their ExpertSources are empty (bytes 0) and a disk
@@ -49,6 +59,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,11 +67,13 @@
 #include "absl/strings/string_view.h"
 #include "engine/dtype.h"
 #include "engine/model_config.h"
+#include "engine/quant/expert_codec.h"
 #include "engine/safetensors.h"
 
 namespace moeserve::engine {
 
-// A non-expert weight: a view into the mmapped file.
+// A non-expert weight: a view into the mmapped file, or into memory the
+// ModelWeights owns for a converted tensor (then shard is -1).
 struct WeightView {
   const void* data = nullptr;
   DType dtype = DType::kBF16;
@@ -154,6 +167,19 @@ class ModelWeights {
   // False for FromMemory weights: nothing on disk to pread (shard_path(0)
   // is then the image's name, not a file).
   bool has_files() const { return has_files_; }
+  // True when every expert blob is its BF16 tensors byte for byte in the
+  // files (ExpertSources valid): what a disk slow tier needs.
+  bool experts_in_files() const { return has_files_ && experts_in_files_; }
+  quant::ExpertFormat expert_format() const { return expert_format_; }
+  // kInt4: the layout of every expert blob; null otherwise.
+  const kernels::Int4ExpertLayout* int4_layout() const {
+    return int4_layout_ ? &*int4_layout_ : nullptr;
+  }
+  // How the experts are stored, e.g. "bf16", "bf16 (from F16)",
+  // "int4 (gptq int4, group 32, zero points)".
+  const std::string& expert_format_description() const {
+    return expert_format_description_;
+  }
   const std::string& shard_path(int shard) const;
   const ShardedSafetensors& files() const { return *files_; }
   const std::vector<std::string>& unexpected_tensors() const {
@@ -170,6 +196,10 @@ class ModelWeights {
   absl::Status LoadNonExperts(bool check_finite);
   absl::Status LoadExperts(bool pack, bool check_finite);
   absl::Status FillExperts(const ExpertArenaFiller& fill, bool check_finite);
+  // Experts the codec converts (F16, quantized) into a fresh arena, on
+  // every hardware thread (at most 32).
+  absl::Status PackConverted(const quant::ExpertCodec& codec,
+                             bool check_finite);
   absl::Status AllocateArena(size_t bytes);
   void FindUnexpected();
 
@@ -182,6 +212,13 @@ class ModelWeights {
   uint64_t non_expert_bytes_ = 0;
   std::vector<std::string> unexpected_;
   bool has_files_ = true;
+  bool experts_in_files_ = true;
+  quant::ExpertFormat expert_format_ = quant::ExpertFormat::kBf16;
+  std::optional<kernels::Int4ExpertLayout> int4_layout_;
+  std::string expert_format_description_ = "bf16";
+  // Non-expert weights converted at load (F16, dequantized): the
+  // WeightViews of those point here.
+  std::vector<std::vector<uint16_t>> converted_;
 };
 
 }  // namespace moeserve::engine

@@ -6,9 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/architecture.h"
+#include "engine/quant/tensor_convert.h"
 #include "engine/testing/model_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/tensor.h"
 
 namespace moeserve::engine {
 namespace {
@@ -125,10 +127,63 @@ TEST(ModelWeightsTest, RefusesWrongShapeVsConfig) {
 TEST(ModelWeightsTest, RefusesNonBf16) {
   absl::Status s = LoadWith([](std::vector<TestTensor>* ts) {
     TestTensor* t = FindTensor(ts, "model.norm.weight");
-    t->dtype = "F16";
+    t->dtype = "F32";
+    t->data += t->data;  // 4 bytes an element
   });
-  EXPECT_THAT(s.message(), HasSubstr("model.norm.weight\": dtype F16 is not "
-                                     "supported; only BF16"));
+  EXPECT_THAT(s.message(), HasSubstr("model.norm.weight\": dtype F32 is not "
+                                     "supported"));
+}
+
+// Every tensor stored as F16 (values in [0.5, 1) and their negatives, so
+// each is finite): served as the nearest bf16, experts packed in memory.
+TEST(ModelWeightsTest, ServesF16AsBf16) {
+  const std::string dir = testing::MakeTempDir();
+  std::vector<TestTensor> stored;
+  ASSERT_TRUE(testing::WriteTinyModel(dir, testing::TinyMixtralConfig(),
+                                      [&stored](std::vector<TestTensor>* ts) {
+                                        for (TestTensor& t : *ts) {
+                                          t.dtype = "F16";
+                                          for (size_t i = 0;
+                                               i + 1 < t.data.size(); i += 2) {
+                                            uint16_t h;
+                                            std::memcpy(&h, &t.data[i], 2);
+                                            h = (h & 0x83FF) | 0x3800;
+                                            std::memcpy(&t.data[i], &h, 2);
+                                          }
+                                        }
+                                        stored = *ts;
+                                      })
+                  .ok());
+  auto w = ModelWeights::Load(dir);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ((*w)->expert_format(), quant::ExpertFormat::kBf16);
+  EXPECT_EQ((*w)->expert_format_description(), "bf16 (from F16)");
+  EXPECT_FALSE((*w)->experts_in_files());
+  auto as_bf16 = [](const std::string& f16, size_t i) {
+    uint16_t h;
+    std::memcpy(&h, &f16[2 * i], 2);
+    return kernels::FloatToBf16(quant::F16ToFloat(h));
+  };
+  const TestTensor* norm = FindTensor(&stored, "model.norm.weight");
+  const WeightView* v = (*w)->Find("model.norm.weight");
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->dtype, DType::kBF16);
+  for (size_t i = 0; i < norm->data.size() / 2; ++i) {
+    EXPECT_EQ(static_cast<const uint16_t*>(v->data)[i], as_bf16(norm->data, i));
+  }
+  const ExpertTensorNames n = FindArchitecture("mixtral")->ExpertNames(1, 2);
+  const TestTensor* down = FindTensor(&stored, n.down);
+  const ExpertBlob& b = (*w)->expert({1, 2});
+  const auto* packed =
+      reinterpret_cast<const uint16_t*>(b.data + b.down_offset);
+  for (size_t i = 0; i < down->data.size() / 2; ++i) {
+    ASSERT_EQ(packed[i], as_bf16(down->data, i)) << i;
+  }
+  // Only the arena holds them: no disk slow tier.
+  auto unpacked = ModelWeights::Load(dir, {.pack_experts = false});
+  ASSERT_FALSE(unpacked.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(unpacked.status()));
+  EXPECT_THAT(unpacked.status().message(), HasSubstr("slow_tier host"));
 }
 
 TEST(ModelWeightsTest, ToleratesExtraTensors) {

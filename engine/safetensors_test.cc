@@ -109,7 +109,7 @@ TEST(SafetensorsTest, RefusesOverlappingTensors) {
 TEST(SafetensorsTest, RefusesUnknownDtype) {
   ExpectRefused(
       RawSafetensors(
-          R"({"w":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", "1"),
+          R"({"w":{"dtype":"F8_E5M2","shape":[1],"data_offsets":[0,1]}})", "1"),
       absl::StatusCode::kInvalidArgument, "tensor \"w\": unsupported dtype");
 }
 

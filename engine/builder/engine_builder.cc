@@ -90,6 +90,14 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
                               "these weights were built in memory (no "
                               "files); use slow_tier host"));
   }
+  if (spec.slow_tier == "disk" && !model.weights->experts_in_files()) {
+    return InEngine(
+        spec, absl::FailedPreconditionError(absl::StrCat(
+                  "slow_tier disk preads BF16 experts from the model files, "
+                  "and this checkpoint's experts are ",
+                  model.weights->expert_format_description(),
+                  ", converted at load; use slow_tier host")));
+  }
   BuiltEngine built;
   built.spec = spec;
   if (absl::Status st = ResolveSpeculation(&built.spec); !st.ok()) {

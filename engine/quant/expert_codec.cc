@@ -1,0 +1,150 @@
+#include "engine/quant/expert_codec.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "engine/quant/tensor_convert.h"
+
+namespace moeserve::engine::quant {
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::StatusOr<const TensorInfo*> Find(const ShardedSafetensors& files,
+                                       const std::string& name) {
+  std::optional<ShardedSafetensors::Located> loc = files.Find(name);
+  if (!loc) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("missing tensor \"", name, "\""));
+  }
+  return loc->info;
+}
+
+// A float weight tensor of exactly `shape`, BF16 or F16.
+absl::StatusOr<const TensorInfo*> FindFloat(const ShardedSafetensors& files,
+                                            const std::string& name,
+                                            const std::vector<int64_t>& shape) {
+  MOESERVE_ASSIGN_OR_RETURN(const TensorInfo* t, Find(files, name));
+  if (t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", name, "\": dtype ", DTypeName(t->dtype),
+                     " is not supported here (BF16 or F16 weights",
+                     " or a quantization_config describing them)"));
+  }
+  if (t->shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor \"", name, "\": wrong shape ", ShapeString(t->shape),
+        ", config implies ", ShapeString(shape)));
+  }
+  return t;
+}
+
+}  // namespace
+
+const char* ExpertFormatName(ExpertFormat f) {
+  switch (f) {
+    case ExpertFormat::kBf16:
+      return "bf16";
+    case ExpertFormat::kInt4:
+      return "int4";
+    case ExpertFormat::kFp8:
+      return "fp8";
+  }
+  return "?";
+}
+
+absl::StatusOr<ExpertCodec> ExpertCodec::Create(
+    const ModelConfig& config, const ShardedSafetensors& files) {
+  ExpertCodec c;
+  c.config_ = &config;
+  const int64_t ffn = config.expert_intermediate_size;
+  const int64_t hidden = config.hidden_size;
+  const quant::QuantizationConfig& q = config.quantization;
+  const ExpertTensorNames first = config.architecture->ExpertNames(0, 0);
+  if (!q.quantized() || q.IsUnquantized(first.gate.substr(
+                            0, first.gate.size() - 7 /* ".weight" */))) {
+    MOESERVE_ASSIGN_OR_RETURN(const TensorInfo* t,
+                              FindFloat(files, first.gate, {ffn, hidden}));
+    c.format_ = ExpertFormat::kBf16;
+    c.from_f16_ = t->dtype == DType::kF16;
+    c.blob_is_file_bytes_ = !c.from_f16_;
+    const size_t matrix = static_cast<size_t>(ffn) * hidden * 2;
+    c.parts_[0] = {0, matrix};
+    c.parts_[1] = {RoundUp(matrix), matrix};
+    c.parts_[2] = {2 * RoundUp(matrix), matrix};
+    c.blob_bytes_ = 3 * RoundUp(matrix);
+    return c;
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("quantized experts (", q.Describe(),
+                   ") cannot be loaded by this build yet"));
+}
+
+std::string ExpertCodec::Describe() const {
+  std::string s = ExpertFormatName(format_);
+  if (from_f16_) absl::StrAppend(&s, " (from F16)");
+  if (config_ != nullptr && config_->quantization.quantized() &&
+      format_ != ExpertFormat::kBf16) {
+    absl::StrAppend(&s, " (", config_->quantization.Describe(), ")");
+  }
+  return s;
+}
+
+absl::Status ExpertCodec::Pack(const ShardedSafetensors& files,
+                               const ExpertTensorNames& names,
+                               std::byte* dst) const {
+  const int64_t ffn = config_->expert_intermediate_size;
+  const int64_t hidden = config_->hidden_size;
+  std::memset(dst, 0, blob_bytes_);
+  if (format_ == ExpertFormat::kBf16) {
+    const std::pair<const std::string*, std::vector<int64_t>> mats[] = {
+        {&names.gate, {ffn, hidden}},
+        {&names.up, {ffn, hidden}},
+        {&names.down, {hidden, ffn}}};
+    for (int i = 0; i < 3; ++i) {
+      MOESERVE_ASSIGN_OR_RETURN(
+          const TensorInfo* t,
+          FindFloat(files, *mats[i].first, mats[i].second));
+      MOESERVE_RETURN_IF_ERROR(
+          CopyAsBf16(*t, reinterpret_cast<uint16_t*>(dst + parts_[i].offset)));
+    }
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError("expert format not loadable yet");
+}
+
+absl::Status LoadAsBf16(const ShardedSafetensors& files,
+                        const ModelConfig& config, const TensorSpec& spec,
+                        std::vector<uint16_t>* out) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape) n *= d;
+  std::optional<ShardedSafetensors::Located> loc = files.Find(spec.name);
+  if (loc &&
+      (loc->info->dtype == DType::kBF16 || loc->info->dtype == DType::kF16)) {
+    MOESERVE_ASSIGN_OR_RETURN(const TensorInfo* t,
+                              FindFloat(files, spec.name, spec.shape));
+    out->resize(n);
+    return CopyAsBf16(*t, out->data());
+  }
+  if (config.quantization.quantized()) {
+    return absl::UnimplementedError(
+        absl::StrCat("tensor \"", spec.name, "\": quantized (",
+                     config.quantization.Describe(),
+                     ") non-expert weights cannot be loaded by this build "
+                     "yet"));
+  }
+  MOESERVE_ASSIGN_OR_RETURN(const TensorInfo* t,
+                            FindFloat(files, spec.name, spec.shape));
+  (void)t;
+  return absl::InternalError("unreachable");
+}
+
+}  // namespace moeserve::engine::quant
