@@ -34,7 +34,8 @@ class ExpertProvider {
   virtual kernels::Device device() const { return kernels::Device::kCpu; }
 
   // Non-null when Acquire's blobs are int4 experts in this layout
-  // (kernels/int4_expert.h; an int4 draft's pool) instead of packed bf16.
+  // (kernels/int4_expert.h: an int4 draft's pool, or the experts of an int4
+  // checkpoint, ModelWeights::int4_layout()) instead of packed bf16.
   virtual const kernels::Int4ExpertLayout* int4_layout() const {
     return nullptr;
   }
@@ -97,6 +98,9 @@ class ResidentExperts final : public ExpertProvider {
   // experts.
   explicit ResidentExperts(const ModelWeights* weights) : weights_(weights) {}
 
+  const kernels::Int4ExpertLayout* int4_layout() const override {
+    return weights_->int4_layout();
+  }
   absl::StatusOr<const std::byte*> Acquire(ExpertId id) override {
     return weights_->expert(id).data;
   }

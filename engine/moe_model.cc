@@ -99,8 +99,9 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
     ExpertProvider* experts) {
   const ModelConfig& c = weights->config();
   const ExpertBlob& blob = weights->expert({0, 0});
-  if (blob.up_offset != blob.gate_bytes ||
-      blob.down_offset != 2 * blob.gate_bytes) {
+  if (weights->expert_format() == quant::ExpertFormat::kBf16 &&
+      (blob.up_offset != blob.gate_bytes ||
+       blob.down_offset != 2 * blob.gate_bytes)) {
     return absl::UnimplementedError(absl::StrCat(
         "expert matrices of ", c.expert_intermediate_size, "x", c.hidden_size,
         " are not contiguous in the packed blob (bf16 size ", blob.gate_bytes,

@@ -29,9 +29,8 @@ void Ema(double* average, double sample) {
 
 absl::StatusOr<std::unique_ptr<ExpertResidency>> ExpertResidency::Create(
     const ModelWeights* weights, SlowTier* slow, uint64_t capacity_bytes,
-    const LinkOptions& link, OffloadPolicy* policy,
-    metrics::Registry* registry, std::string engine_name,
-    kernels::Backend* device) {
+    const LinkOptions& link, OffloadPolicy* policy, metrics::Registry* registry,
+    std::string engine_name, kernels::Backend* device) {
   if (weights == nullptr || slow == nullptr || policy == nullptr) {
     return absl::InvalidArgumentError(
         "expert residency needs weights, a slow tier and a policy");
@@ -79,6 +78,7 @@ ExpertResidency::ExpertResidency(const ModelWeights* weights, SlowTier* slow,
                                  int slots, OffloadPolicy* policy)
     : slow_(slow),
       policy_(policy),
+      int4_layout_(weights->int4_layout()),
       num_layers_(weights->num_layers()),
       num_experts_(weights->num_experts()),
       top_k_(static_cast<int>(weights->config().num_experts_per_tok)),

@@ -194,6 +194,9 @@ class ExpertResidency final : public ExpertProvider,
   void BeginLayer(int layer, std::span<const int> experts,
                   std::span<const int> token_counts, const float* hidden,
                   int64_t n) override;
+  const kernels::Int4ExpertLayout* int4_layout() const override {
+    return int4_layout_;
+  }
   // Ready in a slot (IsReady): Acquire takes no slot and does not wait.
   bool IsReadyForCompute(ExpertId id) const override { return IsReady(id); }
   absl::StatusOr<const std::byte*> Acquire(ExpertId id) override;
@@ -252,6 +255,9 @@ class ExpertResidency final : public ExpertProvider,
     bool IsReadyForCompute(ExpertId id) const override {
       return r_->IsReady(id);
     }
+    const kernels::Int4ExpertLayout* int4_layout() const override {
+      return r_->int4_layout();
+    }
     absl::StatusOr<const std::byte*> Acquire(ExpertId id) override;
     void Release(ExpertId id) override;
 
@@ -291,6 +297,9 @@ class ExpertResidency final : public ExpertProvider,
   OffloadPolicy* const policy_;
   // The target model's routers (AttachRouterProbe); null: no predictions.
   std::atomic<RouterProbe*> probe_{nullptr};
+  // The checkpoint's int4 layout when its experts are int4 (the weights',
+  // which outlive this); null for bf16.
+  const kernels::Int4ExpertLayout* const int4_layout_;
   const int num_layers_;
   const int num_experts_;
   const int top_k_;

@@ -17,6 +17,9 @@ class ExternalDrafter::HookedExperts final : public ExpertProvider {
       : resident_(weights), drafter_(drafter) {}
 
   kernels::Device device() const override { return resident_.device(); }
+  const kernels::Int4ExpertLayout* int4_layout() const override {
+    return resident_.int4_layout();
+  }
   void BeginLayer(int layer, std::span<const int> experts,
                   std::span<const int> token_counts, const float* hidden,
                   int64_t n) override {

@@ -33,6 +33,9 @@ class CountingExperts final : public engine::ExpertProvider {
                   int64_t n) override {
     inner_->BeginLayer(layer, experts, token_counts, hidden, n);
   }
+  const kernels::Int4ExpertLayout* int4_layout() const override {
+    return inner_->int4_layout();
+  }
   bool IsReadyForCompute(engine::ExpertId id) const override {
     return inner_->IsReadyForCompute(id);
   }
