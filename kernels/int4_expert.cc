@@ -15,9 +15,16 @@ int64_t AlignUp(int64_t v) {
   return (v + kInt4ExpertAlign - 1) / kInt4ExpertAlign * kInt4ExpertAlign;
 }
 
-// Quantizes rows x cols bf16 weights into q (rows x cols/2 bytes) and scales.
+// `v` rounded to a scale of type t (nearest even), as its bits.
+uint16_t RoundScale(float v, Int4ScaleType t) {
+  return t == Int4ScaleType::kF16 ? FloatToF16(v) : FloatToBf16(v);
+}
+
+// Quantizes rows x cols bf16 weights into q (rows x cols/2 bytes), scales
+// (bits of type t) and, when non-null, zeros (all kInt4ImplicitZero).
 void QuantizeMatrix(const bf16* w, int64_t rows, int64_t cols, int64_t group,
-                    uint8_t* q, bf16* scales) {
+                    Int4ScaleType t, uint8_t* q, uint16_t* scales,
+                    uint8_t* zeros) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < cols / group; ++g) {
       const int64_t c0 = r * cols + g * group;
@@ -25,10 +32,11 @@ void QuantizeMatrix(const bf16* w, int64_t rows, int64_t cols, int64_t group,
       for (int64_t c = 0; c < group; ++c) {
         absmax = std::max(absmax, std::fabs(double{Bf16ToFloat(w[c0 + c])}));
       }
-      // Quantize against the bf16-rounded scale: what dequantisation uses.
-      const bf16 s = FloatToBf16(static_cast<float>(absmax / 7));
+      // Quantize against the rounded scale: what dequantisation uses.
+      const uint16_t s = RoundScale(static_cast<float>(absmax / 7), t);
       scales[r * (cols / group) + g] = s;
-      const double scale = Bf16ToFloat(s);
+      if (zeros != nullptr) zeros[r * (cols / group) + g] = kInt4ImplicitZero;
+      const double scale = Int4ScaleToFloat(s, t);
       for (int64_t c = 0; c < group; c += 2) {
         uint8_t byte = 0;
         for (int64_t h = 0; h < 2; ++h) {
@@ -44,6 +52,16 @@ void QuantizeMatrix(const bf16* w, int64_t rows, int64_t cols, int64_t group,
 }
 
 }  // namespace
+
+const char* Int4ScaleTypeName(Int4ScaleType t) {
+  switch (t) {
+    case Int4ScaleType::kBf16:
+      return "bf16";
+    case Int4ScaleType::kF16:
+      return "f16";
+  }
+  return "?";
+}
 
 absl::StatusOr<int64_t> Int4GroupFor(int64_t k, int64_t max_group) {
   if (max_group != 16 && max_group != 32 && max_group != 64 &&
@@ -67,6 +85,12 @@ absl::StatusOr<Int4ExpertLayout> Int4ExpertLayoutWithGroups(int64_t hidden,
                                                             int64_t ffn,
                                                             int64_t group_in,
                                                             int64_t group_out) {
+  return Int4ExpertLayoutWithOptions(hidden, ffn, group_in, group_out, {});
+}
+
+absl::StatusOr<Int4ExpertLayout> Int4ExpertLayoutWithOptions(
+    int64_t hidden, int64_t ffn, int64_t group_in, int64_t group_out,
+    const Int4ExpertOptions& options) {
   auto bad = [](const char* what, int64_t k, int64_t group) {
     return absl::InvalidArgumentError(
         absl::StrCat("int4 expert: ", what, " ", group,
@@ -82,6 +106,12 @@ absl::StatusOr<Int4ExpertLayout> Int4ExpertLayoutWithGroups(int64_t hidden,
   if (group_out <= 0 || group_out % 2 != 0 || ffn % group_out != 0) {
     return bad("group_out", ffn, group_out);
   }
+  if (options.scale_type != Int4ScaleType::kBf16 &&
+      options.scale_type != Int4ScaleType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "int4 expert: scale_type ", static_cast<int32_t>(options.scale_type),
+        " is neither bf16 nor f16"));
+  }
   Int4ExpertLayout l;
   l.hidden = hidden;
   l.ffn = ffn;
@@ -95,6 +125,15 @@ absl::StatusOr<Int4ExpertLayout> Int4ExpertLayoutWithGroups(int64_t hidden,
   l.up_scales = AlignUp(l.gate_scales + 2 * ffn * (hidden / group_in));
   l.down_scales = AlignUp(l.up_scales + 2 * ffn * (hidden / group_in));
   l.bytes = AlignUp(l.down_scales + 2 * hidden * (ffn / group_out));
+  l.scale_type = options.scale_type;
+  l.has_zeros = options.zeros;
+  if (options.zeros) {
+    // One byte per group, after everything the draft's format has.
+    l.gate_zeros = l.bytes;
+    l.up_zeros = AlignUp(l.gate_zeros + ffn * (hidden / group_in));
+    l.down_zeros = AlignUp(l.up_zeros + ffn * (hidden / group_in));
+    l.bytes = AlignUp(l.down_zeros + hidden * (ffn / group_out));
+  }
   return l;
 }
 
@@ -123,8 +162,11 @@ Int4Matrix Int4ExpertPart(const std::byte* expert,
     case Int4Part::kUp: {
       const bool gate = part == Int4Part::kGate;
       w.q = base + (gate ? layout.gate_q : layout.up_q);
-      w.scales = reinterpret_cast<const bf16*>(
+      w.scales = reinterpret_cast<const uint16_t*>(
           base + (gate ? layout.gate_scales : layout.up_scales));
+      if (layout.has_zeros) {
+        w.zeros = base + (gate ? layout.gate_zeros : layout.up_zeros);
+      }
       w.rows = layout.ffn;
       w.cols = layout.hidden;
       w.group = layout.group_in;
@@ -132,12 +174,14 @@ Int4Matrix Int4ExpertPart(const std::byte* expert,
     }
     case Int4Part::kDown:
       w.q = base + layout.down_q;
-      w.scales = reinterpret_cast<const bf16*>(base + layout.down_scales);
+      w.scales = reinterpret_cast<const uint16_t*>(base + layout.down_scales);
+      if (layout.has_zeros) w.zeros = base + layout.down_zeros;
       w.rows = layout.hidden;
       w.cols = layout.ffn;
       w.group = layout.group_out;
       break;
   }
+  w.scale_type = layout.scale_type;
   return w;
 }
 
@@ -151,9 +195,11 @@ void QuantizeExpertInt4(const bf16* blob, const Int4ExpertLayout& layout,
     const Int4Matrix w = Int4ExpertPart(out, layout, parts[i]);
     // Int4Matrix views are const; the parts live in `out`.
     uint8_t* q = base + (w.q - base);
-    bf16* scales = reinterpret_cast<bf16*>(
+    auto* scales = reinterpret_cast<uint16_t*>(
         base + (reinterpret_cast<const uint8_t*>(w.scales) - base));
-    QuantizeMatrix(blob + i * part_elems, w.rows, w.cols, w.group, q, scales);
+    uint8_t* zeros = w.zeros != nullptr ? base + (w.zeros - base) : nullptr;
+    QuantizeMatrix(blob + i * part_elems, w.rows, w.cols, w.group,
+                   layout.scale_type, q, scales, zeros);
   }
 }
 

@@ -1,8 +1,11 @@
 // The int4 expert format pinned by hand: layouts of the model shapes, a 4 x 2
 // expert whose quantized bytes and scales are computed by hand below, and a
-// round-trip bound on random weights.
+// round-trip bound on random weights; the checkpoint options (fp16 scales,
+// zero points): offsets, a hand-computed asymmetric expert, and the exact
+// fp16 conversions against the compiler's _Float16.
 #include "kernels/int4_expert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -169,6 +172,142 @@ TEST(Int4Expert, RoundTripWithinHalfAScale) {
       }
     }
   }
+}
+
+TEST(Int4ExpertLayout, OptionsWithoutZerosKeepTheDraftsBytes) {
+  auto draft = Int4ExpertLayoutWithGroups(256, 96, 128, 32);
+  auto f16 = Int4ExpertLayoutWithOptions(256, 96, 128, 32,
+                                         {Int4ScaleType::kF16, false});
+  ASSERT_TRUE(draft.ok() && f16.ok());
+  EXPECT_EQ(f16->bytes, draft->bytes);
+  EXPECT_EQ(f16->down_scales, draft->down_scales);
+  EXPECT_EQ(f16->gate_zeros, 0);
+  Int4ExpertLayout as_draft = *f16;
+  as_draft.scale_type = Int4ScaleType::kBf16;
+  EXPECT_EQ(as_draft, *draft);
+  EXPECT_EQ(*Int4ExpertLayoutWithOptions(256, 96, 128, 32, {}), *draft);
+}
+
+TEST(Int4ExpertLayout, ZerosFollowTheScalesOneByteAGroup) {
+  // hidden 256 / ffn 96, one group per down row (group_out = k = 96).
+  auto l = Int4ExpertLayoutWithOptions(256, 96, 128, 96,
+                                       {Int4ScaleType::kF16, true});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_TRUE(l->has_zeros);
+  // q: 3 x 12288 bytes; scales: 96 x 2 x 2, 96 x 2 x 2, 256 x 1 x 2.
+  EXPECT_EQ(l->down_scales, 3 * 12288 + 384 + 384);
+  EXPECT_EQ(l->gate_zeros, l->down_scales + 512);
+  EXPECT_EQ(l->up_zeros, l->gate_zeros + 192);  // 96 x 2 bytes, 64-aligned.
+  EXPECT_EQ(l->down_zeros, l->up_zeros + 192);
+  EXPECT_EQ(l->bytes, l->down_zeros + 256);
+  EXPECT_EQ(l->bytes % kInt4ExpertAlign, 0);
+  const auto* base = reinterpret_cast<const std::byte*>(uintptr_t{4096});
+  const Int4Matrix down = Int4ExpertPart(base, *l, Int4Part::kDown);
+  EXPECT_EQ(down.group, 96);
+  EXPECT_EQ(down.groups_per_row(), 1);
+  EXPECT_EQ(down.scale_type, Int4ScaleType::kF16);
+  EXPECT_EQ(reinterpret_cast<const std::byte*>(down.zeros) - base,
+            l->down_zeros);
+  EXPECT_EQ(Int4ExpertPart(base, *l, Int4Part::kUp).zeros,
+            reinterpret_cast<const uint8_t*>(base) + l->up_zeros);
+
+  auto bad = Int4ExpertLayoutWithOptions(
+      256, 96, 128, 96, {static_cast<Int4ScaleType>(2), false});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("scale_type"), std::string::npos);
+  EXPECT_STREQ(Int4ScaleTypeName(Int4ScaleType::kF16), "f16");
+}
+
+TEST(Int4Expert, HandComputedAsymmetricF16Expert) {
+  // hidden 4 (one group a row), ffn 2 (one group a row), fp16 scales, zeros.
+  auto l = Int4ExpertLayoutWithOptions(4, 2, 4, 2, {Int4ScaleType::kF16, true});
+  ASSERT_TRUE(l.ok()) << l.status();
+  std::vector<std::byte> blob(l->bytes);
+  auto* b = reinterpret_cast<uint8_t*>(blob.data());
+  // Gate row 0: nibbles 0, 15, 3, 0 -> bytes 0xf0, 0x03; scale
+  // 0.1 in fp16 (0x2e66 = 0.0999755859375), zero 3.
+  b[l->gate_q] = 0xf0;
+  b[l->gate_q + 1] = 0x03;
+  std::memcpy(b + l->gate_scales, "\x66\x2e", 2);
+  b[l->gate_zeros] = 3;
+  // Down row 1: nibbles 9, 1; scale -2^-24 (the smallest fp16 subnormal,
+  // negative: 0x8001); zero 16 (a gptq v1 stored nibble 15).
+  b[l->down_q + 1] = 0x19;
+  std::memcpy(b + l->down_scales + 2, "\x01\x80", 2);
+  b[l->down_zeros + 1] = 16;
+  const float s = 0.0999755859375f;
+  float row[4];
+  DequantizeInt4ExpertRow(blob.data(), *l, Int4Part::kGate, 0, row);
+  EXPECT_EQ(row[0], -3 * s);
+  EXPECT_EQ(row[1], 12 * s);
+  EXPECT_EQ(row[2], 0 * s);
+  EXPECT_EQ(row[3], -3 * s);
+  DequantizeInt4ExpertRow(blob.data(), *l, Int4Part::kDown, 1, row);
+  EXPECT_EQ(row[0], -7 * -0x1p-24f);
+  EXPECT_EQ(row[1], -15 * -0x1p-24f);
+  // Untouched groups: nibbles 0, scale +0, zero 0: weight 0.
+  DequantizeInt4ExpertRow(blob.data(), *l, Int4Part::kUp, 1, row);
+  EXPECT_EQ(row[0], 0.0f);
+}
+
+TEST(Int4Expert, QuantizerHonoursTheScaleTypeWithZerosEight) {
+  auto l =
+      Int4ExpertLayoutWithOptions(64, 32, 64, 32, {Int4ScaleType::kF16, true});
+  ASSERT_TRUE(l.ok());
+  std::vector<bf16> w(3 * 64 * 32);
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] = B(0.001f * static_cast<float>(static_cast<int>(i % 97) - 48));
+  }
+  std::vector<std::byte> q(l->bytes);
+  QuantizeExpertInt4(w.data(), *l, q.data());
+  const Int4Matrix up = Int4ExpertPart(q.data(), *l, Int4Part::kUp);
+  for (int64_t r = 0; r < up.rows; ++r) {
+    EXPECT_EQ(up.ZeroAt(r, 0), 8);
+    float absmax = 0;
+    for (int64_t c = 0; c < 64; ++c) {
+      absmax =
+          std::max(absmax, std::fabs(Bf16ToFloat(w[64 * 32 + r * 64 + c])));
+    }
+    EXPECT_EQ(up.scales[r], FloatToF16(absmax / 7));
+  }
+}
+
+// fp16 decode is exact for all 65536 codes, and float -> fp16 rounds to
+// nearest even, as the compiler's _Float16 does.
+TEST(F16, ConversionsMatchTheCompilersFloat16) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    _Float16 ref;
+    const auto bits = static_cast<uint16_t>(h);
+    std::memcpy(&ref, &bits, 2);
+    const float want = static_cast<float>(ref), got = F16ToFloat(bits);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << h;
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << h;
+    ASSERT_EQ(FloatToF16(got), bits) << h;  // Round trip.
+  }
+  // Midpoints, subnormal range, overflow and random floats.
+  uint32_t s = 1;
+  for (int i = 0; i < 2000000; ++i) {
+    s = s * 1664525u + 1013904223u;
+    uint32_t fbits = s;
+    if (i % 4 == 0) fbits = (fbits & 0x807fffffu) | (0x66u << 23);  // 2^-25
+    if (i % 4 == 1) fbits = (fbits & 0x80001fffu) | 0x38000000u;    // subnormal
+    float f;
+    std::memcpy(&f, &fbits, 4);
+    if (std::isnan(f)) continue;
+    const _Float16 ref = static_cast<_Float16>(f);
+    uint16_t want;
+    std::memcpy(&want, &ref, 2);
+    ASSERT_EQ(FloatToF16(f), want) << f << " bits " << fbits;
+  }
+  EXPECT_EQ(FloatToF16(65519.0f), 0x7bff);
+  EXPECT_EQ(FloatToF16(65520.0f), 0x7c00);
+  EXPECT_EQ(FloatToF16(-1e9f), 0xfc00);
+  EXPECT_EQ(FloatToF16(0x1p-25f), 0);    // Tie to even: zero.
+  EXPECT_EQ(FloatToF16(0x1.8p-25f), 1);  // Above the tie.
+  EXPECT_EQ(FloatToF16(0x1.8p-24f), 2);  // Tie, odd -> even.
 }
 
 }  // namespace

@@ -58,6 +58,53 @@ inline float Bf16ToFloat(bf16 h) {
   return f;
 }
 
+// IEEE binary16 (fp16, torch.float16) as its raw 16 bits. fp16 -> float is
+// exact (subnormals, infinities and NaN included); no F16C needed.
+inline float F16ToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1fu) {
+    bits = sign | 0x7f800000u | (mant << 13);  // Inf / NaN.
+  } else if (exp == 0) {
+    // Zero or subnormal: mant * 2^-24, exact in fp32.
+    float f = static_cast<float>(mant) * 0x1p-24f;
+    std::memcpy(&bits, &f, sizeof(bits));
+    bits |= sign;
+  } else {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// float -> fp16 with round-to-nearest-even, as torch's .to(torch.float16):
+// overflow gives infinity, NaN stays NaN (quiet).
+inline uint16_t FloatToF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN.
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520: infinity.
+  if (abs < 0x38800000u) {
+    // Below 2^-14: a subnormal (or zero) of unit 2^-24. Round the 24-bit
+    // significand shifted right by (126 - exponent) to nearest even; a
+    // carry into bit 10 gives the smallest normal, which is its encoding.
+    const uint32_t e = abs >> 23;
+    if (e < 102) return sign;  // Below 2^-25: rounds to zero.
+    const uint32_t m = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - e;  // 14..24
+    const uint32_t half = 1u << (shift - 1), rest = m & ((1u << shift) - 1);
+    uint32_t r = m >> shift;
+    if (rest > half || (rest == half && (r & 1u))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  const uint32_t v = abs - (112u << 23);  // Rebias 127 -> 15.
+  return static_cast<uint16_t>(sign | ((v + 0xfffu + ((v >> 13) & 1u)) >> 13));
+}
+
 // Maps a C++ element type to its DType, for the checked data<T>() accessor.
 template <typename T>
 struct DTypeOf;
