@@ -5,9 +5,8 @@
 #include <vector>
 
 #if defined(__x86_64__)
-#include "kernels/cpu/x86_intrinsics.h"
-
 #include "kernels/cpu/simd_x86.h"
+#include "kernels/cpu/x86_intrinsics.h"
 #endif
 
 namespace moeserve::kernels::cpu {
@@ -16,27 +15,43 @@ namespace {
 // Weight rows per tile, as MatMulBf16.
 constexpr int64_t kTileRows = 4;
 
-// Rows of `a` then rows of `b`, all with the same k and group.
+// One weight row: its nibbles, scales and zero points (null: all 8).
+struct Row {
+  const uint8_t* q;
+  const uint16_t* s;
+  const uint8_t* z;
+};
+
+// Rows of `a` then rows of `b`, all with the same k, group, scale type and
+// zero-point presence.
 struct Stacked {
   const Int4Matrix& a;
   const Int4Matrix* b;
   int64_t k() const { return a.cols; }
   int64_t group() const { return a.group; }
-  const uint8_t* q(int64_t j) const {
-    return j < a.rows ? a.q + j * (k() / 2) : b->q + (j - a.rows) * (k() / 2);
-  }
-  const bf16* scales(int64_t j) const {
-    const int64_t g = k() / group();
-    return j < a.rows ? a.scales + j * g : b->scales + (j - a.rows) * g;
+  Int4ScaleType scale_type() const { return a.scale_type; }
+  Row row(int64_t j) const {
+    const Int4Matrix& w = j < a.rows ? a : *b;
+    const int64_t i = j < a.rows ? j : j - a.rows, g = k() / group();
+    return {w.q + i * (k() / 2), w.scales + i * g,
+            w.zeros != nullptr ? w.zeros + i * g : nullptr};
   }
 };
 
-// Dequantised column c of a weight row (q bytes, scales of that row).
-inline float WeightAt(const uint8_t* q, const bf16* s, int64_t group,
-                      int64_t c) {
-  const uint8_t byte = q[c / 2];
-  const int v = (c % 2 == 0 ? byte & 0xf : byte >> 4) - 8;
-  return static_cast<float>(v) * Bf16ToFloat(s[c / group]);
+// Scale and zero point of group g of a weight row.
+inline float ScaleOf(const Row& w, Int4ScaleType t, int64_t g) {
+  return Int4ScaleToFloat(w.s[g], t);
+}
+inline int ZeroOf(const Row& w, int64_t g) {
+  return w.z != nullptr ? w.z[g] : kInt4ImplicitZero;
+}
+
+// Dequantised column c of a weight row: (u - z) * scale.
+inline float WeightAt(const Row& w, Int4ScaleType t, int64_t group, int64_t c) {
+  const uint8_t byte = w.q[c / 2];
+  const int u = c % 2 == 0 ? byte & 0xf : byte >> 4;
+  return static_cast<float>(u - ZeroOf(w, c / group)) *
+         ScaleOf(w, t, c / group);
 }
 
 // ---- Portable scalar kernel ------------------------------------------------
@@ -59,9 +74,10 @@ void ColsScalar(const float* x, int64_t m, const Stacked& w, int64_t n,
   const int64_t k = w.k();
   std::vector<float> row(k);  // One dequantised weight row.
   for (int64_t j = j0; j < j1; ++j) {
-    const uint8_t* q = w.q(j);
-    const bf16* s = w.scales(j);
-    for (int64_t c = 0; c < k; ++c) row[c] = WeightAt(q, s, w.group(), c);
+    const Row wj = w.row(j);
+    for (int64_t c = 0; c < k; ++c) {
+      row[c] = WeightAt(wj, w.scale_type(), w.group(), c);
+    }
     for (int64_t r = 0; r < m; ++r)
       y[r * n + j] = DotF32(x + r * k, row.data(), k);
   }
@@ -80,30 +96,38 @@ MOESERVE_AVX2 inline __m128i Nibbles16Avx2(const uint8_t* p) {
 }
 
 // y[MR rows, NR cols] for x rows x[0..MR) (row stride k) and the NR weight
-// rows q[j] / s[j]. Per group: w = q_stored * s - 8 s (exact) by one FMA,
-// then fp32 FMA into the accumulators; group columns past the last multiple
-// of 16 go to a scalar tail.
+// rows w[j]. Per group: w = u * s - z s by one FMA (z s is exact: a 5-bit
+// integer times an 11-bit significand, so the FMA rounds (u - z) s, itself
+// exact, once: no rounding at all), then fp32 FMA into the accumulators;
+// group columns past the last multiple of 16 go to a scalar tail. The scale
+// (bf16 or fp16) is decoded once per group and row, exactly, in scalar code:
+// a few instructions against the group's 16+ columns of FMAs.
 template <int MR, int NR>
 MOESERVE_AVX2 void TileAvx2(const float* x, int64_t k, int64_t group,
-                            const uint8_t* const* q, const bf16* const* s,
-                            float* y, int64_t ldy) {
+                            Int4ScaleType st, const Row* w, float* y,
+                            int64_t ldy) {
   __m256 acc[MR][NR];
   float tail[MR][NR] = {};
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm256_setzero_ps();
   for (int64_t g0 = 0; g0 < k; g0 += group) {
     const int64_t g1 = g0 + group;
+    __m256 sv[NR], off[NR];
+    for (int j = 0; j < NR; ++j) {
+      const float sc = ScaleOf(w[j], st, g0 / group);
+      sv[j] = _mm256_set1_ps(sc);
+      off[j] =
+          _mm256_set1_ps(static_cast<float>(-ZeroOf(w[j], g0 / group)) * sc);
+    }
     int64_t c = g0;
     for (; c + 16 <= g1; c += 16) {
       for (int j = 0; j < NR; ++j) {
-        const float sc = Bf16ToFloat(s[j][g0 / group]);
-        const __m256 sv = _mm256_set1_ps(sc), off = _mm256_set1_ps(-8 * sc);
-        const __m128i nib = Nibbles16Avx2(q[j] + c / 2);
+        const __m128i nib = Nibbles16Avx2(w[j].q + c / 2);
         const __m256 w0 = _mm256_fmadd_ps(
-            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nib)), sv, off);
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nib)), sv[j], off[j]);
         const __m256 w1 = _mm256_fmadd_ps(
             _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nib, 8))),
-            sv, off);
+            sv[j], off[j]);
         for (int r = 0; r < MR; ++r) {
           acc[r][j] =
               _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * k + c), acc[r][j]);
@@ -114,8 +138,8 @@ MOESERVE_AVX2 void TileAvx2(const float* x, int64_t k, int64_t group,
     }
     for (; c < g1; ++c) {
       for (int j = 0; j < NR; ++j) {
-        const float w = WeightAt(q[j], s[j], group, c);
-        for (int r = 0; r < MR; ++r) tail[r][j] += x[r * k + c] * w;
+        const float wc = WeightAt(w[j], st, group, c);
+        for (int r = 0; r < MR; ++r) tail[r][j] += x[r * k + c] * wc;
       }
     }
   }
@@ -127,7 +151,7 @@ MOESERVE_AVX2 void TileAvx2(const float* x, int64_t k, int64_t group,
 }
 
 // AVX-512: a 16-entry table per group and weight row holds the 16 possible
-// weights (n - 8) * scale, exact in fp32; vpermps looks the weights up by the
+// weights (n - z) * scale, exact in fp32; vpermps looks the weights up by the
 // nibbles directly. 8 bytes (16 columns) broadcast to the 32-bit lanes give
 // lo, hi, lo, hi, ...; shifting lane 2i and 2i+1 right by 4i leaves column i
 // and column 8 + i in their low 4 bits, which are all vpermps reads. So the
@@ -157,41 +181,45 @@ void PermuteForAvx512(const float* x, int64_t m, int64_t k, int64_t group,
 
 template <int MR, int NR>
 MOESERVE_AVX512 void TileAvx512(const float* xp, int64_t k, int64_t group,
-                                const uint8_t* const* q, const bf16* const* s,
-                                float* y, int64_t ldy) {
+                                Int4ScaleType st, const Row* w, float* y,
+                                int64_t ldy) {
   __m512 acc[MR][NR];
   float tail[MR][NR] = {};
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
-  const __m512 levels =
-      _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512 nibbles =
+      _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20,
                                            20, 24, 24, 28, 28);
   for (int64_t g0 = 0; g0 < k; g0 += group) {
     const int64_t g1 = g0 + group;
     __m512 table[NR];
     for (int j = 0; j < NR; ++j) {
+      // (n - z) is an exact small integer; times the scale, exact.
+      const __m512 levels = _mm512_sub_ps(
+          nibbles,
+          _mm512_set1_ps(static_cast<float>(ZeroOf(w[j], g0 / group))));
       table[j] =
-          _mm512_mul_ps(levels, _mm512_set1_ps(Bf16ToFloat(s[j][g0 / group])));
+          _mm512_mul_ps(levels, _mm512_set1_ps(ScaleOf(w[j], st, g0 / group)));
     }
     int64_t c = g0;
     for (; c + 16 <= g1; c += 16) {
       for (int j = 0; j < NR; ++j) {
         uint64_t bytes;
-        std::memcpy(&bytes, q[j] + c / 2, sizeof(bytes));
+        std::memcpy(&bytes, w[j].q + c / 2, sizeof(bytes));
         const __m512i idx = _mm512_srlv_epi32(
             _mm512_set1_epi64(static_cast<long long>(bytes)), shifts);
-        const __m512 w = _mm512_permutexvar_ps(idx, table[j]);
+        const __m512 wv = _mm512_permutexvar_ps(idx, table[j]);
         for (int r = 0; r < MR; ++r) {
           acc[r][j] =
-              _mm512_fmadd_ps(w, _mm512_loadu_ps(xp + r * k + c), acc[r][j]);
+              _mm512_fmadd_ps(wv, _mm512_loadu_ps(xp + r * k + c), acc[r][j]);
         }
       }
     }
     for (; c < g1; ++c) {
       for (int j = 0; j < NR; ++j) {
-        const float w = WeightAt(q[j], s[j], group, c);
-        for (int r = 0; r < MR; ++r) tail[r][j] += xp[r * k + c] * w;
+        const float wc = WeightAt(w[j], st, group, c);
+        for (int r = 0; r < MR; ++r) tail[r][j] += xp[r * k + c] * wc;
       }
     }
   }
@@ -205,57 +233,52 @@ MOESERVE_AVX512 void TileAvx512(const float* xp, int64_t k, int64_t group,
 // All rows [r0, r1) of x against NR weight rows, MR rows at a time.
 template <int NR>
 MOESERVE_AVX2 void RowsAvx2(const float* x, int64_t r0, int64_t r1, int64_t k,
-                            int64_t group, const uint8_t* const* q,
-                            const bf16* const* s, float* y, int64_t ldy) {
+                            int64_t group, Int4ScaleType st, const Row* w,
+                            float* y, int64_t ldy) {
   int64_t r = r0;
   for (; r + 2 <= r1; r += 2) {
-    TileAvx2<2, NR>(x + r * k, k, group, q, s, y + r * ldy, ldy);
+    TileAvx2<2, NR>(x + r * k, k, group, st, w, y + r * ldy, ldy);
   }
-  if (r < r1) TileAvx2<1, NR>(x + r * k, k, group, q, s, y + r * ldy, ldy);
+  if (r < r1) TileAvx2<1, NR>(x + r * k, k, group, st, w, y + r * ldy, ldy);
 }
 
 template <int NR>
 MOESERVE_AVX512 void RowsAvx512(const float* x, int64_t r0, int64_t r1,
-                                int64_t k, int64_t group,
-                                const uint8_t* const* q, const bf16* const* s,
-                                float* y, int64_t ldy) {
+                                int64_t k, int64_t group, Int4ScaleType st,
+                                const Row* w, float* y, int64_t ldy) {
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
-    TileAvx512<4, NR>(x + r * k, k, group, q, s, y + r * ldy, ldy);
+    TileAvx512<4, NR>(x + r * k, k, group, st, w, y + r * ldy, ldy);
   }
   for (; r + 2 <= r1; r += 2) {
-    TileAvx512<2, NR>(x + r * k, k, group, q, s, y + r * ldy, ldy);
+    TileAvx512<2, NR>(x + r * k, k, group, st, w, y + r * ldy, ldy);
   }
-  if (r < r1) TileAvx512<1, NR>(x + r * k, k, group, q, s, y + r * ldy, ldy);
+  if (r < r1) TileAvx512<1, NR>(x + r * k, k, group, st, w, y + r * ldy, ldy);
 }
 
 // Columns [j0, j1) of y for every row of x, on the kernel of `isa`.
 void ColsSimd(Isa isa, const float* x, int64_t m, const Stacked& w, int64_t n,
               float* y, int64_t j0, int64_t j1) {
   const int64_t k = w.k(), group = w.group();
+  const Int4ScaleType st = w.scale_type();
   for (int64_t r0 = 0; r0 < m; r0 += kRowBlock) {
     const int64_t r1 = std::min(m, r0 + kRowBlock);
     int64_t j = j0;
     for (; j + kTileRows <= j1; j += kTileRows) {
-      const uint8_t* q[kTileRows];
-      const bf16* s[kTileRows];
-      for (int t = 0; t < kTileRows; ++t) {
-        q[t] = w.q(j + t);
-        s[t] = w.scales(j + t);
-      }
+      Row rows[kTileRows];
+      for (int t = 0; t < kTileRows; ++t) rows[t] = w.row(j + t);
       if (isa == Isa::kAvx512) {
-        RowsAvx512<kTileRows>(x, r0, r1, k, group, q, s, y + j, n);
+        RowsAvx512<kTileRows>(x, r0, r1, k, group, st, rows, y + j, n);
       } else {
-        RowsAvx2<kTileRows>(x, r0, r1, k, group, q, s, y + j, n);
+        RowsAvx2<kTileRows>(x, r0, r1, k, group, st, rows, y + j, n);
       }
     }
     for (; j < j1; ++j) {
-      const uint8_t* q[1] = {w.q(j)};
-      const bf16* s[1] = {w.scales(j)};
+      const Row rows[1] = {w.row(j)};
       if (isa == Isa::kAvx512) {
-        RowsAvx512<1>(x, r0, r1, k, group, q, s, y + j, n);
+        RowsAvx512<1>(x, r0, r1, k, group, st, rows, y + j, n);
       } else {
-        RowsAvx2<1>(x, r0, r1, k, group, q, s, y + j, n);
+        RowsAvx2<1>(x, r0, r1, k, group, st, rows, y + j, n);
       }
     }
   }
