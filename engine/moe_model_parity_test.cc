@@ -82,9 +82,23 @@ class ParityTest : public ::testing::TestWithParam<std::string> {
 // case, 2026-11-27), so a kernel that loses precision fails while a change
 // of summation order does not. The opt-in bf16 kernels are not held to it.
 constexpr float kTolerance = 1e-4f;
+// Quantized checkpoints (tools/demo_model/make_quantized.py): the reference
+// runs on the exact fp32 dequantized weights, while moeserve serves the
+// non-expert Linear layers (and the F16 tensors of GPTQ/AWQ checkpoints)
+// in bf16, each value rounded once (engine/quant/expert_codec.h); the
+// experts are computed from their stored form exactly (the kernels'
+// differential tests). Measured: at most 6.3e-4 of max|logit| (2026-11-27);
+// this bound is 3x that, and the greedy tokens must still match.
+constexpr float kQuantizedTolerance = 2e-3f;
+
+float ToleranceFor(const std::string& fixture) {
+  return fixture.find("_fg_") != std::string::npos ? kQuantizedTolerance
+                                                   : kTolerance;
+}
 
 void ExpectLogitsClose(const std::vector<float>& got, const float* want,
-                       int64_t n, const std::string& what) {
+                       int64_t n, const std::string& what,
+                       float tolerance = kTolerance) {
   float max_abs = 0, max_diff = 0;
   for (int64_t i = 0; i < n; ++i) {
     max_abs = std::max(max_abs, std::fabs(want[i]));
@@ -97,16 +111,18 @@ void ExpectLogitsClose(const std::vector<float>& got, const float* want,
               relative);
   ::testing::Test::RecordProperty("max_relative_logit_error_" + what,
                                   std::to_string(relative));
-  EXPECT_LE(max_diff, kTolerance * max_abs)
+  EXPECT_LE(max_diff, tolerance * max_abs)
       << what << ": max|diff| " << max_diff << " vs max|logit| " << max_abs;
 }
 
 TEST_P(ParityTest, LastLogitsAndGreedyTokensMatchReference) {
+  size_t compared_total = 0, greedy_total = 0;
   for (const Case& c : golden_.cases) {
     BlockTable table;
     std::vector<float> logits = Prefill(c.prompt, &table, c.prompt.size());
     ASSERT_EQ(static_cast<int64_t>(logits.size()), vocab());
-    ExpectLogitsClose(logits, c.logits.data(), vocab(), c.name);
+    ExpectLogitsClose(logits, c.logits.data(), vocab(), c.name,
+                      ToleranceFor(GetParam()));
 
     std::vector<int32_t> generated;
     int64_t pos = static_cast<int64_t>(c.prompt.size());
@@ -118,9 +134,31 @@ TEST_P(ParityTest, LastLogitsAndGreedyTokensMatchReference) {
       ASSERT_TRUE(model_->Forward({&step, 1}, cache_.get(), &logits).ok());
       ++pos;
     }
-    EXPECT_EQ(generated, c.greedy) << c.name;
+    // Identical up to the first near-tie of the reference (a margin below
+    // twice the logit tolerance), where a rounding difference within the
+    // tolerance may legitimately pick the other token; every fixture has
+    // Most steps are compared (checked after the loop).
+    size_t compared = c.greedy.size();
+    float max_abs = 0;
+    for (int64_t i = 0; i < vocab(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(c.logits[i]));
+    }
+    const float tie = 2 * ToleranceFor(GetParam()) * max_abs;
+    for (size_t i = 0; i < c.greedy_margins.size() && i < compared; ++i) {
+      if (c.greedy_margins[i] < tie) compared = i;
+    }
+    compared_total += compared;
+    greedy_total += c.greedy.size();
+    EXPECT_EQ(
+        std::vector<int32_t>(generated.begin(), generated.begin() + compared),
+        std::vector<int32_t>(c.greedy.begin(), c.greedy.begin() + compared))
+        << c.name << ": first " << compared << " greedy tokens";
     cache_->Release(&table);
   }
+  std::printf("greedy tokens compared: %zu of %zu\n", compared_total,
+              greedy_total);
+  EXPECT_GE(2 * compared_total, greedy_total)
+      << "near-ties cut off more than half of the greedy tokens";
 }
 
 TEST_P(ParityTest, BatchedAndChunkedPrefillMatchOneByOne) {
@@ -137,13 +175,14 @@ TEST_P(ParityTest, BatchedAndChunkedPrefillMatchOneByOne) {
     ExpectLogitsClose(std::vector<float>(logits.begin() + i * vocab(),
                                          logits.begin() + (i + 1) * vocab()),
                       golden_.cases[i].logits.data(), vocab(),
-                      "batched " + golden_.cases[i].name);
+                      "batched " + golden_.cases[i].name,
+                      ToleranceFor(GetParam()));
     cache_->Release(&tables[i]);
   }
   for (const Case& c : golden_.cases) {
     BlockTable table;
     ExpectLogitsClose(Prefill(c.prompt, &table, 3), c.logits.data(), vocab(),
-                      "chunked " + c.name);
+                      "chunked " + c.name, ToleranceFor(GetParam()));
     cache_->Release(&table);
   }
 }
@@ -151,7 +190,10 @@ TEST_P(ParityTest, BatchedAndChunkedPrefillMatchOneByOne) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest,
                          ::testing::Values("mixtral_demo", "mixtral_tiny",
                                            "qwen2_moe", "qwen3_moe", "olmoe",
-                                           "qwen3_demo_fg", "qwen3_demo_draft"),
+                                           "qwen3_demo_fg", "qwen3_demo_draft",
+                                           "qwen3_demo_fg_gptq_asym",
+                                           "qwen3_demo_fg_awq",
+                                           "qwen3_demo_fg_ct_w4a16"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -218,5 +218,31 @@ std::vector<Params> Cases() {
 INSTANTIATE_TEST_SUITE_P(Matrix, PolicyInvarianceTest,
                          ::testing::ValuesIn(Cases()), Name);
 
+// Quantized checkpoints (issue 31; tools/demo_model/make_quantized.py): the
+// experts stay int4 / fp8 in the slow tier, move so over the link and are
+// computed from that form, so the invariant must hold for them too. Every
+// policy with every budget, models paired with each; the host slow tier
+// only (their experts exist in memory, not as BF16 in the files).
+std::vector<Params> QuantizedCases() {
+  const std::vector<std::string> models = {
+      "qwen3_demo_fg_gptq_asym", "qwen3_demo_fg_awq", "qwen3_demo_fg_ct_w4a16"};
+  const std::vector<std::string> policies = engine::RegisteredPolicies();
+  const std::vector<std::string> budgets = {"layer", "25%"};
+  std::vector<Params> cases;
+  for (const std::vector<int>& row :
+       testing::PairwiseRows({static_cast<int>(models.size()),
+                              static_cast<int>(policies.size()), 2, 2},
+                             /*full=*/{1, 2})) {
+    for (const char* where : {"cpu", "cpu_dev", "cuda"}) {
+      cases.emplace_back(models[row[0]], policies[row[1]], budgets[row[2]],
+                         row[3] == 1, "host", where);
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Quantized, PolicyInvarianceTest,
+                         ::testing::ValuesIn(QuantizedCases()), Name);
+
 }  // namespace
 }  // namespace moeserve

@@ -3,9 +3,11 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "engine/quant/int4_import.h"
 #include "engine/quant/tensor_convert.h"
 
 namespace moeserve::engine::quant {
@@ -47,6 +49,34 @@ absl::StatusOr<const TensorInfo*> FindFloat(const ShardedSafetensors& files,
   return t;
 }
 
+const TensorInfo* FindOrNull(const ShardedSafetensors& files,
+                             const std::string& name) {
+  std::optional<ShardedSafetensors::Located> loc = files.Find(name);
+  return loc ? loc->info : nullptr;
+}
+
+// "model.layers.0.mlp.experts.3.gate_proj" from its ".weight" tensor name.
+std::string ModuleOf(const std::string& weight_name) {
+  constexpr absl::string_view kWeight = ".weight";
+  if (absl::EndsWith(weight_name, kWeight)) {
+    return weight_name.substr(0, weight_name.size() - kWeight.size());
+  }
+  return weight_name;
+}
+
+bool IsInt4Method(QuantMethod m) {
+  return m == QuantMethod::kGptq || m == QuantMethod::kAwq ||
+         m == QuantMethod::kInt4Compressed;
+}
+
+// Bytes of one part of an int4 expert: nibbles, scales and zero points.
+size_t Int4PartBytes(const kernels::Int4ExpertLayout& l, int64_t rows,
+                     int64_t cols, int64_t group) {
+  const int64_t groups = rows * (cols / group);
+  return static_cast<size_t>(rows * cols / 2 + groups * 2 +
+                             (l.has_zeros ? groups : 0));
+}
+
 }  // namespace
 
 const char* ExpertFormatName(ExpertFormat f) {
@@ -69,8 +99,12 @@ absl::StatusOr<ExpertCodec> ExpertCodec::Create(
   const int64_t hidden = config.hidden_size;
   const quant::QuantizationConfig& q = config.quantization;
   const ExpertTensorNames first = config.architecture->ExpertNames(0, 0);
-  if (!q.quantized() || q.IsUnquantized(first.gate.substr(
-                            0, first.gate.size() - 7 /* ".weight" */))) {
+  // An expert stored as a plain float weight (an unquantized checkpoint, or
+  // experts a quantized one left out) is bf16.
+  const TensorInfo* plain = FindOrNull(files, first.gate);
+  if (!q.quantized() || q.IsUnquantized(ModuleOf(first.gate)) ||
+      (plain != nullptr &&
+       (plain->dtype == DType::kBF16 || plain->dtype == DType::kF16))) {
     MOESERVE_ASSIGN_OR_RETURN(const TensorInfo* t,
                               FindFloat(files, first.gate, {ffn, hidden}));
     c.format_ = ExpertFormat::kBf16;
@@ -81,6 +115,26 @@ absl::StatusOr<ExpertCodec> ExpertCodec::Create(
     c.parts_[1] = {RoundUp(matrix), matrix};
     c.parts_[2] = {2 * RoundUp(matrix), matrix};
     c.blob_bytes_ = 3 * RoundUp(matrix);
+    return c;
+  }
+  if (IsInt4Method(q.method)) {
+    auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+    MOESERVE_ASSIGN_OR_RETURN(
+        Int4LinearTensors t,
+        FindInt4LinearTensors(q, ModuleOf(first.gate), find));
+    MOESERVE_ASSIGN_OR_RETURN(kernels::Int4ScaleType scale_type,
+                              Int4ScaleTypeFor(*t.scales));
+    MOESERVE_ASSIGN_OR_RETURN(kernels::Int4ExpertLayout layout,
+                              Int4CheckpointLayout(q, hidden, ffn, scale_type));
+    c.format_ = ExpertFormat::kInt4;
+    c.int4_ = layout;
+    c.blob_bytes_ = static_cast<size_t>(layout.bytes);
+    c.parts_[0] = {static_cast<size_t>(layout.gate_q),
+                   Int4PartBytes(layout, ffn, hidden, layout.group_in)};
+    c.parts_[1] = {static_cast<size_t>(layout.up_q),
+                   Int4PartBytes(layout, ffn, hidden, layout.group_in)};
+    c.parts_[2] = {static_cast<size_t>(layout.down_q),
+                   Int4PartBytes(layout, hidden, ffn, layout.group_out)};
     return c;
   }
   return absl::UnimplementedError(
@@ -118,6 +172,20 @@ absl::Status ExpertCodec::Pack(const ShardedSafetensors& files,
     }
     return absl::OkStatus();
   }
+  if (format_ == ExpertFormat::kInt4) {
+    const QuantizationConfig& q = config_->quantization;
+    auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+    const std::pair<const std::string*, kernels::Int4Part> parts[] = {
+        {&names.gate, kernels::Int4Part::kGate},
+        {&names.up, kernels::Int4Part::kUp},
+        {&names.down, kernels::Int4Part::kDown}};
+    for (const auto& [name, part] : parts) {
+      MOESERVE_ASSIGN_OR_RETURN(
+          Int4LinearTensors t, FindInt4LinearTensors(q, ModuleOf(*name), find));
+      MOESERVE_RETURN_IF_ERROR(ImportInt4ExpertPart(q, t, *int4_, part, dst));
+    }
+    return absl::OkStatus();
+  }
   return absl::UnimplementedError("expert format not loadable yet");
 }
 
@@ -133,6 +201,16 @@ absl::Status LoadAsBf16(const ShardedSafetensors& files,
                               FindFloat(files, spec.name, spec.shape));
     out->resize(n);
     return CopyAsBf16(*t, out->data());
+  }
+  const QuantizationConfig& q = config.quantization;
+  if (q.quantized() && IsInt4Method(q.method) && spec.shape.size() == 2) {
+    auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+    MOESERVE_ASSIGN_OR_RETURN(
+        Int4LinearTensors t,
+        FindInt4LinearTensors(q, ModuleOf(spec.name), find));
+    out->resize(n);
+    return DequantizeInt4Linear(q, t, spec.shape[0], spec.shape[1],
+                                out->data());
   }
   if (config.quantization.quantized()) {
     return absl::UnimplementedError(

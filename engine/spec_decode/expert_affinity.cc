@@ -124,11 +124,13 @@ absl::StatusOr<ExpertAffinity> ExpertAffinity::Compute(
                           0.0f);
   const size_t matrix_bytes = static_cast<size_t>(hidden * ffn * 2);
   std::vector<ExpertMatrices> experts(e_count);
+  // A quantized checkpoint's experts, dequantized one layer at a time.
+  std::vector<std::vector<uint16_t>> dequantized(e_count);
   std::vector<double> sq;
   for (int layer = 0; layer < layers; ++layer) {
     for (int e = 0; e < e_count; ++e) {
-      absl::StatusOr<ExpertMatrices> m =
-          LocateExpertMatrices(weights, layer, e, matrix_bytes);
+      absl::StatusOr<ExpertMatrices> m = LocateExpertMatrices(
+          weights, layer, e, matrix_bytes, &dequantized[e]);
       if (!m.ok()) return m.status();
       experts[e] = *m;
     }

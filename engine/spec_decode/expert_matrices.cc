@@ -1,19 +1,55 @@
 #include "engine/spec_decode/expert_matrices.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "engine/architecture.h"
+#include "kernels/int4_expert.h"
+#include "kernels/tensor.h"
 
 namespace moeserve::engine::spec_decode {
 
 // Where expert (layer, e)'s matrices are: the packed blob, or the mmapped
 // file tensors when the model was loaded without packing.
-absl::StatusOr<ExpertMatrices> LocateExpertMatrices(const ModelWeights& weights,
-                                                    int layer, int e,
-                                                    size_t matrix_bytes) {
+absl::StatusOr<ExpertMatrices> LocateExpertMatrices(
+    const ModelWeights& weights, int layer, int e, size_t matrix_bytes,
+    std::vector<uint16_t>* storage) {
   const ExpertBlob& blob = weights.expert({layer, e});
+  if (weights.expert_format() == quant::ExpertFormat::kInt4) {
+    if (storage == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "expert (", layer, ", ", e, ") is ",
+          weights.expert_format_description(), ", not bf16 in memory"));
+    }
+    const kernels::Int4ExpertLayout& l = *weights.int4_layout();
+    const size_t values = matrix_bytes / 2;
+    if (static_cast<int64_t>(values) != l.hidden * l.ffn) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expert (", layer, ", ", e, "): int4 layout of ", l.hidden, " x ",
+          l.ffn, " is not ", matrix_bytes, " bytes of bf16 matrices"));
+    }
+    storage->resize(3 * values);
+    std::vector<float> row(std::max(l.hidden, l.ffn));
+    const kernels::Int4Part parts[] = {kernels::Int4Part::kGate,
+                                       kernels::Int4Part::kUp,
+                                       kernels::Int4Part::kDown};
+    ExpertMatrices m;
+    for (int k = 0; k < 3; ++k) {
+      const int64_t rows = k < 2 ? l.ffn : l.hidden;
+      const int64_t cols = k < 2 ? l.hidden : l.ffn;
+      uint16_t* dst = storage->data() + k * values;
+      for (int64_t r = 0; r < rows; ++r) {
+        kernels::DequantizeInt4ExpertRow(blob.data, l, parts[k], r, row.data());
+        for (int64_t c = 0; c < cols; ++c) {
+          dst[r * cols + c] = kernels::FloatToBf16(row[c]);
+        }
+      }
+      m.m[k] = reinterpret_cast<const std::byte*>(dst);
+    }
+    return m;
+  }
   if (blob.gate_bytes != matrix_bytes || blob.up_bytes != matrix_bytes ||
       blob.down_bytes != matrix_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

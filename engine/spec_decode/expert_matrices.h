@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstddef>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/model_weights.h"
@@ -18,10 +19,13 @@ struct ExpertMatrices {
 };
 
 // InvalidArgument when a matrix is not `matrix_bytes` (hidden x ffn bf16)
-// or cannot be read.
-absl::StatusOr<ExpertMatrices> LocateExpertMatrices(const ModelWeights& weights,
-                                                    int layer, int e,
-                                                    size_t matrix_bytes);
+// or cannot be read. The experts of a quantized checkpoint (int4) are
+// dequantized into `storage` (resized to the three matrices; each value
+// rounded to the nearest bf16) and the result points there; without
+// storage they are refused (FailedPrecondition naming the format).
+absl::StatusOr<ExpertMatrices> LocateExpertMatrices(
+    const ModelWeights& weights, int layer, int e, size_t matrix_bytes,
+    std::vector<uint16_t>* storage = nullptr);
 
 }  // namespace moeserve::engine::spec_decode
 

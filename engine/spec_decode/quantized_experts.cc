@@ -41,11 +41,20 @@ absl::Status QuantizeRange(const ModelWeights& weights,
     // The expert's bf16 matrices side by side: the packed layout
     // QuantizeExpertInt4 reads.
     std::vector<std::byte> packed(3 * matrix_bytes);
+    std::vector<uint16_t> dequantized;
     for (int64_t i = w; i < count; i += workers) {
       const int64_t index = first + i;
+      if (weights.int4_layout() != nullptr) {
+        // An int4 checkpoint: its own expert is the draft's, as it is.
+        const ExpertBlob& blob =
+            weights.expert({static_cast<int>(index / c.num_experts),
+                            static_cast<int>(index % c.num_experts)});
+        std::memcpy(out + i * layout.bytes, blob.data, layout.bytes);
+        continue;
+      }
       absl::StatusOr<ExpertMatrices> m = LocateExpertMatrices(
           weights, static_cast<int>(index / c.num_experts),
-          static_cast<int>(index % c.num_experts), matrix_bytes);
+          static_cast<int>(index % c.num_experts), matrix_bytes, &dequantized);
       if (!m.ok()) {
         errors[w] = m.status();
         return;
@@ -71,9 +80,13 @@ absl::Status QuantizeRange(const ModelWeights& weights,
 absl::StatusOr<std::unique_ptr<QuantizedExperts>> QuantizedExperts::Create(
     const ModelWeights& weights, kernels::Backend* backend, int threads) {
   const ModelConfig& c = weights.config();
+  // An int4 checkpoint drafts with its own experts in their own layout.
   MOESERVE_ASSIGN_OR_RETURN(
       kernels::Int4ExpertLayout layout,
-      kernels::MakeInt4ExpertLayout(c.hidden_size, c.expert_intermediate_size));
+      weights.int4_layout() != nullptr
+          ? absl::StatusOr<kernels::Int4ExpertLayout>(*weights.int4_layout())
+          : kernels::MakeInt4ExpertLayout(c.hidden_size,
+                                          c.expert_intermediate_size));
   const int64_t per_expert = layout.bytes;
   const int64_t experts =
       static_cast<int64_t>(c.num_hidden_layers) * c.num_experts;

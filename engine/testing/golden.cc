@@ -30,7 +30,8 @@ Golden ReadGolden(const std::string& fixture) {
     g.cases.push_back({c.at("name").get<std::string>(),
                        c.at("prompt_ids").get<std::vector<int32_t>>(),
                        c.at("last_logits").get<std::vector<float>>(),
-                       c.at("greedy_ids").get<std::vector<int32_t>>()});
+                       c.at("greedy_ids").get<std::vector<int32_t>>(),
+                       c.value("greedy_margins", std::vector<float>{})});
   }
   return g;
 }

@@ -15,6 +15,9 @@ struct GoldenCase {
   std::vector<int32_t> prompt;
   std::vector<float> logits;    // PyTorch's, after the last prompt token
   std::vector<int32_t> greedy;  // PyTorch's greedy continuation
+  // Top-1 minus top-2 logit at each greedy step (a near-tie may flip under
+  // a legitimate rounding difference).
+  std::vector<float> greedy_margins;
 };
 
 struct Golden {
