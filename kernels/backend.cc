@@ -13,7 +13,9 @@ absl::Status Backend::ExpertFfnGrouped(Stream& s, const GroupedExperts& call,
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfnGrouped(device(), call, workspace, out));
   const int64_t hidden = out.dim(1);
-  const int64_t ffn = call.int4 != nullptr ? call.int4->ffn : call.ffn;
+  const int64_t ffn = call.int4 != nullptr  ? call.int4->ffn
+                      : call.fp8 != nullptr ? call.fp8->ffn
+                                            : call.ffn;
   const int64_t pairs = call.rows.dim(0);
   float* gathered = workspace.data<float>();
   float* scratch = gathered + pairs * hidden;
@@ -33,6 +35,9 @@ absl::Status Backend::ExpertFfnGrouped(Stream& s, const GroupedExperts& call,
       Tensor b(blob, DType::kU8, {call.int4->bytes}, device());
       MOESERVE_RETURN_IF_ERROR(
           ExpertFfnInt4(s, in, b, *call.int4, ws, rows_out));
+    } else if (call.fp8 != nullptr) {
+      Tensor b(blob, DType::kU8, {call.fp8->bytes}, device());
+      MOESERVE_RETURN_IF_ERROR(ExpertFfnFp8(s, in, b, *call.fp8, ws, rows_out));
     } else {
       Tensor b(blob, DType::kBF16, {3 * ffn * hidden}, device());
       MOESERVE_RETURN_IF_ERROR(ExpertFfn(s, in, b, ffn, ws, rows_out));

@@ -36,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 
@@ -124,6 +125,10 @@ struct GroupedExperts {
   // Non-null: the blobs are int4 experts in this layout (as ExpertFfnInt4;
   // ffn is then layout->ffn and hidden layout->hidden).
   const Int4ExpertLayout* int4 = nullptr;
+  // Non-null: the blobs are fp8 experts in this layout (as ExpertFfnFp8;
+  // ffn is then layout->ffn and hidden layout->hidden). At most one of int4
+  // and fp8.
+  const Fp8ExpertLayout* fp8 = nullptr;
 };
 
 // Elements of the F32 workspace ExpertFfnGrouped needs for R pairs (any
@@ -272,12 +277,28 @@ class Backend {
                                      const Tensor& workspace,
                                      const Tensor& out) = 0;
 
+  // ExpertFfn with an fp8 expert (kernels/fp8_expert.h, an FP8 checkpoint's
+  // experts kept in FP8): out = (silu(x Wg^T) * (x Wu^T)) Wd^T with the
+  // dequantised weights Fp8E4M3ToFloat(q) * scale (one fp32 product) and
+  // fp32 accumulation. x F32[m, layout.hidden], blob U8[layout.bytes] (one
+  // expert in the layout's byte layout, 16-byte aligned), workspace F32
+  // with >= ExpertFfnWorkspaceElems(m, layout.ffn) elements (any shape),
+  // out F32[m, layout.hidden]. `layout` must be what MakeFp8ExpertLayout
+  // gives for its hidden, ffn and tile. Scales must be finite with
+  // |scale| < 2^120 (the importer, engine/quant/fp8_import.h, refuses
+  // others); a NaN weight code makes the outputs it reaches NaN.
+  virtual absl::Status ExpertFfnFp8(Stream& s, const Tensor& x,
+                                    const Tensor& blob,
+                                    const Fp8ExpertLayout& layout,
+                                    const Tensor& workspace,
+                                    const Tensor& out) = 0;
+
   // A layer's experts in one op (issue 30: launches per MoE layer do not
   // grow with the experts routed): for every group g and every r in its
   // range, out[r, :] = expert_g(x[rows[r], :]) exactly as ExpertFfn (or
-  // ExpertFfnInt4) computes it on those rows; rows of `out` outside every
-  // range are left as they are. out F32[R, hidden]; workspace F32 with >=
-  // GroupedExpertWorkspaceElems(R, ffn, hidden) elements. Each group's
+  // ExpertFfnInt4, ExpertFfnFp8) computes it on those rows; rows of `out`
+  // outside every range are left as they are. out F32[R, hidden]; workspace F32
+  // with >= GroupedExpertWorkspaceElems(R, ffn, hidden) elements. Each group's
   // blob must stay valid until the stream has passed the op.
   // The default runs GatherRows + ExpertFfn per group (any backend).
   virtual absl::Status ExpertFfnGrouped(Stream& s, const GroupedExperts& call,

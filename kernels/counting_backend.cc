@@ -238,6 +238,14 @@ absl::Status CountingBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   return inner_->ExpertFfnInt4(Launch(s), x, blob, layout, workspace, out);
 }
 
+absl::Status CountingBackend::ExpertFfnFp8(Stream& s, const Tensor& x,
+                                           const Tensor& blob,
+                                           const Fp8ExpertLayout& layout,
+                                           const Tensor& workspace,
+                                           const Tensor& out) {
+  return inner_->ExpertFfnFp8(Launch(s), x, blob, layout, workspace, out);
+}
+
 absl::Status CountingBackend::ExpertFfnGrouped(Stream& s,
                                                const GroupedExperts& call,
                                                const Tensor& workspace,

@@ -98,6 +98,10 @@ class CountingBackend final : public Backend {
                              const Int4ExpertLayout& layout,
                              const Tensor& workspace,
                              const Tensor& out) override;
+  absl::Status ExpertFfnFp8(Stream& s, const Tensor& x, const Tensor& blob,
+                            const Fp8ExpertLayout& layout,
+                            const Tensor& workspace,
+                            const Tensor& out) override;
   absl::Status ExpertFfnGrouped(Stream& s, const GroupedExperts& call,
                                 const Tensor& workspace,
                                 const Tensor& out) override;

@@ -268,6 +268,15 @@ absl::Status NullBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   return CheckExpertFfnInt4(Device::kCpu, x, blob, layout, workspace, out);
 }
 
+absl::Status NullBackend::ExpertFfnFp8(Stream& s, const Tensor& x,
+                                       const Tensor& blob,
+                                       const Fp8ExpertLayout& layout,
+                                       const Tensor& workspace,
+                                       const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  return CheckExpertFfnFp8(Device::kCpu, x, blob, layout, workspace, out);
+}
+
 absl::Status NullBackend::ExpertFfnGrouped(Stream& s,
                                            const GroupedExperts& call,
                                            const Tensor& workspace,

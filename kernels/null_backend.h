@@ -115,6 +115,10 @@ class NullBackend final : public Backend {
                              const Int4ExpertLayout& layout,
                              const Tensor& workspace,
                              const Tensor& out) override;
+  absl::Status ExpertFfnFp8(Stream& s, const Tensor& x, const Tensor& blob,
+                            const Fp8ExpertLayout& layout,
+                            const Tensor& workspace,
+                            const Tensor& out) override;
   // One check and no per-group launch (the base class's default would call
   // GatherRows and ExpertFfn once per group).
   absl::Status ExpertFfnGrouped(Stream& s, const GroupedExperts& call,

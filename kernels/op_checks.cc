@@ -353,11 +353,55 @@ absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
   return CheckExpertWorkspace(kOp, d, x, blob, workspace, out, m, ffn);
 }
 
+// The layout is what MakeFp8ExpertLayout gives for its shape and tile.
+absl::Status CheckFp8Layout(const char* op, const Fp8ExpertLayout& layout) {
+  absl::StatusOr<Fp8ExpertLayout> canonical = MakeFp8ExpertLayout(
+      layout.hidden, layout.ffn, layout.block_rows, layout.block_cols);
+  if (!canonical.ok()) {
+    return Invalid(op,
+                   absl::StrCat("fp8 layout: ", canonical.status().message()));
+  }
+  if (!(*canonical == layout)) {
+    return Invalid(op,
+                   "fp8 layout offsets are not those of its shape and tile "
+                   "(use MakeFp8ExpertLayout)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckExpertFfnFp8(Device d, const Tensor& x, const Tensor& blob,
+                               const Fp8ExpertLayout& layout,
+                               const Tensor& workspace, const Tensor& out) {
+  constexpr char kOp[] = "ExpertFfnFp8";
+  MOESERVE_RETURN_IF_ERROR(CheckFp8Layout(kOp, layout));
+  const int64_t hidden = layout.hidden, ffn = layout.ffn;
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, hidden}));
+  const int64_t m = x.dim(0);
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, blob, "blob", d, DType::kU8, {layout.bytes}));
+  if (reinterpret_cast<uintptr_t>(blob.raw()) % 16 != 0) {
+    return Invalid(kOp, "blob must be 16-byte aligned");
+  }
+  MOESERVE_RETURN_IF_ERROR(
+      CheckOperand(kOp, out, "out", d, DType::kF32, {m, hidden}));
+  return CheckExpertWorkspace(kOp, d, x, blob, workspace, out, m, ffn);
+}
+
 absl::Status CheckExpertFfnGrouped(Device d, const GroupedExperts& call,
                                    const Tensor& workspace, const Tensor& out) {
   constexpr char kOp[] = "ExpertFfnGrouped";
   int64_t hidden = 0, ffn = call.ffn;
-  if (call.int4 != nullptr) {
+  if (call.int4 != nullptr && call.fp8 != nullptr) {
+    return Invalid(kOp, "int4 and fp8 layouts both set");
+  }
+  if (call.fp8 != nullptr) {
+    MOESERVE_RETURN_IF_ERROR(CheckFp8Layout(kOp, *call.fp8));
+    hidden = call.fp8->hidden;
+    ffn = call.fp8->ffn;
+    MOESERVE_RETURN_IF_ERROR(
+        CheckOperand(kOp, call.x, "x", d, DType::kF32, {kAnyDim, hidden}));
+  } else if (call.int4 != nullptr) {
     const Int4ExpertLayout& layout = *call.int4;
     absl::StatusOr<Int4ExpertLayout> canonical = Int4ExpertLayoutWithGroups(
         layout.hidden, layout.ffn, layout.group_in, layout.group_out);
@@ -387,11 +431,11 @@ absl::Status CheckExpertFfnGrouped(Device d, const GroupedExperts& call,
     if (group.blob == nullptr) {
       return Invalid(kOp, absl::StrCat("group ", g, " has no blob"));
     }
-    if (call.int4 != nullptr &&
+    if ((call.int4 != nullptr || call.fp8 != nullptr) &&
         reinterpret_cast<uintptr_t>(group.blob) % 16 != 0) {
-      return Invalid(kOp, absl::StrCat("group ", g,
-                                       ": an int4 blob must be 16-byte "
-                                       "aligned"));
+      return Invalid(kOp, absl::StrCat("group ", g, ": an ",
+                                       call.fp8 != nullptr ? "fp8" : "int4",
+                                       " blob must be 16-byte aligned"));
     }
     if (group.count < 0 || group.begin < previous_end ||
         group.begin + group.count > pairs) {

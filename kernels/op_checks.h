@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/backend.h"
+#include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 
@@ -70,10 +71,16 @@ absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
 absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
                                 const Int4ExpertLayout& layout,
                                 const Tensor& workspace, const Tensor& out);
+// ExpertFfnFp8: also checks that `layout` is what MakeFp8ExpertLayout gives
+// for its hidden, ffn and tile, and that blob is 16-byte aligned.
+absl::Status CheckExpertFfnFp8(Device d, const Tensor& x, const Tensor& blob,
+                               const Fp8ExpertLayout& layout,
+                               const Tensor& workspace, const Tensor& out);
 // ExpertFfnGrouped: x, rows, out and workspace as documented; every group
-// with a non-null blob (16-byte aligned for int4), count >= 0 and a range
-// inside [0, R) starting at or after the previous group's end; int4 layout
-// as CheckExpertFfnInt4. Blob sizes are the caller's (they are pointers).
+// with a non-null blob (16-byte aligned for int4 and fp8), count >= 0 and a
+// range inside [0, R) starting at or after the previous group's end; int4
+// layout as CheckExpertFfnInt4, fp8 as CheckExpertFfnFp8, not both. Blob sizes
+// are the caller's (they are pointers).
 absl::Status CheckExpertFfnGrouped(Device d, const GroupedExperts& call,
                                    const Tensor& workspace, const Tensor& out);
 absl::Status CheckCombineExpertRows(Device d, const Tensor& x,

@@ -10,6 +10,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/host_memory.h"
+#include "kernels/cpu/matmul_fp8.h"
 #include "kernels/cpu/matmul_int4.h"
 #include "kernels/op_checks.h"
 
@@ -138,12 +139,22 @@ Isa ChooseInt4Isa(const CpuBackendOptions& options) {
   return isa;
 }
 
+// The fp8 kernels' variant: as the int4 ones, from BestFp8Isa.
+Isa ChooseFp8Isa(const CpuBackendOptions& options) {
+  if (!options.use_simd) return Isa::kScalar;
+  Isa isa = BestFp8Isa();
+  if (auto want = RequestedIsa(options)) isa = std::min(isa, *want);
+  if (!options.use_avx512) isa = std::min(isa, Isa::kAvx2);
+  return isa;
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
     : pool_(options.num_threads),
       isa_(ChooseIsa(options)),
-      int4_isa_(ChooseInt4Isa(options)) {}
+      int4_isa_(ChooseInt4Isa(options)),
+      fp8_isa_(ChooseFp8Isa(options)) {}
 
 std::string CpuBackend::name() const {
   return absl::StrCat("cpu-", IsaName(isa_), "-", pool_.num_threads(), "t");
@@ -400,6 +411,28 @@ absl::Status CpuBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   MatMulInt4(pool_, int4_isa_, x.data<float>(), m, gate, &up, gate_up);
   SiluMulRows(pool_, gate_up, 2 * ffn, gate_up + ffn, 2 * ffn, m, ffn, act);
   MatMulInt4(pool_, int4_isa_, act, m, down, nullptr, out.data<float>());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ExpertFfnFp8(Stream& s, const Tensor& x,
+                                      const Tensor& blob,
+                                      const Fp8ExpertLayout& layout,
+                                      const Tensor& workspace,
+                                      const Tensor& out) {
+  MOESERVE_RETURN_IF_ERROR(CheckStream(s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckExpertFfnFp8(Device::kCpu, x, blob, layout, workspace, out));
+  const int64_t m = x.dim(0), ffn = layout.ffn;
+  const auto* expert = static_cast<const std::byte*>(blob.raw());
+  const Fp8Matrix gate = Fp8ExpertPart(expert, layout, Fp8Part::kGate);
+  const Fp8Matrix up = Fp8ExpertPart(expert, layout, Fp8Part::kUp);
+  const Fp8Matrix down = Fp8ExpertPart(expert, layout, Fp8Part::kDown);
+  float* gate_up = workspace.data<float>();  // [m, 2 * ffn]
+  float* act = gate_up + m * 2 * ffn;        // [m, ffn]
+  // Gate and up stacked as one [2*ffn, hidden] weight: one pass, one split.
+  MatMulFp8(pool_, fp8_isa_, x.data<float>(), m, gate, &up, gate_up);
+  SiluMulRows(pool_, gate_up, 2 * ffn, gate_up + ffn, 2 * ffn, m, ffn, act);
+  MatMulFp8(pool_, fp8_isa_, act, m, down, nullptr, out.data<float>());
   return absl::OkStatus();
 }
 

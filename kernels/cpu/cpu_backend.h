@@ -5,7 +5,8 @@
 // that returns OK. Vectorised kernels are picked at runtime with a scalar
 // fallback, so the binary needs no -march flag: the bf16 matmul (MatMul,
 // ExpertFfn) has AVX2+FMA, AVX-512, AVX512_BF16 and AMX-BF16 variants
-// (matmul.h), the int4 expert FFN AVX2+FMA and AVX-512F ones (matmul_int4.h).
+// (matmul.h), the int4 expert FFN AVX2+FMA and AVX-512F ones (matmul_int4.h),
+// the fp8 expert FFN AVX2+F16C and AVX-512BW ones (matmul_fp8.h).
 //
 // Kernel variant: CpuBackendOptions::isa if set, else the environment
 // variable MOESERVE_CPU_KERNELS (read once per process) if set, else
@@ -41,11 +42,11 @@ struct CpuBackendOptions {
   // Use the best SIMD kernels the CPU supports; false forces the scalar ones
   // (tests compare both). Default: true.
   bool use_simd = true;
-  // With use_simd, let the int4 kernels use AVX-512F where the CPU has it;
-  // false caps them at AVX2 (tests compare both). Default: true.
+  // With use_simd, let the int4 and fp8 kernels use AVX-512 where the CPU
+  // has it; false caps them at AVX2 (tests compare both). Default: true.
   bool use_avx512 = true;
   // With use_simd, the bf16 kernels' variant (clamped to what the CPU has,
-  // silently); it also caps the int4 kernels. Default: unset
+  // silently); it also caps the int4 and fp8 kernels. Default: unset
   // (MOESERVE_CPU_KERNELS, else BestIsa()).
   std::optional<Isa> isa;
 };
@@ -62,9 +63,11 @@ class CpuBackend final : public Backend {
   std::string name() const override;
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream() override;
   // The kernels' instruction set: isa() for the bf16 ones (MatMul,
-  // ExpertFfn, ...), int4_isa() for ExpertFfnInt4.
+  // ExpertFfn, ...), int4_isa() for ExpertFfnInt4, fp8_isa() for
+  // ExpertFfnFp8.
   Isa isa() const { return isa_; }
   Isa int4_isa() const { return int4_isa_; }
+  Isa fp8_isa() const { return fp8_isa_; }
 
   // Memory API: host memory, memcpy at enqueue time, timestamp events.
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(int64_t bytes) override;
@@ -119,6 +122,10 @@ class CpuBackend final : public Backend {
                              const Int4ExpertLayout& layout,
                              const Tensor& workspace,
                              const Tensor& out) override;
+  absl::Status ExpertFfnFp8(Stream& s, const Tensor& x, const Tensor& blob,
+                            const Fp8ExpertLayout& layout,
+                            const Tensor& workspace,
+                            const Tensor& out) override;
   absl::Status CombineExpertRows(Stream& s, const Tensor& x,
                                  const Tensor& weights, const Tensor& pairs,
                                  const Tensor& y) override;
@@ -132,6 +139,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   Isa isa_;
   Isa int4_isa_;
+  Isa fp8_isa_;
 };
 
 }  // namespace moeserve::kernels::cpu

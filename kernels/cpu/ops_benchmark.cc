@@ -10,6 +10,9 @@
 //   BM_ExpertFfnInt4   the same expert quantized to int4 (int4_expert.h),
 //                      bytes = int4 expert bytes (q + scales); the label
 //                      names the int4 kernel's ISA
+//   BM_ExpertFfnFp8    the same expert quantized to fp8 e4m3 (fp8_expert.h),
+//                      bytes = fp8 expert bytes (q + F32 scales); the label
+//                      names the fp8 kernel's ISA and the scale tile
 //   BM_PagedAttention  one decode step's attention over a paged KV cache,
 //                      scalar vs the default variant (AVX2 vector exp)
 // Weights rotate through enough copies (>= 1 GiB) to defeat the L3 cache,
@@ -30,6 +33,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 
@@ -231,6 +235,50 @@ void BM_ExpertFfnInt4(benchmark::State& state) {
       absl::StrCat(backend.name(), " int4 ", IsaName(backend.int4_isa())));
 }
 
+// Arg tile: 0 = 128 x 128 blocks (the "fp8" method), 1 = per channel,
+// 2 = per tensor (compressed-tensors).
+void BM_ExpertFfnFp8(benchmark::State& state) {
+  const int64_t m = state.range(0), hidden = state.range(1),
+                ffn = state.range(2), tile = state.range(4);
+  CpuBackend backend({Threads(state.range(3)), true});
+  auto stream = *backend.CreateStream();
+  const int64_t br = tile == 0 ? 128 : tile == 1 ? 1 : kFp8Whole;
+  const int64_t bc = tile == 0 ? 128 : kFp8Whole;
+  absl::StatusOr<Fp8ExpertLayout> layout =
+      MakeFp8ExpertLayout(hidden, ffn, br, bc);
+  if (!layout.ok()) {
+    state.SkipWithError(std::string(layout.status().message()).c_str());
+    return;
+  }
+  // One quantized expert, copied to enough 64-byte aligned slots to defeat
+  // the L3 cache.
+  const int64_t bytes = layout->bytes;
+  const int64_t copies = std::max<int64_t>(1, kRotateBytes / bytes);
+  std::unique_ptr<Buffer> pool = *backend.Allocate(bytes * copies);
+  auto* base = static_cast<std::byte*>(pool->data());
+  QuantizeExpertFp8(RandomBf16(3 * ffn * hidden).data(), *layout, base);
+  for (int64_t c = 1; c < copies; ++c) {
+    std::memcpy(base + c * bytes, base, bytes);
+  }
+  std::vector<float> x(m * hidden, 0.5f), out(m * hidden);
+  std::vector<float> ws(ExpertFfnWorkspaceElems(m, ffn));
+  int64_t i = 0;
+  for (auto _ : state) {
+    absl::Status st = backend.ExpertFfnFp8(
+        *stream, Tensor(x.data(), DType::kF32, {m, hidden}),
+        Tensor(base + (i++ % copies) * bytes, DType::kU8, {bytes}), *layout,
+        Tensor(ws.data(), DType::kF32, {int64_t(ws.size())}),
+        Tensor(out.data(), DType::kF32, {m, hidden}));
+    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel(absl::StrCat(backend.name(), " fp8 ",
+                              IsaName(backend.fp8_isa()),
+                              tile == 0   ? " block128"
+                              : tile == 1 ? " channel"
+                                          : " tensor"));
+}
+
 // {m, k, n, threads (0 = all cores), isa (-1 = default)}: Qwen1.5-MoE-sized
 // (2048 x 1408) and Mixtral-sized (4096 x 14336) expert projections at
 // decode batch 1 and 8, with the default kernels.
@@ -275,6 +323,17 @@ BENCHMARK(BM_ExpertFfnInt4)
     ->Args({1, 4096, 14336, 1})
     ->Args({1, 4096, 14336, 0})
     ->Args({8, 4096, 14336, 0})
+    ->UseRealTime();
+// {m, hidden, ffn, threads, tile}: GB/s of fp8 bytes read at decode m = 1
+// (the shapes of BM_ExpertFfn and BM_ExpertFfnInt4), and m = 8.
+BENCHMARK(BM_ExpertFfnFp8)
+    ->Args({1, 2048, 1408, 0, 0})
+    ->Args({1, 2048, 1408, 0, 1})
+    ->Args({1, 4096, 14336, 1, 0})
+    ->Args({1, 4096, 14336, 0, 0})
+    ->Args({1, 4096, 14336, 0, 1})
+    ->Args({1, 4096, 14336, 0, 2})
+    ->Args({8, 4096, 14336, 0, 0})
     ->UseRealTime();
 // {ctx, seqs, heads, kv_heads, head_dim, threads, isa}: the demo model's
 // attention (8 heads over 4, head_dim 32) at a 512-token context, one and 16

@@ -255,6 +255,35 @@ void ExpertFfnInt4(const Tensor& x, const Tensor& blob,
   product(act.data(), m, down, out.data<float>());
 }
 
+void ExpertFfnFp8(const Tensor& x, const Tensor& blob,
+                  const Fp8ExpertLayout& layout, const Tensor& out) {
+  const int64_t m = x.dim(0), ffn = layout.ffn;
+  const auto* expert = static_cast<const std::byte*>(blob.raw());
+  const Fp8Matrix gate = Fp8ExpertPart(expert, layout, Fp8Part::kGate);
+  const Fp8Matrix up = Fp8ExpertPart(expert, layout, Fp8Part::kUp);
+  const Fp8Matrix down = Fp8ExpertPart(expert, layout, Fp8Part::kDown);
+  // out[r, j] = sum_c in[r, c] * w(j, c), double accumulation.
+  auto product = [](const float* in, int64_t rows, const Fp8Matrix& w,
+                    float* res) {
+    for (int64_t j = 0; j < w.rows; ++j) {
+      for (int64_t r = 0; r < rows; ++r) {
+        double acc = 0;
+        for (int64_t c = 0; c < w.cols; ++c) {
+          acc += double{in[r * w.cols + c]} * Fp8At(w, j, c);
+        }
+        res[r * w.rows + j] = static_cast<float>(acc);
+      }
+    }
+  };
+  std::vector<float> g(m * ffn), u(m * ffn), act(m * ffn);
+  product(x.data<float>(), m, gate, g.data());
+  product(x.data<float>(), m, up, u.data());
+  SiluMul(Tensor(g.data(), DType::kF32, {m, ffn}),
+          Tensor(u.data(), DType::kF32, {m, ffn}),
+          Tensor(act.data(), DType::kF32, {m, ffn}));
+  product(act.data(), m, down, out.data<float>());
+}
+
 void Softmax(const Tensor& x, const Tensor& out) {
   const int64_t n = x.dim(0), v = x.dim(1);
   for (int64_t i = 0; i < n; ++i) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/backend.h"
+#include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
 
 namespace moeserve::kernels::cpu::ref {
@@ -42,6 +43,12 @@ void ExpertFfn(const Tensor& x, const Tensor& blob, int64_t ffn,
 // SiluMul as in ExpertFfn. blob U8[layout.bytes] on the host.
 void ExpertFfnInt4(const Tensor& x, const Tensor& blob,
                    const Int4ExpertLayout& layout, const Tensor& out);
+// ExpertFfnFp8 the long way: each fp8 weight dequantised (Fp8At: the
+// table's value times its tile's scale, one fp32 product), three
+// double-accumulated matrix products, gate and up rounded to fp32 before
+// SiluMul as in ExpertFfn. blob U8[layout.bytes] on the host.
+void ExpertFfnFp8(const Tensor& x, const Tensor& blob,
+                  const Fp8ExpertLayout& layout, const Tensor& out);
 void Softmax(const Tensor& x, const Tensor& out);
 void Argmax(const Tensor& x, const Tensor& out);
 

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/int4_checks.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
 #include "kernels/op_checks.h"
 
@@ -346,6 +347,35 @@ absl::Status CudaBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
                   "ExpertFfnInt4 down");
 }
 
+absl::Status CudaBackend::ExpertFfnFp8(Stream& s, const Tensor& x,
+                                       const Tensor& blob,
+                                       const Fp8ExpertLayout& layout,
+                                       const Tensor& workspace,
+                                       const Tensor& out) {
+  MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
+  MOESERVE_RETURN_IF_ERROR(
+      CheckExpertFfnFp8(Device::kCuda, x, blob, layout, workspace, out));
+  const int64_t m = x.dim(0), ffn = layout.ffn;
+  const auto* expert = static_cast<const std::byte*>(blob.raw());
+  const Fp8Matrix gate = Fp8ExpertPart(expert, layout, Fp8Part::kGate);
+  const Fp8Matrix up = Fp8ExpertPart(expert, layout, Fp8Part::kUp);
+  const Fp8Matrix down = Fp8ExpertPart(expert, layout, Fp8Part::kDown);
+  float* g = workspace.data<float>();  // [m, ffn]
+  float* u = g + m * ffn;              // [m, ffn]
+  float* act = u + m * ffn;            // [m, ffn]
+  auto gemv = [&](const float* in, const Fp8Matrix& w, float* res,
+                  const char* what) {
+    return FromCuda(LaunchMatMulFp8(in, m, w.cols, w.q, w.scales, w.tile_rows,
+                                    w.tile_cols, w.rows, res, st),
+                    what);
+  };
+  MOESERVE_RETURN_IF_ERROR(gemv(x.data<float>(), gate, g, "ExpertFfnFp8 gate"));
+  MOESERVE_RETURN_IF_ERROR(gemv(x.data<float>(), up, u, "ExpertFfnFp8 up"));
+  MOESERVE_RETURN_IF_ERROR(FromCuda(
+      LaunchSiluMul(g, ffn, u, ffn, m, ffn, act, st), "ExpertFfnFp8 silu"));
+  return gemv(act, down, out.data<float>(), "ExpertFfnFp8 down");
+}
+
 // Decode-sized experts (m < lt_min_m) take two grouped GEMV launches for
 // the whole call (gate/up, down) around one gather and one SiLU; an expert
 // with enough rows for cuBLASLt takes its own two GEMMs, as in ExpertFfn.
@@ -357,8 +387,9 @@ absl::Status CudaBackend::ExpertFfnGrouped(Stream& s,
   MOESERVE_ASSIGN_OR_RETURN(CudaStream * cs, OwnStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfnGrouped(Device::kCuda, call, workspace, out));
-  if (call.int4 != nullptr) {
-    // int4 experts (a draft's pool) go expert by expert for now.
+  if (call.int4 != nullptr || call.fp8 != nullptr) {
+    // int4 experts (a draft's pool) and fp8 experts go expert by expert for
+    // now.
     return Backend::ExpertFfnGrouped(s, call, workspace, out);
   }
   const int64_t pairs = call.rows.dim(0), hidden = out.dim(1);

@@ -123,6 +123,15 @@ class CudaBackend final : public Backend {
                              const Int4ExpertLayout& layout,
                              const Tensor& workspace,
                              const Tensor& out) override;
+  // gate and up: two fp8 GEMVs (LaunchMatMulFp8) into the workspace, then
+  // SiluMul, then the down GEMV; any tile. cuBLASLt's FP8 GEMM is not used
+  // (it would also need x in FP8): large m runs the same GEMV, 8 rows of x
+  // per pass over the weights.
+  absl::Status ExpertFfnFp8(Stream& s, const Tensor& x, const Tensor& blob,
+                            const Fp8ExpertLayout& layout,
+                            const Tensor& workspace,
+                            const Tensor& out) override;
+  // int4 and fp8 experts go through Backend::ExpertFfnGrouped (per expert).
   absl::Status ExpertFfnGrouped(Stream& s, const GroupedExperts& call,
                                 const Tensor& workspace,
                                 const Tensor& out) override;

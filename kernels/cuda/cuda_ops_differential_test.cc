@@ -34,6 +34,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_test_util.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 #include "kernels/testing/differential.h"
@@ -372,6 +373,141 @@ TEST_F(CudaOps, MatMulInt4) {
     CheckMatMulInt4(B(), S(), m, 4096, 256, 128, 0, rng);
     CheckMatMulInt4(B(), S(), m, 2048, 130, 64, 3, rng);  // Scalar.
     CheckMatMulInt4(B(), S(), m, 128, 5, 128, 1, rng);
+  }
+}
+
+// ----------------------------------------------------------- ExpertFfnFp8
+
+// A random expert quantized to fp8 on the host (fp8_expert.h) and copied to
+// the device; the op against ref::ExpertFfnFp8 on the host copy. The
+// dequantised weights are the CPU's bit for bit, so kTolDot.
+void CheckExpertFfnFp8(CudaBackend& b, Stream& s, int64_t m, int64_t hidden,
+                       int64_t ffn, int64_t br, int64_t bc, Rng& rng) {
+  SCOPED_TRACE(absl::StrCat("m=", m, " hidden=", hidden, " ffn=", ffn,
+                            " tile=", br, "x", bc));
+  absl::StatusOr<Fp8ExpertLayout> layout =
+      MakeFp8ExpertLayout(hidden, ffn, br, bc);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto w = rng.Bf16(3 * ffn * hidden, -0.1f, 0.1f);
+  auto blob = Zeros<uint8_t>(layout->bytes);
+  QuantizeExpertFp8(w.data(), *layout,
+                    reinterpret_cast<std::byte*>(blob.data()));
+  auto x = rng.F32(m * hidden);
+  std::vector<float> want(m * hidden);
+  ref::ExpertFfnFp8(H(x, {m, hidden}), H(blob, {layout->bytes}), *layout,
+                    H(want, {m, hidden}));
+  DeviceBuf<float> dx(x), dws(Nans(ExpertFfnWorkspaceElems(m, ffn)));
+  DeviceBuf<uint8_t> dblob(blob);
+  DeviceBuf<float> dout(Nans(m * hidden));
+  absl::Status st = b.ExpertFfnFp8(
+      s, dx.View({m, hidden}), dblob.View({layout->bytes}), *layout,
+      dws.View({ExpertFfnWorkspaceElems(m, ffn)}), dout.View({m, hidden}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(s.Synchronize().ok());
+  EXPECT_TRUE(Close(dout.ToHost(), want, kTolDot));
+}
+
+TEST_F(CudaOps, ExpertFfnFp8) {
+  Rng rng(31);
+  constexpr int64_t kWhole = kFp8Whole;
+  for (int64_t m : {1, 3, 8, 17}) {
+    CheckExpertFfnFp8(B(), S(), m, 256, 96, 128, 128, rng);   // demo, blocks
+    CheckExpertFfnFp8(B(), S(), m, 256, 96, 1, kWhole, rng);  // per channel
+    CheckExpertFfnFp8(B(), S(), m, 256, 96, kWhole, kWhole, rng);  // tensor
+    CheckExpertFfnFp8(B(), S(), m, 200, 300, 128, 128, rng);       // Partial.
+    CheckExpertFfnFp8(B(), S(), m, 52, 37, 16, 40, rng);  // Scalar path.
+  }
+  CheckExpertFfnFp8(B(), S(), 1, 2048, 1408, 128, 128, rng);   // Qwen
+  CheckExpertFfnFp8(B(), S(), 1, 4096, 14336, 128, 128, rng);  // Mixtral
+}
+
+// Every finite code through the kernel's decode, on both paths: x = the
+// identity, so out[r, j] is weight (j, r) alone, the CPU's value exactly.
+TEST_F(CudaOps, MatMulFp8DecodesEveryCodeExactly) {
+  for (auto [k, tile_cols] : {std::pair<int64_t, int64_t>{256, 128},
+                              {272, 136}}) {  // 136: the scalar path.
+    SCOPED_TRACE(absl::StrCat("k=", k, " tile_cols=", tile_cols));
+    const int64_t n = 6;
+    auto q = Zeros<uint8_t>(n * k);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < k; ++c) {
+        uint8_t code = static_cast<uint8_t>((c + 37 * j) % 256);
+        if ((code & 0x7f) == 0x7f) code = 0x41;
+        q[j * k + c] = code;
+      }
+    }
+    std::vector<float> scales = {0.0123f, -3.5f, 1e-30f, 7.0f};  // [2, 2]
+    auto x = Zeros<float>(k * k);
+    for (int64_t r = 0; r < k; ++r) x[r * k + r] = 1.0f;
+    DeviceBuf<uint8_t> dq(q);
+    DeviceBuf<float> dscales(scales), dx(x), dout(Nans(k * n));
+    ASSERT_EQ(
+        LaunchMatMulFp8(static_cast<const float*>(dx.data()), k, k,
+                        static_cast<const uint8_t*>(dq.data()),
+                        static_cast<const float*>(dscales.data()), 4, tile_cols,
+                        n, static_cast<float*>(dout.data()), nullptr),
+        0);
+    const std::vector<float> got = dout.ToHost();  // Synchronous copy.
+    const Fp8Matrix w{q.data(), scales.data(), n, k, 4, tile_cols};
+    for (int64_t r = 0; r < k; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(got[r * n + j], Fp8At(w, j, r))
+            << "weight (" << j << ", " << r << ") code " << int{q[j * k + r]};
+      }
+    }
+  }
+}
+
+// Grouped fp8 experts fall back to the per-expert op (Backend's default):
+// each row bit for bit what ExpertFfnFp8 gives it alone.
+TEST_F(CudaOps, ExpertFfnGroupedFp8MatchesPerExpert) {
+  Rng rng(32);
+  const int64_t hidden = 256, ffn = 96, n = 4;
+  absl::StatusOr<Fp8ExpertLayout> layout =
+      MakeFp8ExpertLayout(hidden, ffn, 128, 128);
+  ASSERT_TRUE(layout.ok());
+  auto blob = Zeros<uint8_t>(2 * layout->bytes);
+  for (int e = 0; e < 2; ++e) {
+    QuantizeExpertFp8(
+        rng.Bf16(3 * ffn * hidden, -0.1f, 0.1f).data(), *layout,
+        reinterpret_cast<std::byte*>(blob.data()) + e * layout->bytes);
+  }
+  auto x = rng.F32(n * hidden);
+  std::vector<int32_t> rows = {0, 2, 1, 2, 3};
+  const int64_t pairs = rows.size();
+  DeviceBuf<uint8_t> dblob(blob);
+  DeviceBuf<float> dx(x), dout(Nans(pairs * hidden)),
+      dws(Nans(GroupedExpertWorkspaceElems(pairs, ffn, hidden)));
+  DeviceBuf<int32_t> drows(rows);
+  auto* base = static_cast<const uint8_t*>(dblob.data());
+  const ExpertGroup groups[] = {{base, 0, 2}, {base + layout->bytes, 2, 3}};
+  GroupedExperts call;
+  call.x = dx.View({n, hidden});
+  call.rows = drows.View({pairs});
+  call.groups = groups;
+  call.fp8 = &*layout;
+  ASSERT_TRUE(B().ExpertFfnGrouped(S(), call,
+                                   dws.View({GroupedExpertWorkspaceElems(
+                                       pairs, ffn, hidden)}),
+                                   dout.View({pairs, hidden}))
+                  .ok());
+  ASSERT_TRUE(S().Synchronize().ok());
+  const std::vector<float> grouped = dout.ToHost();
+  for (int64_t p = 0; p < pairs; ++p) {
+    const ExpertGroup& g = groups[p < 2 ? 0 : 1];
+    DeviceBuf<float> xr(std::vector<float>(x.begin() + rows[p] * hidden,
+                                           x.begin() + (rows[p] + 1) * hidden));
+    DeviceBuf<float> one(Nans(hidden)), ws(Nans(3 * ffn));
+    Tensor b(const_cast<void*>(g.blob), DType::kU8, {layout->bytes},
+             Device::kCuda);
+    ASSERT_TRUE(B().ExpertFfnFp8(S(), xr.View({1, hidden}), b, *layout,
+                                 ws.View({3 * ffn}), one.View({1, hidden}))
+                    .ok());
+    ASSERT_TRUE(S().Synchronize().ok());
+    const std::vector<float> alone = one.ToHost();
+    EXPECT_TRUE(
+        std::equal(alone.begin(), alone.end(), grouped.begin() + p * hidden))
+        << "pair " << p;
   }
 }
 

@@ -37,6 +37,17 @@ int LaunchMatMulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w,
 int LaunchMatMulInt4(const float* x, int64_t m, int64_t k, const uint8_t* wq,
                      const uint16_t* scales, int64_t group, int64_t n,
                      float* out, Strm stream);
+// fp8 e4m3fn weights (CudaBackend::ExpertFfnFp8, the format of
+// kernels/fp8_expert.h): out[m, n] = x[m, k] * dequant(wq)[n, k]^T, fp32
+// accumulation. wq holds n rows of k e4m3 bytes; scales is the F32 grid
+// [ceil(n / tile_rows), ceil(k / tile_cols)]; value = e4m3(q) *
+// scales[j / tile_rows][c / tile_cols], one fp32 product (bit for bit the
+// CPU's dequantised weight). A warp per weight row; 16-byte loads when
+// 16 | k, 16 | tile_cols and wq, x are 16-byte aligned.
+// REQUIRES: tile_rows, tile_cols > 0.
+int LaunchMatMulFp8(const float* x, int64_t m, int64_t k, const uint8_t* wq,
+                    const float* scales, int64_t tile_rows, int64_t tile_cols,
+                    int64_t n, float* out, Strm stream);
 int LaunchRopeRotateHalf(float* x, int64_t n, int64_t heads, int64_t hd,
                          const int32_t* positions, float theta, Strm stream);
 int LaunchKvWrite(const float* k, const float* v, int64_t n, int64_t row,
