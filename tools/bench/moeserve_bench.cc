@@ -99,6 +99,11 @@ ABSL_FLAG(std::string, draft_budget, "shared",
           "cells whose drafter has its own pool in fast memory (int4): "
           "shared (taken from the fast-tier budget: same memory) and/or "
           "extra (added on top: same expert cache).");
+ABSL_FLAG(double, expert_cache_mb, 0,
+          "Policy mode: a fast tier of this many MiB instead of "
+          "--expert_cache_ratio (reported as the ratio it is of the model's "
+          "expert bytes), to compare checkpoints of one model in different "
+          "formats (bf16, fp8, int4) at the same memory.");
 ABSL_FLAG(std::string, expert_cache_ratio, "0.25,0.5",
           "Policy mode: fast-tier budget(s) as a share of all expert bytes.");
 // The engine settings the bench takes as they are (their name, default,
@@ -262,6 +267,7 @@ int PolicyMain(int threads) {
       absl::StrSplit(absl::GetFlag(FLAGS_draft_budget), ',', absl::SkipEmpty());
   o.num_speculative_tokens = settings->num_speculative_tokens;
   o.ratios = ParseDoubles(absl::GetFlag(FLAGS_expert_cache_ratio));
+  o.expert_cache_mb = absl::GetFlag(FLAGS_expert_cache_mb);
   o.concurrencies = ParseInts(absl::GetFlag(FLAGS_concurrency));
   o.link_gbps = settings->link.gbps;
   o.link_latency_us = settings->link.latency_us;
@@ -540,8 +546,8 @@ const moeserve::base::ProgramHelp& Help() {
                   {"policies", "policy_config", "drafters", "draft_budget",
                    "num_speculative_tokens"}},
                  {"Policy mode: memory tiers and link",
-                  {"expert_cache_ratio", "slow_tier", "link_gbps",
-                   "link_latency_us", "inplace_compute_ratio"}},
+                  {"expert_cache_ratio", "expert_cache_mb", "slow_tier",
+                   "link_gbps", "link_latency_us", "inplace_compute_ratio"}},
                  {"Policy mode: load",
                   {"num_requests", "concurrency", "max_new_tokens",
                    "warmup_tokens", "policy_repeats", "max_seconds"}},

@@ -397,8 +397,10 @@ void FinishReport(bool identical, PolicyReport* report) {
 
 }  // namespace
 
-absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
+absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,
                                             kernels::Backend* backend) {
+  // Mutable: --expert_cache_mb turns into this model's ratio below.
+  PolicyBenchOptions o = options;
   if (o.slow_tier != "host" && o.slow_tier != "disk") {
     return absl::InvalidArgumentError("--slow_tier must be host or disk");
   }
@@ -434,6 +436,13 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& o,
           : engine::ModelWeights::Load(o.model_dir,
                                        {.pack_experts = o.slow_tier == "host"});
   if (!weights.ok()) return weights.status();
+  if (o.expert_cache_mb > 0) {
+    // The same bytes of fast memory for every checkpoint of a model: a
+    // quantized one holds more of its (smaller) experts.
+    o.ratios = {
+        std::min(1.0, o.expert_cache_mb * 1048576.0 /
+                          static_cast<double>((*weights)->expert_bytes()))};
+  }
   // Text prompts need the model's tokenizer; a model without one (the
   // generated random-weight models) gets synthetic ids and a stand-in
   // tokenizer that only satisfies the engine.

@@ -72,8 +72,12 @@ struct PolicyBenchOptions {
   // adaptive, -1 the policy's own (adaptive for a policy without one).
   int num_speculative_tokens = -1;
   std::vector<double> ratios = {0.25, 0.5};  // Fast tier / all expert bytes.
-  std::vector<int> concurrencies = {1};      // Engine max_num_seqs.
-  double link_gbps = 0;                      // 0: no link emulation.
+  // > 0: one fast tier of this many MiB instead of `ratios` (the ratio it
+  // is of this model's expert bytes is reported), so checkpoints of one
+  // model in different formats compare at the same memory.
+  double expert_cache_mb = 0;
+  std::vector<int> concurrencies = {1};  // Engine max_num_seqs.
+  double link_gbps = 0;                  // 0: no link emulation.
   double link_latency_us = 0;
   double inplace_compute_ratio = 8;  // LinkOptions::inplace_compute_ratio
   std::string slow_tier = "host";    // "host" or "disk".
