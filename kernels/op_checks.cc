@@ -306,6 +306,26 @@ absl::Status CheckExpertWorkspace(const char* op, Device d, const Tensor& x,
   return absl::OkStatus();
 }
 
+// The layout is what Int4ExpertLayoutWithOptions gives for its shape,
+// groups, scale type and zero points (so the offsets, e.g. of the zeros,
+// cannot disagree with the kernels' reading of them).
+absl::Status CheckInt4Layout(const char* op, const Int4ExpertLayout& layout) {
+  absl::StatusOr<Int4ExpertLayout> canonical =
+      Int4ExpertLayoutWithOptions(layout.hidden, layout.ffn, layout.group_in,
+                                  layout.group_out, layout.options());
+  if (!canonical.ok()) {
+    return Invalid(op,
+                   absl::StrCat("int4 layout: ", canonical.status().message()));
+  }
+  if (!(*canonical == layout)) {
+    return Invalid(op,
+                   "int4 layout offsets are not those of its shape, groups, "
+                   "scale type and zero points (use MakeInt4ExpertLayout or "
+                   "Int4ExpertLayoutWithOptions)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
@@ -329,16 +349,7 @@ absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
                                 const Int4ExpertLayout& layout,
                                 const Tensor& workspace, const Tensor& out) {
   constexpr char kOp[] = "ExpertFfnInt4";
-  absl::StatusOr<Int4ExpertLayout> canonical = Int4ExpertLayoutWithGroups(
-      layout.hidden, layout.ffn, layout.group_in, layout.group_out);
-  if (!canonical.ok()) {
-    return Invalid(kOp, absl::StrCat("layout: ", canonical.status().message()));
-  }
-  if (!(*canonical == layout)) {
-    return Invalid(kOp,
-                   "layout offsets are not those of its shape and groups "
-                   "(use MakeInt4ExpertLayout)");
-  }
+  MOESERVE_RETURN_IF_ERROR(CheckInt4Layout(kOp, layout));
   const int64_t hidden = layout.hidden, ffn = layout.ffn;
   MOESERVE_RETURN_IF_ERROR(
       CheckOperand(kOp, x, "x", d, DType::kF32, {kAnyDim, hidden}));
@@ -403,11 +414,7 @@ absl::Status CheckExpertFfnGrouped(Device d, const GroupedExperts& call,
         CheckOperand(kOp, call.x, "x", d, DType::kF32, {kAnyDim, hidden}));
   } else if (call.int4 != nullptr) {
     const Int4ExpertLayout& layout = *call.int4;
-    absl::StatusOr<Int4ExpertLayout> canonical = Int4ExpertLayoutWithGroups(
-        layout.hidden, layout.ffn, layout.group_in, layout.group_out);
-    if (!canonical.ok() || !(*canonical == layout)) {
-      return Invalid(kOp, "int4 layout is not that of its shape and groups");
-    }
+    MOESERVE_RETURN_IF_ERROR(CheckInt4Layout(kOp, layout));
     hidden = layout.hidden;
     ffn = layout.ffn;
     MOESERVE_RETURN_IF_ERROR(

@@ -66,7 +66,8 @@ absl::Status CheckExpertFfn(Device d, const Tensor& x, const Tensor& blob,
                             int64_t ffn, const Tensor& workspace,
                             const Tensor& out);
 // ExpertFfnInt4: also checks that `layout` is consistent (the offsets of
-// Int4ExpertLayoutWithGroups for its hidden, ffn and groups) and that blob is
+// Int4ExpertLayoutWithOptions for its hidden, ffn, groups, scale type and
+// zero points; a scale type outside the enum is refused) and that blob is
 // 16-byte aligned.
 absl::Status CheckExpertFfnInt4(Device d, const Tensor& x, const Tensor& blob,
                                 const Int4ExpertLayout& layout,

@@ -222,12 +222,48 @@ struct QuantizedExpert {
   Int4Blob blob;
 };
 
-void RunExpertFfnInt4(CpuBackend& b, Stream& s, QuantizedExpert& e, int64_t m,
+// An int4 expert as a checkpoint gives one (engine/quant/int4_import.h):
+// layout options and groups of the caller's choosing, every nibble, scale
+// and zero point random (zeros 0..16, the whole range the format holds;
+// scales of either sign), so every (u - z) and both scale decodes occur.
+struct CheckpointExpert {
+  CheckpointExpert(int64_t hidden, int64_t ffn, int64_t group_in,
+                   int64_t group_out, Int4ExpertOptions options, Rng& rng)
+      : layout(*Int4ExpertLayoutWithOptions(hidden, ffn, group_in, group_out,
+                                            options)),
+        blob(layout.bytes) {
+    auto* base = reinterpret_cast<std::byte*>(blob.data);
+    for (Int4Part part : {Int4Part::kGate, Int4Part::kUp, Int4Part::kDown}) {
+      const Int4Matrix w = Int4ExpertPart(base, layout, part);
+      auto* q = const_cast<uint8_t*>(w.q);
+      for (int64_t i = 0; i < w.rows * w.cols / 2; ++i) q[i] = rng.Int(256);
+      const int64_t groups = w.rows * w.groups_per_row();
+      auto* scales = const_cast<uint16_t*>(w.scales);
+      for (int64_t i = 0; i < groups; ++i) {
+        const float v = rng.Uniform(-0.02f, 0.02f);
+        scales[i] = options.scale_type == Int4ScaleType::kF16 ? FloatToF16(v)
+                                                              : FloatToBf16(v);
+      }
+      if (w.zeros != nullptr) {
+        auto* zeros = const_cast<uint8_t*>(w.zeros);
+        for (int64_t i = 0; i < groups; ++i) zeros[i] = rng.Int(17);
+      }
+    }
+  }
+  Tensor View() { return Tensor(blob.data, DType::kU8, {layout.bytes}); }
+  Int4ExpertLayout layout;
+  Int4Blob blob;
+};
+
+template <typename Expert>
+void RunExpertFfnInt4(CpuBackend& b, Stream& s, Expert& e, int64_t m,
                       Rng& rng) {
   const int64_t hidden = e.layout.hidden, ffn = e.layout.ffn;
-  SCOPED_TRACE(absl::StrCat("m=", m, " hidden=", hidden, " ffn=", ffn,
-                            " int4 isa=", IsaName(b.int4_isa()),
-                            " threads=", b.num_threads()));
+  SCOPED_TRACE(absl::StrCat(
+      "m=", m, " hidden=", hidden, " ffn=", ffn, " groups=", e.layout.group_in,
+      "/", e.layout.group_out, " scales=",
+      Int4ScaleTypeName(e.layout.scale_type), " zeros=", e.layout.has_zeros,
+      " int4 isa=", IsaName(b.int4_isa()), " threads=", b.num_threads()));
   auto x = rng.F32(m * hidden);
   std::vector<float> ws(ExpertFfnWorkspaceElems(m, ffn), NAN);
   std::vector<float> got(m * hidden, NAN), want(m * hidden);
@@ -261,6 +297,70 @@ TEST_P(Ops, ExpertFfnInt4) {
         auto s = b->CreateStream();
         ASSERT_TRUE(s.ok());
         RunExpertFfnInt4(*b, **s, e, m, rng);
+      }
+    }
+  }
+}
+
+// Checkpoint layouts (fp16 or bf16 scales, zero points or not) against the
+// dequantize-then-fp32 reference, at the shapes the draft's int4 is tested
+// at with the groups checkpoints use: 32, 64, 128 and one group per row
+// (the demo's down projection, k = 96 under group_size 128: GPTQ's
+// g_idx = i // 128 puts every column in group 0), plus groups with a
+// scalar tail (40, 52) and tail only (6).
+TEST_P(Ops, ExpertFfnInt4CheckpointLayouts) {
+  Rng rng(19);
+  struct Shape {
+    int64_t hidden, ffn, group_in, group_out;
+  };
+  const Shape shapes[] = {{256, 96, 128, 96}, {256, 128, 64, 32},
+                          {256, 96, 32, 32},  {128, 256, 128, 128},
+                          {144, 40, 16, 40},  {40, 52, 40, 52},
+                          {144, 6, 144, 6}};
+  const Int4ExpertOptions options[] = {{Int4ScaleType::kF16, true},
+                                       {Int4ScaleType::kF16, false},
+                                       {Int4ScaleType::kBf16, true}};
+  std::vector<std::unique_ptr<CpuBackend>> backends;
+  if (GetParam().simd && BestInt4Isa() == Isa::kAvx512) {
+    backends.push_back(std::make_unique<CpuBackend>(
+        CpuBackendOptions{GetParam().threads, true, /*use_avx512=*/false}));
+  }
+  for (const Shape& sh : shapes) {
+    for (const Int4ExpertOptions& o : options) {
+      CheckpointExpert e(sh.hidden, sh.ffn, sh.group_in, sh.group_out, o, rng);
+      for (int64_t m : {1, 3, 8, 17}) {
+        RunExpertFfnInt4(*backend_, S(), e, m, rng);
+        for (auto& b : backends) {
+          auto s = b->CreateStream();
+          ASSERT_TRUE(s.ok());
+          RunExpertFfnInt4(*b, **s, e, m, rng);
+        }
+      }
+    }
+  }
+}
+
+// The reference reads a checkpoint layout as the format defines it:
+// (u - z) * scale, z = 8 without zeros, fp16 or bf16 scale bits.
+TEST(ExpertFfnInt4, ReferenceDequantizesByTheDefinition) {
+  Rng rng(20);
+  for (Int4ExpertOptions o : {Int4ExpertOptions{Int4ScaleType::kF16, true},
+                              Int4ExpertOptions{Int4ScaleType::kF16, false},
+                              Int4ExpertOptions{Int4ScaleType::kBf16, true}}) {
+    CheckpointExpert e(64, 32, 32, 32, o, rng);
+    const auto* base = reinterpret_cast<const std::byte*>(e.blob.data);
+    const Int4Matrix w = Int4ExpertPart(base, e.layout, Int4Part::kDown);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      for (int64_t c = 0; c < w.cols; ++c) {
+        const uint8_t byte = w.q[r * w.cols / 2 + c / 2];
+        const int u = c % 2 == 0 ? byte & 15 : byte >> 4;
+        const int z = o.zeros ? w.zeros[r] : 8;  // One group a row.
+        const uint16_t bits = w.scales[r];
+        const float scale = o.scale_type == Int4ScaleType::kF16
+                                ? F16ToFloat(bits)
+                                : Bf16ToFloat(bits);
+        ASSERT_EQ(Int4At(w, r, c), static_cast<float>(u - z) * scale)
+            << r << "," << c;
       }
     }
   }
@@ -980,6 +1080,28 @@ TEST_F(Refuses, ExpertFfnInt4) {
   expect_invalid_naming(
       run(T(x, {3, 32}), e.View(), bad, T(ws, {144}), T(out, {3, 32})),
       "layout");
+  bad = e.layout;
+  bad.scale_type = static_cast<Int4ScaleType>(7);
+  expect_invalid_naming(
+      run(T(x, {3, 32}), e.View(), bad, T(ws, {144}), T(out, {3, 32})),
+      "scale_type");
+  bad = e.layout;
+  bad.has_zeros = true;  // Zeros claimed, but no offsets (nor bytes) for them.
+  expect_invalid_naming(
+      run(T(x, {3, 32}), e.View(), bad, T(ws, {144}), T(out, {3, 32})),
+      "layout");
+  CheckpointExpert z(32, 16, 32, 16, {Int4ScaleType::kF16, true}, rng);
+  EXPECT_TRUE(
+      run(T(x, {3, 32}), z.View(), z.layout, T(ws, {144}), T(out, {3, 32}))
+          .ok());
+  bad = z.layout;
+  bad.down_zeros += 64;
+  expect_invalid_naming(
+      run(T(x, {3, 32}), z.View(), bad, T(ws, {144}), T(out, {3, 32})),
+      "layout");
+  expect_invalid_naming(
+      run(T(x, {3, 32}), e.View(), z.layout, T(ws, {144}), T(out, {3, 32})),
+      "blob");  // The draft's blob is smaller.
   expect_invalid_naming(
       run(T(x, {3, 32}), e.View(), e.layout, T(ws, {143}), T(out, {3, 32})),
       "workspace");

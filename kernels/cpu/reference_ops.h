@@ -38,7 +38,8 @@ void SigmoidGatedAdd(const Tensor& x, const Tensor& gate, const Tensor& y);
 // Computed the long way: three separate matrix products from the blob.
 void ExpertFfn(const Tensor& x, const Tensor& blob, int64_t ffn,
                const Tensor& out);
-// ExpertFfnInt4 the long way: each int4 weight dequantised (Int4At), three
+// ExpertFfnInt4 the long way: each int4 weight dequantised ((u - z) * scale,
+// Int4At: any layout, bf16 or fp16 scales, with or without zeros), three
 // double-accumulated matrix products, gate and up rounded to fp32 before
 // SiluMul as in ExpertFfn. blob U8[layout.bytes] on the host.
 void ExpertFfnInt4(const Tensor& x, const Tensor& blob,
