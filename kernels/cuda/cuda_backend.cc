@@ -177,7 +177,8 @@ absl::Status CudaBackend::MatMulInt4(Stream& s, const Tensor& x,
   return FromCuda(
       LaunchMatMulInt4(x.data<float>(), x.dim(0), x.dim(1),
                        static_cast<const uint8_t*>(wq.raw()), Bf16Ptr(scales),
-                       group, wq.dim(0), out.data<float>(), st),
+                       /*f16_scales=*/false, /*zeros=*/nullptr, group,
+                       wq.dim(0), out.data<float>(), st),
       "MatMulInt4");
 }
 
@@ -324,7 +325,7 @@ absl::Status CudaBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfnInt4(Device::kCuda, x, blob, layout, workspace, out));
-  const int64_t m = x.dim(0), hidden = layout.hidden, ffn = layout.ffn;
+  const int64_t m = x.dim(0), ffn = layout.ffn;
   const auto* expert = static_cast<const std::byte*>(blob.raw());
   const Int4Matrix gate = Int4ExpertPart(expert, layout, Int4Part::kGate);
   const Int4Matrix up = Int4ExpertPart(expert, layout, Int4Part::kUp);
@@ -332,19 +333,19 @@ absl::Status CudaBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   float* g = workspace.data<float>();  // [m, ffn]
   float* u = g + m * ffn;              // [m, ffn]
   float* act = u + m * ffn;            // [m, ffn], 16-byte aligned: ffn even.
+  // One int4 matrix (any layout: bf16 or fp16 scales, zeros or not).
+  auto matmul = [&](const float* in, const Int4Matrix& w, float* res) {
+    return LaunchMatMulInt4(in, m, w.cols, w.q, w.scales,
+                            w.scale_type == Int4ScaleType::kF16, w.zeros,
+                            w.group, w.rows, res, st);
+  };
   MOESERVE_RETURN_IF_ERROR(
-      FromCuda(LaunchMatMulInt4(x.data<float>(), m, hidden, gate.q, gate.scales,
-                                gate.group, ffn, g, st),
-               "ExpertFfnInt4 gate"));
+      FromCuda(matmul(x.data<float>(), gate, g), "ExpertFfnInt4 gate"));
   MOESERVE_RETURN_IF_ERROR(
-      FromCuda(LaunchMatMulInt4(x.data<float>(), m, hidden, up.q, up.scales,
-                                up.group, ffn, u, st),
-               "ExpertFfnInt4 up"));
+      FromCuda(matmul(x.data<float>(), up, u), "ExpertFfnInt4 up"));
   MOESERVE_RETURN_IF_ERROR(FromCuda(
       LaunchSiluMul(g, ffn, u, ffn, m, ffn, act, st), "ExpertFfnInt4 silu"));
-  return FromCuda(LaunchMatMulInt4(act, m, ffn, down.q, down.scales, down.group,
-                                   hidden, out.data<float>(), st),
-                  "ExpertFfnInt4 down");
+  return FromCuda(matmul(act, down, out.data<float>()), "ExpertFfnInt4 down");
 }
 
 absl::Status CudaBackend::ExpertFfnFp8(Stream& s, const Tensor& x,

@@ -117,8 +117,9 @@ class CudaBackend final : public Backend {
                          int64_t ffn, const Tensor& workspace,
                          const Tensor& out) override;
   // gate and up: two int4 GEMVs (LaunchMatMulInt4) into the workspace, then
-  // SiluMul, then the down GEMV; any even group (the vector path needs
-  // 32 | group and 16-byte aligned bases, else the scalar path runs).
+  // SiluMul, then the down GEMV; any layout (bf16 or fp16 scales, zero
+  // points or not) and any even group (the vector path needs 32 | group and
+  // 16-byte aligned bases, else the scalar path runs).
   absl::Status ExpertFfnInt4(Stream& s, const Tensor& x, const Tensor& blob,
                              const Int4ExpertLayout& layout,
                              const Tensor& workspace,

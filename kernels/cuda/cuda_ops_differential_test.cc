@@ -550,6 +550,72 @@ TEST_F(CudaOps, ExpertFfnInt4) {
   CheckExpertFfnInt4(B(), S(), 1, 4096, 14336, rng);  // Mixtral
 }
 
+// A checkpoint's int4 expert (fp16 or bf16 scales, zero points or not;
+// engine/quant/int4_import.h): every nibble, scale and zero point random
+// (zeros 0..16), on the device against ref::ExpertFfnInt4 on the host copy.
+void CheckExpertFfnInt4Checkpoint(CudaBackend& b, Stream& s, int64_t m,
+                                  int64_t hidden, int64_t ffn, int64_t group_in,
+                                  int64_t group_out, Int4ExpertOptions options,
+                                  Rng& rng) {
+  SCOPED_TRACE(absl::StrCat("m=", m, " hidden=", hidden, " ffn=", ffn,
+                            " groups=", group_in, "/", group_out,
+                            " scales=", Int4ScaleTypeName(options.scale_type),
+                            " zeros=", options.zeros));
+  absl::StatusOr<Int4ExpertLayout> layout =
+      Int4ExpertLayoutWithOptions(hidden, ffn, group_in, group_out, options);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto blob = Zeros<uint8_t>(layout->bytes);
+  auto* base = reinterpret_cast<std::byte*>(blob.data());
+  for (Int4Part part : {Int4Part::kGate, Int4Part::kUp, Int4Part::kDown}) {
+    const Int4Matrix w = Int4ExpertPart(base, *layout, part);
+    auto* q = const_cast<uint8_t*>(w.q);
+    for (int64_t i = 0; i < w.rows * w.cols / 2; ++i) q[i] = rng.Int(256);
+    auto* scales = const_cast<uint16_t*>(w.scales);
+    const int64_t groups = w.rows * w.groups_per_row();
+    for (int64_t i = 0; i < groups; ++i) {
+      const float v = rng.Uniform(-0.02f, 0.02f);
+      scales[i] = options.scale_type == Int4ScaleType::kF16 ? FloatToF16(v)
+                                                            : FloatToBf16(v);
+    }
+    if (w.zeros != nullptr) {
+      auto* zeros = const_cast<uint8_t*>(w.zeros);
+      for (int64_t i = 0; i < groups; ++i) zeros[i] = rng.Int(17);
+    }
+  }
+  auto x = rng.F32(m * hidden);
+  std::vector<float> want(m * hidden);
+  ref::ExpertFfnInt4(H(x, {m, hidden}), H(blob, {layout->bytes}), *layout,
+                     H(want, {m, hidden}));
+  DeviceBuf<float> dx(x), dws(Nans(ExpertFfnWorkspaceElems(m, ffn)));
+  DeviceBuf<uint8_t> dblob(blob);
+  DeviceBuf<float> dout(Nans(m * hidden));
+  absl::Status st = b.ExpertFfnInt4(
+      s, dx.View({m, hidden}), dblob.View({layout->bytes}), *layout,
+      dws.View({ExpertFfnWorkspaceElems(m, ffn)}), dout.View({m, hidden}));
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(s.Synchronize().ok());
+  EXPECT_TRUE(Close(dout.ToHost(), want, kTolInt4Dot));
+}
+
+TEST_F(CudaOps, ExpertFfnInt4CheckpointLayouts) {
+  Rng rng(10);
+  const Int4ExpertOptions options[] = {{Int4ScaleType::kF16, true},
+                                       {Int4ScaleType::kF16, false},
+                                       {Int4ScaleType::kBf16, true}};
+  for (const Int4ExpertOptions& o : options) {
+    for (int64_t m : {1, 3, 8, 17}) {
+      // Demo shape with group 128 / one group per down row (k = 96), groups
+      // 64 / 32, 32 / 32 (vector path), 16 / 40 (scalar path).
+      CheckExpertFfnInt4Checkpoint(B(), S(), m, 256, 96, 128, 96, o, rng);
+      CheckExpertFfnInt4Checkpoint(B(), S(), m, 256, 128, 64, 32, o, rng);
+      CheckExpertFfnInt4Checkpoint(B(), S(), m, 256, 96, 32, 32, o, rng);
+      CheckExpertFfnInt4Checkpoint(B(), S(), m, 144, 40, 16, 40, o, rng);
+    }
+    // Qwen1.5-MoE's expert at group 128.
+    CheckExpertFfnInt4Checkpoint(B(), S(), 1, 2048, 1408, 128, 128, o, rng);
+  }
+}
+
 TEST_F(CudaOps, ExpertFfnInt4RefusalsNameTheArgument) {
   const int64_t m = 2, hidden = 32, ffn = 16;
   absl::StatusOr<Int4ExpertLayout> layout = MakeInt4ExpertLayout(hidden, ffn);

@@ -29,14 +29,17 @@ int LaunchRmsNorm(const float* x, int64_t n, int64_t d, const uint16_t* w,
 // out[m, n] = x[m, k] * w[n, k]^T (+ bias[n]); fp32 accumulation.
 int LaunchMatMulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w,
                      int64_t n, const uint16_t* bias, float* out, Strm stream);
-// int4 weights for a quantized draft model (CudaBackend::MatMulInt4):
-// out[m, n] = x[m, k] * dequant(wq)[n, k]^T, fp32 accumulation. wq holds
-// signed symmetric int4, two a byte (low nibble = even column), n rows of k/2
-// bytes; value = (q - 8) * scales[j, c / group] (bf16 bits, n x k/group).
+// int4 weights (CudaBackend::MatMulInt4 and ExpertFfnInt4, the format of
+// kernels/int4_expert.h): out[m, n] = x[m, k] * dequant(wq)[n, k]^T, fp32
+// accumulation. wq holds nibbles u, two a byte (low nibble = even column), n
+// rows of k/2 bytes; value = (u - z) * scales[j, c / group] with scales
+// n x k/group bf16 bits (f16_scales false) or fp16 bits (true), z =
+// zeros[j, c / group] (n x k/group bytes) or 8 when zeros is null.
 // REQUIRES: group even, k % group == 0.
 int LaunchMatMulInt4(const float* x, int64_t m, int64_t k, const uint8_t* wq,
-                     const uint16_t* scales, int64_t group, int64_t n,
-                     float* out, Strm stream);
+                     const uint16_t* scales, bool f16_scales,
+                     const uint8_t* zeros, int64_t group, int64_t n, float* out,
+                     Strm stream);
 // fp8 e4m3fn weights (CudaBackend::ExpertFfnFp8, the format of
 // kernels/fp8_expert.h): out[m, n] = x[m, k] * dequant(wq)[n, k]^T, fp32
 // accumulation. wq holds n rows of k e4m3 bytes; scales is the F32 grid
