@@ -8,8 +8,9 @@
 //                      set runs every variant at m = 1 ... 512
 //   BM_ExpertFfn       one fused SwiGLU expert, bytes = expert blob bytes
 //   BM_ExpertFfnInt4   the same expert quantized to int4 (int4_expert.h),
-//                      bytes = int4 expert bytes (q + scales); the label
-//                      names the int4 kernel's ISA
+//                      bytes = int4 expert bytes (q + scales [+ zeros]);
+//                      the label names the int4 kernel's ISA and layout
+//                      (draft: bf16 scales; gptq: fp16 scales + zeros)
 //   BM_ExpertFfnFp8    the same expert quantized to fp8 e4m3 (fp8_expert.h),
 //                      bytes = fp8 expert bytes (q + F32 scales); the label
 //                      names the fp8 kernel's ISA and the scale tile
@@ -202,9 +203,17 @@ void BM_PagedAttention(benchmark::State& state) {
 void BM_ExpertFfnInt4(benchmark::State& state) {
   const int64_t m = state.range(0), hidden = state.range(1),
                 ffn = state.range(2);
+  // Layout 0: the draft's (bf16 scales, no zeros); 1: a GPTQ / AWQ
+  // checkpoint's (fp16 scales, a zero point per group), same groups.
+  const bool checkpoint = state.range(4) == 1;
   CpuBackend backend({Threads(state.range(3)), true});
   auto stream = *backend.CreateStream();
   absl::StatusOr<Int4ExpertLayout> layout = MakeInt4ExpertLayout(hidden, ffn);
+  if (layout.ok() && checkpoint) {
+    layout = Int4ExpertLayoutWithOptions(hidden, ffn, layout->group_in,
+                                         layout->group_out,
+                                         {Int4ScaleType::kF16, true});
+  }
   if (!layout.ok()) {
     state.SkipWithError(std::string(layout.status().message()).c_str());
     return;
@@ -231,8 +240,9 @@ void BM_ExpertFfnInt4(benchmark::State& state) {
     if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
   }
   state.SetBytesProcessed(state.iterations() * bytes);
-  state.SetLabel(
-      absl::StrCat(backend.name(), " int4 ", IsaName(backend.int4_isa())));
+  state.SetLabel(absl::StrCat(backend.name(), " int4 ",
+                              IsaName(backend.int4_isa()),
+                              checkpoint ? " gptq" : " draft"));
 }
 
 // Arg tile: 0 = 128 x 128 blocks (the "fp8" method), 1 = per channel,
@@ -317,12 +327,17 @@ BENCHMARK(BM_ExpertFfn)
     ->Args({8, 2048, 1408, 0})
     ->Args({1, 4096, 14336, 0})
     ->UseRealTime();
-// {m, hidden, ffn, threads}: GB/s of int4 bytes read at decode m = 1.
+// {m, hidden, ffn, threads, layout}: GB/s of int4 bytes read at decode
+// m = 1, the draft's layout (0) and a checkpoint's (1: fp16 scales + zeros).
 BENCHMARK(BM_ExpertFfnInt4)
-    ->Args({1, 2048, 1408, 0})
-    ->Args({1, 4096, 14336, 1})
-    ->Args({1, 4096, 14336, 0})
-    ->Args({8, 4096, 14336, 0})
+    ->Args({1, 2048, 1408, 0, 0})
+    ->Args({1, 2048, 1408, 0, 1})
+    ->Args({1, 4096, 14336, 1, 0})
+    ->Args({1, 4096, 14336, 1, 1})
+    ->Args({1, 4096, 14336, 0, 0})
+    ->Args({1, 4096, 14336, 0, 1})
+    ->Args({8, 4096, 14336, 0, 0})
+    ->Args({8, 4096, 14336, 0, 1})
     ->UseRealTime();
 // {m, hidden, ffn, threads, tile}: GB/s of fp8 bytes read at decode m = 1
 // (the shapes of BM_ExpertFfn and BM_ExpertFfnInt4), and m = 8.
