@@ -40,6 +40,11 @@ class ExpertProvider {
     return nullptr;
   }
 
+  // Non-null when Acquire's blobs are fp8 experts in this layout
+  // (kernels/fp8_expert.h: the experts of an FP8 checkpoint,
+  // ModelWeights::fp8_layout()).
+  virtual const kernels::Fp8ExpertLayout* fp8_layout() const { return nullptr; }
+
   // Called once by MoeModel::Create, before any step: the backend and the
   // stream on which the forward pass reads the blobs (both outlive the
   // provider's use of them).
@@ -100,6 +105,9 @@ class ResidentExperts final : public ExpertProvider {
 
   const kernels::Int4ExpertLayout* int4_layout() const override {
     return weights_->int4_layout();
+  }
+  const kernels::Fp8ExpertLayout* fp8_layout() const override {
+    return weights_->fp8_layout();
   }
   absl::StatusOr<const std::byte*> Acquire(ExpertId id) override {
     return weights_->expert(id).data;

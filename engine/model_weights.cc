@@ -270,6 +270,7 @@ absl::Status ModelWeights::LoadExperts(bool pack, bool check_finite) {
   expert_format_ = codec.format();
   expert_format_description_ = codec.Describe();
   if (codec.int4_layout() != nullptr) int4_layout_ = *codec.int4_layout();
+  if (codec.fp8_layout() != nullptr) fp8_layout_ = *codec.fp8_layout();
   if (!codec.blob_is_file_bytes()) {
     if (!pack) {
       return absl::FailedPreconditionError(absl::StrCat(

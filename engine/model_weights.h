@@ -175,6 +175,10 @@ class ModelWeights {
   const kernels::Int4ExpertLayout* int4_layout() const {
     return int4_layout_ ? &*int4_layout_ : nullptr;
   }
+  // kFp8: the layout of every expert blob; null otherwise.
+  const kernels::Fp8ExpertLayout* fp8_layout() const {
+    return fp8_layout_ ? &*fp8_layout_ : nullptr;
+  }
   // How the experts are stored, e.g. "bf16", "bf16 (from F16)",
   // "int4 (gptq int4, group 32, zero points)".
   const std::string& expert_format_description() const {
@@ -215,6 +219,7 @@ class ModelWeights {
   bool experts_in_files_ = true;
   quant::ExpertFormat expert_format_ = quant::ExpertFormat::kBf16;
   std::optional<kernels::Int4ExpertLayout> int4_layout_;
+  std::optional<kernels::Fp8ExpertLayout> fp8_layout_;
   std::string expert_format_description_ = "bf16";
   // Non-expert weights converted at load (F16, dequantized): the
   // WeightViews of those point here.

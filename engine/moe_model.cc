@@ -640,10 +640,12 @@ absl::Status MoeModel::ComputeHeld(int layer, int64_t routed) {
   call.ffn = c.expert_intermediate_size;
   // An int4 draft's experts run the int4 kernel.
   call.int4 = active_experts_->int4_layout();
-  const int64_t ffn = call.int4 != nullptr ? call.int4->ffn : call.ffn;
+  // An FP8 checkpoint's experts run the fp8 kernel.
+  call.fp8 = active_experts_->fp8_layout();
   absl::Status status = backend_->ExpertFfnGrouped(
       *stream_, call,
-      F32(s.expert_ws, {kernels::GroupedExpertWorkspaceElems(routed, ffn, d)}),
+      F32(s.expert_ws,
+          {kernels::GroupedExpertWorkspaceElems(routed, call.ffn, d)}),
       F32(s.expert_out, {routed, d}));
   // No wait here: a blob stays valid until the stream has passed the op
   // (ExpertProvider::Acquire, expert_provider.h; the offloaded fast tier

@@ -187,14 +187,13 @@ TEST_P(ParityTest, BatchedAndChunkedPrefillMatchOneByOne) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest,
-                         ::testing::Values("mixtral_demo", "mixtral_tiny",
-                                           "qwen2_moe", "qwen3_moe", "olmoe",
-                                           "qwen3_demo_fg", "qwen3_demo_draft",
-                                           "qwen3_demo_fg_gptq_asym",
-                                           "qwen3_demo_fg_awq",
-                                           "qwen3_demo_fg_ct_w4a16"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, ParityTest,
+    ::testing::Values("mixtral_demo", "mixtral_tiny", "qwen2_moe", "qwen3_moe",
+                      "olmoe", "qwen3_demo_fg", "qwen3_demo_draft",
+                      "qwen3_demo_fg_gptq_asym", "qwen3_demo_fg_awq",
+                      "qwen3_demo_fg_ct_w4a16", "qwen3_demo_fg_fp8_block"),
+    [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace moeserve::engine

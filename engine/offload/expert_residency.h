@@ -197,6 +197,9 @@ class ExpertResidency final : public ExpertProvider,
   const kernels::Int4ExpertLayout* int4_layout() const override {
     return int4_layout_;
   }
+  const kernels::Fp8ExpertLayout* fp8_layout() const override {
+    return fp8_layout_;
+  }
   // Ready in a slot (IsReady): Acquire takes no slot and does not wait.
   bool IsReadyForCompute(ExpertId id) const override { return IsReady(id); }
   absl::StatusOr<const std::byte*> Acquire(ExpertId id) override;
@@ -258,6 +261,9 @@ class ExpertResidency final : public ExpertProvider,
     const kernels::Int4ExpertLayout* int4_layout() const override {
       return r_->int4_layout();
     }
+    const kernels::Fp8ExpertLayout* fp8_layout() const override {
+      return r_->fp8_layout();
+    }
     absl::StatusOr<const std::byte*> Acquire(ExpertId id) override;
     void Release(ExpertId id) override;
 
@@ -300,6 +306,7 @@ class ExpertResidency final : public ExpertProvider,
   // The checkpoint's int4 layout when its experts are int4 (the weights',
   // which outlive this); null for bf16.
   const kernels::Int4ExpertLayout* const int4_layout_;
+  const kernels::Fp8ExpertLayout* const fp8_layout_;
   const int num_layers_;
   const int num_experts_;
   const int top_k_;

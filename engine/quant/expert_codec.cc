@@ -1,5 +1,6 @@
 #include "engine/quant/expert_codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "engine/quant/fp8_import.h"
 #include "engine/quant/int4_import.h"
 #include "engine/quant/tensor_convert.h"
 
@@ -62,6 +64,10 @@ std::string ModuleOf(const std::string& weight_name) {
     return weight_name.substr(0, weight_name.size() - kWeight.size());
   }
   return weight_name;
+}
+
+bool IsFp8Method(QuantMethod m) {
+  return m == QuantMethod::kFp8Block || m == QuantMethod::kFp8Compressed;
 }
 
 bool IsInt4Method(QuantMethod m) {
@@ -137,9 +143,26 @@ absl::StatusOr<ExpertCodec> ExpertCodec::Create(
                    Int4PartBytes(layout, hidden, ffn, layout.group_out)};
     return c;
   }
-  return absl::UnimplementedError(
+  if (IsFp8Method(q.method)) {
+    MOESERVE_ASSIGN_OR_RETURN(kernels::Fp8ExpertLayout layout,
+                              Fp8CheckpointLayout(q, hidden, ffn));
+    c.format_ = ExpertFormat::kFp8;
+    c.fp8_ = layout;
+    c.blob_bytes_ = static_cast<size_t>(layout.bytes);
+    const int64_t offsets[] = {layout.gate_q, layout.up_q, layout.down_q};
+    for (int i = 0; i < 3; ++i) {
+      const int64_t rows = i < 2 ? ffn : hidden, cols = i < 2 ? hidden : ffn;
+      const int64_t tr = std::min(layout.block_rows, rows);
+      const int64_t tc = std::min(layout.block_cols, cols);
+      const int64_t grid = ((rows + tr - 1) / tr) * ((cols + tc - 1) / tc);
+      c.parts_[i] = {static_cast<size_t>(offsets[i]),
+                     static_cast<size_t>(rows * cols + 4 * grid)};
+    }
+    return c;
+  }
+  return absl::InvalidArgumentError(
       absl::StrCat("quantized experts (", q.Describe(),
-                   ") cannot be loaded by this build yet"));
+                   ") are not an expert format moeserve serves"));
 }
 
 std::string ExpertCodec::Describe() const {
@@ -186,7 +209,18 @@ absl::Status ExpertCodec::Pack(const ShardedSafetensors& files,
     }
     return absl::OkStatus();
   }
-  return absl::UnimplementedError("expert format not loadable yet");
+  const QuantizationConfig& q = config_->quantization;
+  auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+  const std::pair<const std::string*, kernels::Fp8Part> parts[] = {
+      {&names.gate, kernels::Fp8Part::kGate},
+      {&names.up, kernels::Fp8Part::kUp},
+      {&names.down, kernels::Fp8Part::kDown}};
+  for (const auto& [name, part] : parts) {
+    MOESERVE_ASSIGN_OR_RETURN(Fp8LinearTensors t,
+                              FindFp8LinearTensors(q, ModuleOf(*name), find));
+    MOESERVE_RETURN_IF_ERROR(ImportFp8ExpertPart(q, t, *fp8_, part, dst));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LoadAsBf16(const ShardedSafetensors& files,
@@ -212,12 +246,13 @@ absl::Status LoadAsBf16(const ShardedSafetensors& files,
     return DequantizeInt4Linear(q, t, spec.shape[0], spec.shape[1],
                                 out->data());
   }
-  if (config.quantization.quantized()) {
-    return absl::UnimplementedError(
-        absl::StrCat("tensor \"", spec.name, "\": quantized (",
-                     config.quantization.Describe(),
-                     ") non-expert weights cannot be loaded by this build "
-                     "yet"));
+  if (q.quantized() && IsFp8Method(q.method) && spec.shape.size() == 2 && loc &&
+      loc->info->dtype == DType::kF8E4M3) {
+    auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+    MOESERVE_ASSIGN_OR_RETURN(
+        Fp8LinearTensors t, FindFp8LinearTensors(q, ModuleOf(spec.name), find));
+    out->resize(n);
+    return DequantizeFp8Linear(q, t, spec.shape[0], spec.shape[1], out->data());
   }
   MOESERVE_ASSIGN_OR_RETURN(const TensorInfo* t,
                             FindFloat(files, spec.name, spec.shape));

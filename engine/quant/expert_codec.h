@@ -30,6 +30,7 @@
 #include "engine/architecture.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
+#include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
 
 namespace moeserve::engine::quant {
@@ -64,6 +65,10 @@ class ExpertCodec {
   const kernels::Int4ExpertLayout* int4_layout() const {
     return int4_ ? &*int4_ : nullptr;
   }
+  // kFp8: the blobs' layout; null otherwise.
+  const kernels::Fp8ExpertLayout* fp8_layout() const {
+    return fp8_ ? &*fp8_ : nullptr;
+  }
   // True when a blob is the three BF16 tensors of the files byte for byte
   // (bf16 checkpoints): a disk slow tier can then pread them.
   bool blob_is_file_bytes() const { return blob_is_file_bytes_; }
@@ -85,6 +90,7 @@ class ExpertCodec {
   size_t blob_bytes_ = 0;
   Part parts_[3];
   std::optional<kernels::Int4ExpertLayout> int4_;
+  std::optional<kernels::Fp8ExpertLayout> fp8_;
 };
 
 // A non-expert weight `spec` as bf16 into `out` (resized): BF16 and F16

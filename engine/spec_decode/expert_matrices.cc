@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/architecture.h"
+#include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 
@@ -17,33 +18,38 @@ absl::StatusOr<ExpertMatrices> LocateExpertMatrices(
     const ModelWeights& weights, int layer, int e, size_t matrix_bytes,
     std::vector<uint16_t>* storage) {
   const ExpertBlob& blob = weights.expert({layer, e});
-  if (weights.expert_format() == quant::ExpertFormat::kInt4) {
+  if (weights.expert_format() != quant::ExpertFormat::kBf16) {
     if (storage == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "expert (", layer, ", ", e, ") is ",
           weights.expert_format_description(), ", not bf16 in memory"));
     }
-    const kernels::Int4ExpertLayout& l = *weights.int4_layout();
+    const ModelConfig& c = weights.config();
+    const int64_t hidden = c.hidden_size, ffn = c.expert_intermediate_size;
     const size_t values = matrix_bytes / 2;
-    if (static_cast<int64_t>(values) != l.hidden * l.ffn) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "expert (", layer, ", ", e, "): int4 layout of ", l.hidden, " x ",
-          l.ffn, " is not ", matrix_bytes, " bytes of bf16 matrices"));
+    if (static_cast<int64_t>(values) != hidden * ffn) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert (", layer, ", ", e, "): ", hidden, " x ", ffn,
+                       " is not ", matrix_bytes, " bytes of bf16 matrices"));
     }
     storage->resize(3 * values);
-    std::vector<float> row(std::max(l.hidden, l.ffn));
-    const kernels::Int4Part parts[] = {kernels::Int4Part::kGate,
-                                       kernels::Int4Part::kUp,
-                                       kernels::Int4Part::kDown};
+    std::vector<float> row(std::max(hidden, ffn));
     ExpertMatrices m;
     for (int k = 0; k < 3; ++k) {
-      const int64_t rows = k < 2 ? l.ffn : l.hidden;
-      const int64_t cols = k < 2 ? l.hidden : l.ffn;
+      const int64_t rows = k < 2 ? ffn : hidden;
+      const int64_t cols = k < 2 ? hidden : ffn;
       uint16_t* dst = storage->data() + k * values;
       for (int64_t r = 0; r < rows; ++r) {
-        kernels::DequantizeInt4ExpertRow(blob.data, l, parts[k], r, row.data());
-        for (int64_t c = 0; c < cols; ++c) {
-          dst[r * cols + c] = kernels::FloatToBf16(row[c]);
+        if (const kernels::Int4ExpertLayout* l = weights.int4_layout()) {
+          kernels::DequantizeInt4ExpertRow(
+              blob.data, *l, static_cast<kernels::Int4Part>(k), r, row.data());
+        } else {
+          kernels::DequantizeFp8ExpertRow(blob.data, *weights.fp8_layout(),
+                                          static_cast<kernels::Fp8Part>(k), r,
+                                          row.data());
+        }
+        for (int64_t col = 0; col < cols; ++col) {
+          dst[r * cols + col] = kernels::FloatToBf16(row[col]);
         }
       }
       m.m[k] = reinterpret_cast<const std::byte*>(dst);

@@ -20,6 +20,9 @@ class ExternalDrafter::HookedExperts final : public ExpertProvider {
   const kernels::Int4ExpertLayout* int4_layout() const override {
     return resident_.int4_layout();
   }
+  const kernels::Fp8ExpertLayout* fp8_layout() const override {
+    return resident_.fp8_layout();
+  }
   void BeginLayer(int layer, std::span<const int> experts,
                   std::span<const int> token_counts, const float* hidden,
                   int64_t n) override {

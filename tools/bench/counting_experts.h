@@ -36,6 +36,9 @@ class CountingExperts final : public engine::ExpertProvider {
   const kernels::Int4ExpertLayout* int4_layout() const override {
     return inner_->int4_layout();
   }
+  const kernels::Fp8ExpertLayout* fp8_layout() const override {
+    return inner_->fp8_layout();
+  }
   bool IsReadyForCompute(engine::ExpertId id) const override {
     return inner_->IsReadyForCompute(id);
   }
