@@ -85,11 +85,26 @@ absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
   const kernels::Tensor xt(x->data(), kernels::DType::kF32, {1, hidden}, dev);
   const kernels::Tensor ot(out->data(), kernels::DType::kF32, {1, hidden}, dev);
   const kernels::Tensor wt(ws->data(), kernels::DType::kF32, {ws_elems}, dev);
+  // The kernel of the checkpoint's expert format (bf16, int4 or fp8).
+  const kernels::Int4ExpertLayout* int4 = weights.int4_layout();
+  const kernels::Fp8ExpertLayout* fp8 = weights.fp8_layout();
   auto pass = [&]() -> absl::Status {
     for (const std::unique_ptr<kernels::Buffer>& b : blobs) {
-      const kernels::Tensor bt(b->data(), kernels::DType::kBF16,
-                               {3 * ffn * hidden}, dev);
-      MOESERVE_RETURN_IF_ERROR(backend->ExpertFfn(s, xt, bt, ffn, wt, ot));
+      if (int4 != nullptr) {
+        const kernels::Tensor bt(b->data(), kernels::DType::kU8, {int4->bytes},
+                                 dev);
+        MOESERVE_RETURN_IF_ERROR(
+            backend->ExpertFfnInt4(s, xt, bt, *int4, wt, ot));
+      } else if (fp8 != nullptr) {
+        const kernels::Tensor bt(b->data(), kernels::DType::kU8, {fp8->bytes},
+                                 dev);
+        MOESERVE_RETURN_IF_ERROR(
+            backend->ExpertFfnFp8(s, xt, bt, *fp8, wt, ot));
+      } else {
+        const kernels::Tensor bt(b->data(), kernels::DType::kBF16,
+                                 {3 * ffn * hidden}, dev);
+        MOESERVE_RETURN_IF_ERROR(backend->ExpertFfn(s, xt, bt, ffn, wt, ot));
+      }
     }
     return s.Synchronize();
   };

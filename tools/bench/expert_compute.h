@@ -22,8 +22,10 @@
 namespace moeserve::bench {
 
 struct ExpertComputeTiming {
-  double micros_per_expert = 0;  // Mean ExpertFfn time, one token.
-  int distinct_experts = 0;      // Blobs uploaded and cycled over.
+  // Mean time of the checkpoint's expert kernel (ExpertFfn, ExpertFfnInt4
+  // or ExpertFfnFp8), one token.
+  double micros_per_expert = 0;
+  int distinct_experts = 0;  // Blobs uploaded and cycled over.
 };
 
 absl::StatusOr<ExpertComputeTiming> ExpertComputeMicros(
