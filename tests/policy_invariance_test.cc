@@ -225,8 +225,8 @@ INSTANTIATE_TEST_SUITE_P(Matrix, PolicyInvarianceTest,
 // only (their experts exist in memory, not as BF16 in the files).
 std::vector<Params> QuantizedCases() {
   const std::vector<std::string> models = {
-      "qwen3_demo_fg_gptq_asym", "qwen3_demo_fg_awq", "qwen3_demo_fg_ct_w4a16",
-      "qwen3_demo_fg_fp8_block"};
+      "qwen3_moe_fp8_block", "qwen3_moe_ct_fp8",    "qwen3_moe_ct_w4a16",
+      "qwen3_moe_gptq_sym",  "qwen3_moe_gptq_asym", "qwen3_moe_awq"};
   const std::vector<std::string> policies = engine::RegisteredPolicies();
   const std::vector<std::string> budgets = {"layer", "25%"};
   std::vector<Params> cases;
