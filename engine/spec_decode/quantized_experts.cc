@@ -8,14 +8,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "engine/quant/int4_import.h"
 #include "engine/spec_decode/expert_matrices.h"
 
 namespace moeserve::engine::spec_decode {
 
 absl::StatusOr<uint64_t> QuantizedExperts::BytesFor(const ModelConfig& c) {
+  // An int4 checkpoint's pool is its own experts, in its layout (the scale
+  // type, bf16 or f16, does not change the size).
+  const quant::QuantMethod m = c.quantization.method;
+  const bool int4_checkpoint = m == quant::QuantMethod::kGptq ||
+                               m == quant::QuantMethod::kAwq ||
+                               m == quant::QuantMethod::kInt4Compressed;
   MOESERVE_ASSIGN_OR_RETURN(
       kernels::Int4ExpertLayout layout,
-      kernels::MakeInt4ExpertLayout(c.hidden_size, c.expert_intermediate_size));
+      int4_checkpoint
+          ? quant::Int4CheckpointLayout(c.quantization, c.hidden_size,
+                                        c.expert_intermediate_size,
+                                        kernels::Int4ScaleType::kF16)
+          : kernels::MakeInt4ExpertLayout(c.hidden_size,
+                                          c.expert_intermediate_size));
   return static_cast<uint64_t>(layout.bytes) * c.num_hidden_layers *
          c.num_experts;
 }

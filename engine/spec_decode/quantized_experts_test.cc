@@ -1,6 +1,7 @@
 // QuantizedExperts: the int4 pool quantized on many threads is byte for byte
 // the pool quantized on one, and each blob is QuantizeExpertInt4 of that
-// expert's own matrices.
+// expert's own matrices; an int4 checkpoint's pool is its own experts, as
+// big as BytesFor says.
 #include "engine/spec_decode/quantized_experts.h"
 
 #include <cstdlib>
@@ -57,6 +58,30 @@ TEST(QuantizedExpertsTest, AnyThreadCountGivesTheSameBlobs) {
         EXPECT_EQ(std::memcmp(*got, want.data(), want.size()), 0)
             << "layer " << l << " expert " << e;
       }
+    }
+  }
+}
+
+TEST(QuantizedExpertsTest, AnInt4CheckpointDraftsWithItsOwnExperts) {
+  absl::StatusOr<std::unique_ptr<ModelWeights>> weights =
+      ModelWeights::Load(Runfile("tests/golden/qwen3_moe_gptq_asym"));
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  ASSERT_NE((*weights)->int4_layout(), nullptr);
+  kernels::cpu::CpuBackend backend({.num_threads = 1});
+  absl::StatusOr<std::unique_ptr<QuantizedExperts>> pool =
+      QuantizedExperts::Create(**weights, &backend, 2);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ((*pool)->layout(), *(*weights)->int4_layout());
+  EXPECT_EQ((*pool)->bytes(),
+            *QuantizedExperts::BytesFor((*weights)->config()));
+  const ModelConfig& c = (*weights)->config();
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    for (int e = 0; e < c.num_experts; ++e) {
+      const std::byte* mine = *(*pool)->Acquire({l, e});
+      EXPECT_EQ(std::memcmp(mine, (*weights)->expert({l, e}).data,
+                            (*pool)->layout().bytes),
+                0)
+          << l << "," << e;
     }
   }
 }
