@@ -4,6 +4,8 @@
 #include <vector>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
+
 #include "kernels/cpu/simd_x86.h"
 #include "kernels/cpu/x86_intrinsics.h"
 
@@ -249,11 +251,23 @@ void ColsSimd(Isa isa, const float* x, int64_t m, const Stacked& w, int64_t n,
 
 }  // namespace
 
+#if defined(__x86_64__)
+namespace {
+// F16C (CPUID.1:ECX bit 29) read directly: clang's __builtin_cpu_supports
+// (the thread-safety build's compiler) does not know "f16c".
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & (1u << 29)) != 0;
+}
+}  // namespace
+#endif
+
 Isa BestFp8Isa() {
 #if defined(__x86_64__)
   static const Isa best = [] {
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-        !__builtin_cpu_supports("f16c")) {
+        !HasF16c()) {
       return Isa::kScalar;
     }
     return __builtin_cpu_supports("avx512f") &&
