@@ -42,12 +42,32 @@ int32_t DrawFrom(const TokenDistribution& dist, double u) {
   return dist.ids[n - 1];
 }
 
+// The first index of the largest value; NaNs never win (nothing compares
+// greater than a NaN at index 0, so that case returns 0, as a plain scan
+// would). Two passes instead of one: the scan that carries the best index
+// is one long dependency chain, the max over 16 independent lanes is not
+// (it vectorises), and the first index of the max is a plain compare scan.
+// A greedy step over Qwen's 151,936 logits is on the host's critical path.
 int32_t Argmax(std::span<const float> values) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < static_cast<int32_t>(values.size()); ++i) {
-    if (values[i] > values[best]) best = i;
+  const int64_t n = static_cast<int64_t>(values.size());
+  if (n == 0 || std::isnan(values[0])) return 0;
+  const float* v = values.data();
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  for (float& l : lane) l = v[0];
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      lane[l] = v[i + l] > lane[l] ? v[i + l] : lane[l];
+    }
   }
-  return best;
+  float best = v[0];
+  for (float l : lane) best = l > best ? l : best;
+  for (; i < n; ++i) best = v[i] > best ? v[i] : best;
+  for (int64_t j = 0; j < n; ++j) {
+    if (v[j] == best) return static_cast<int32_t>(j);
+  }
+  return 0;  // unreachable: best is one of the values
 }
 
 Sampler::Sampler(const SamplingConfig& config, std::span<const int32_t> prompt,
