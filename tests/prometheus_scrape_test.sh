@@ -135,7 +135,9 @@ while time.time() < deadline:
                for s in query("moeserve_expert_requests_total")}
     except (OSError, ValueError) as e:  # Prometheus still starting
         got = repr(e)
-    if got == want:
+    # `up` is asked first: a scrape can land between the two queries, so
+    # the series may match while `up` was still empty; ask again then.
+    if got == want and up:
         break
     time.sleep(0.5)
 else:
