@@ -27,8 +27,6 @@ constexpr size_t kAlign = 64;
 // large model's experts are copied or generated in.
 constexpr size_t kHugePage = size_t{2} << 20;
 
-size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -131,17 +129,16 @@ ExpertSource SourceOf(const WeightView& v) {
   return {v.shard, v.file_offset, v.bytes};
 }
 
-// Layout shared by every expert of a model (see the header).
-ExpertBlob Layout(const ModelConfig& c) {
+// Layout shared by every expert of a model (see the header): the codec's.
+ExpertBlob BlobLayout(const quant::ExpertCodec& codec) {
   ExpertBlob b;
-  b.gate_bytes = static_cast<size_t>(c.expert_intermediate_size) *
-                 c.hidden_size * DTypeSize(DType::kBF16);
-  b.up_bytes = b.gate_bytes;
-  b.down_bytes = b.gate_bytes;
-  b.gate_offset = 0;
-  b.up_offset = RoundUp(b.gate_bytes);
-  b.down_offset = b.up_offset + RoundUp(b.up_bytes);
-  b.bytes = b.down_offset + RoundUp(b.down_bytes);
+  b.bytes = codec.blob_bytes();
+  b.gate_offset = codec.part(0).offset;
+  b.gate_bytes = codec.part(0).bytes;
+  b.up_offset = codec.part(1).offset;
+  b.up_bytes = codec.part(1).bytes;
+  b.down_offset = codec.part(2).offset;
+  b.down_bytes = codec.part(2).bytes;
   return b;
 }
 
@@ -281,7 +278,7 @@ absl::Status ModelWeights::LoadExperts(bool pack, bool check_finite) {
     return PackConverted(codec, check_finite);
   }
   const ModelConfig& c = config_;
-  const ExpertBlob layout = Layout(c);
+  const ExpertBlob layout = BlobLayout(codec);
   const size_t count = static_cast<size_t>(c.num_hidden_layers) * c.num_experts;
   if (pack) MOESERVE_RETURN_IF_ERROR(AllocateArena(count * layout.bytes));
   const int64_t ffn = c.expert_intermediate_size, hidden = c.hidden_size;
@@ -324,7 +321,7 @@ absl::Status ModelWeights::LoadExperts(bool pack, bool check_finite) {
 
 absl::Status ModelWeights::FillExperts(const ExpertArenaFiller& fill,
                                        bool check_finite) {
-  const ExpertBlob layout = Layout(config_);
+  const ExpertBlob layout = BlobLayout(quant::ExpertCodec::Bf16(config_));
   const size_t count =
       static_cast<size_t>(config_.num_hidden_layers) * config_.num_experts;
   MOESERVE_RETURN_IF_ERROR(AllocateArena(count * layout.bytes));
@@ -375,14 +372,7 @@ absl::Status ModelWeights::PackConverted(const quant::ExpertCodec& codec,
   work(0);
   for (std::thread& th : pool) th.join();
   for (const absl::Status& st : errors) MOESERVE_RETURN_IF_ERROR(st);
-  ExpertBlob layout;
-  layout.bytes = bytes;
-  layout.gate_offset = codec.part(0).offset;
-  layout.gate_bytes = codec.part(0).bytes;
-  layout.up_offset = codec.part(1).offset;
-  layout.up_bytes = codec.part(1).bytes;
-  layout.down_offset = codec.part(2).offset;
-  layout.down_bytes = codec.part(2).bytes;
+  const ExpertBlob layout = BlobLayout(codec);
   experts_.reserve(count);
   for (int layer = 0; layer < num_layers(); ++layer) {
     for (int e = 0; e < num_experts(); ++e) {

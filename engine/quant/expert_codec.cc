@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -57,6 +58,12 @@ const TensorInfo* FindOrNull(const ShardedSafetensors& files,
   return loc ? loc->info : nullptr;
 }
 
+// The importers' tensor lookup (name -> tensor or null) over `files`.
+std::function<const TensorInfo*(const std::string&)> Lookup(
+    const ShardedSafetensors& files) {
+  return [&files](const std::string& n) { return FindOrNull(files, n); };
+}
+
 // "model.layers.0.mlp.experts.3.gate_proj" from its ".weight" tensor name.
 std::string ModuleOf(const std::string& weight_name) {
   constexpr absl::string_view kWeight = ".weight";
@@ -64,15 +71,6 @@ std::string ModuleOf(const std::string& weight_name) {
     return weight_name.substr(0, weight_name.size() - kWeight.size());
   }
   return weight_name;
-}
-
-bool IsFp8Method(QuantMethod m) {
-  return m == QuantMethod::kFp8Block || m == QuantMethod::kFp8Compressed;
-}
-
-bool IsInt4Method(QuantMethod m) {
-  return m == QuantMethod::kGptq || m == QuantMethod::kAwq ||
-         m == QuantMethod::kInt4Compressed;
 }
 
 // Bytes of one part of an int4 expert: nibbles, scales and zero points.
@@ -97,6 +95,20 @@ const char* ExpertFormatName(ExpertFormat f) {
   return "?";
 }
 
+ExpertCodec ExpertCodec::Bf16(const ModelConfig& config) {
+  ExpertCodec c;
+  c.config_ = &config;
+  c.format_ = ExpertFormat::kBf16;
+  // Each matrix starts on a 64-byte boundary (engine/model_weights.h).
+  const size_t matrix = static_cast<size_t>(config.expert_intermediate_size) *
+                        config.hidden_size * DTypeSize(DType::kBF16);
+  c.parts_[0] = {0, matrix};
+  c.parts_[1] = {RoundUp(matrix), matrix};
+  c.parts_[2] = {2 * RoundUp(matrix), matrix};
+  c.blob_bytes_ = 3 * RoundUp(matrix);
+  return c;
+}
+
 absl::StatusOr<ExpertCodec> ExpertCodec::Create(
     const ModelConfig& config, const ShardedSafetensors& files) {
   ExpertCodec c;
@@ -113,18 +125,13 @@ absl::StatusOr<ExpertCodec> ExpertCodec::Create(
        (plain->dtype == DType::kBF16 || plain->dtype == DType::kF16))) {
     MOESERVE_ASSIGN_OR_RETURN(const TensorInfo* t,
                               FindFloat(files, first.gate, {ffn, hidden}));
-    c.format_ = ExpertFormat::kBf16;
-    c.from_f16_ = t->dtype == DType::kF16;
-    c.blob_is_file_bytes_ = !c.from_f16_;
-    const size_t matrix = static_cast<size_t>(ffn) * hidden * 2;
-    c.parts_[0] = {0, matrix};
-    c.parts_[1] = {RoundUp(matrix), matrix};
-    c.parts_[2] = {2 * RoundUp(matrix), matrix};
-    c.blob_bytes_ = 3 * RoundUp(matrix);
-    return c;
+    ExpertCodec bf16 = Bf16(config);
+    bf16.from_f16_ = t->dtype == DType::kF16;
+    bf16.blob_is_file_bytes_ = !bf16.from_f16_;
+    return bf16;
   }
-  if (IsInt4Method(q.method)) {
-    auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+  if (q.int4()) {
+    const auto find = Lookup(files);
     MOESERVE_ASSIGN_OR_RETURN(
         Int4LinearTensors t,
         FindInt4LinearTensors(q, ModuleOf(first.gate), find));
@@ -143,7 +150,7 @@ absl::StatusOr<ExpertCodec> ExpertCodec::Create(
                    Int4PartBytes(layout, hidden, ffn, layout.group_out)};
     return c;
   }
-  if (IsFp8Method(q.method)) {
+  if (q.fp8()) {
     MOESERVE_ASSIGN_OR_RETURN(kernels::Fp8ExpertLayout layout,
                               Fp8CheckpointLayout(q, hidden, ffn));
     c.format_ = ExpertFormat::kFp8;
@@ -197,7 +204,7 @@ absl::Status ExpertCodec::Pack(const ShardedSafetensors& files,
   }
   if (format_ == ExpertFormat::kInt4) {
     const QuantizationConfig& q = config_->quantization;
-    auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+    const auto find = Lookup(files);
     const std::pair<const std::string*, kernels::Int4Part> parts[] = {
         {&names.gate, kernels::Int4Part::kGate},
         {&names.up, kernels::Int4Part::kUp},
@@ -210,7 +217,7 @@ absl::Status ExpertCodec::Pack(const ShardedSafetensors& files,
     return absl::OkStatus();
   }
   const QuantizationConfig& q = config_->quantization;
-  auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+  const auto find = Lookup(files);
   const std::pair<const std::string*, kernels::Fp8Part> parts[] = {
       {&names.gate, kernels::Fp8Part::kGate},
       {&names.up, kernels::Fp8Part::kUp},
@@ -237,8 +244,8 @@ absl::Status LoadAsBf16(const ShardedSafetensors& files,
     return CopyAsBf16(*t, out->data());
   }
   const QuantizationConfig& q = config.quantization;
-  if (q.quantized() && IsInt4Method(q.method) && spec.shape.size() == 2) {
-    auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+  if (q.quantized() && q.int4() && spec.shape.size() == 2) {
+    const auto find = Lookup(files);
     MOESERVE_ASSIGN_OR_RETURN(
         Int4LinearTensors t,
         FindInt4LinearTensors(q, ModuleOf(spec.name), find));
@@ -246,9 +253,9 @@ absl::Status LoadAsBf16(const ShardedSafetensors& files,
     return DequantizeInt4Linear(q, t, spec.shape[0], spec.shape[1],
                                 out->data());
   }
-  if (q.quantized() && IsFp8Method(q.method) && spec.shape.size() == 2 && loc &&
+  if (q.quantized() && q.fp8() && spec.shape.size() == 2 && loc &&
       loc->info->dtype == DType::kF8E4M3) {
-    auto find = [&files](const std::string& n) { return FindOrNull(files, n); };
+    const auto find = Lookup(files);
     MOESERVE_ASSIGN_OR_RETURN(
         Fp8LinearTensors t, FindFp8LinearTensors(q, ModuleOf(spec.name), find));
     out->resize(n);

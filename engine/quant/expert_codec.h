@@ -55,6 +55,9 @@ class ExpertCodec {
   // tensor when it is missing or of another dtype.
   static absl::StatusOr<ExpertCodec> Create(const ModelConfig& config,
                                             const ShardedSafetensors& files);
+  // The bf16 codec of `config`'s experts, whatever stores them (also the
+  // layout of weights built in memory, ModelWeights::FromMemory).
+  static ExpertCodec Bf16(const ModelConfig& config);
 
   ExpertFormat format() const { return format_; }
   // Bytes of one packed expert: a multiple of 64.

@@ -21,10 +21,6 @@ std::string Shape(const std::vector<int64_t>& s) {
   return absl::StrCat("[", absl::StrJoin(s, ", "), "]");
 }
 
-bool IsFp8Method(QuantMethod m) {
-  return m == QuantMethod::kFp8Block || m == QuantMethod::kFp8Compressed;
-}
-
 // The scale grid of a Linear [rows, cols] under `config`:
 // [ceil(rows / tile_rows), ceil(cols / tile_cols)].
 struct Grid {
@@ -114,7 +110,7 @@ absl::Status CheckWeight(const TensorInfo& t, int64_t rows, int64_t cols) {
 absl::StatusOr<Fp8LinearTensors> FindFp8LinearTensors(
     const QuantizationConfig& config, absl::string_view module,
     const std::function<const TensorInfo*(const std::string&)>& find) {
-  if (!IsFp8Method(config.method)) {
+  if (!config.fp8()) {
     return Bad(absl::StrCat("quantization ", config.Describe(),
                             " is not an fp8 method"));
   }
@@ -137,7 +133,7 @@ absl::StatusOr<Fp8LinearTensors> FindFp8LinearTensors(
 
 absl::StatusOr<kernels::Fp8ExpertLayout> Fp8CheckpointLayout(
     const QuantizationConfig& config, int64_t hidden, int64_t ffn) {
-  if (!IsFp8Method(config.method)) {
+  if (!config.fp8()) {
     return Bad(absl::StrCat("quantization ", config.Describe(),
                             " is not an fp8 method"));
   }

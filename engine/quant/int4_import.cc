@@ -22,13 +22,8 @@ absl::Status Bad(const std::string& what) {
   return absl::InvalidArgumentError(std::string("int4 import: ") + what);
 }
 
-bool IsInt4Method(QuantMethod m) {
-  return m == QuantMethod::kGptq || m == QuantMethod::kAwq ||
-         m == QuantMethod::kInt4Compressed;
-}
-
 absl::Status CheckConfig(const QuantizationConfig& config) {
-  if (!IsInt4Method(config.method)) {
+  if (!config.int4()) {
     return Bad(absl::StrCat("quantization ", config.Describe(),
                             " is not gptq, awq or compressed-tensors int4"));
   }

@@ -69,6 +69,16 @@ struct QuantizationConfig {
   std::vector<std::string> unquantized_modules;
 
   bool quantized() const { return method != QuantMethod::kNone; }
+  // The experts are 4-bit integers (gptq, awq, compressed-tensors int4).
+  bool int4() const {
+    return method == QuantMethod::kGptq || method == QuantMethod::kAwq ||
+           method == QuantMethod::kInt4Compressed;
+  }
+  // The experts are fp8 e4m3 (the fp8 method, compressed-tensors fp8).
+  bool fp8() const {
+    return method == QuantMethod::kFp8Block ||
+           method == QuantMethod::kFp8Compressed;
+  }
   // "fp8 block 128x128", "gptq int4 group 128 asym", ...
   std::string Describe() const;
   // Whether the Linear `module` (e.g. "model.layers.0.mlp.gate") is listed

@@ -16,13 +16,9 @@ namespace moeserve::engine::spec_decode {
 absl::StatusOr<uint64_t> QuantizedExperts::BytesFor(const ModelConfig& c) {
   // An int4 checkpoint's pool is its own experts, in its layout (the scale
   // type, bf16 or f16, does not change the size).
-  const quant::QuantMethod m = c.quantization.method;
-  const bool int4_checkpoint = m == quant::QuantMethod::kGptq ||
-                               m == quant::QuantMethod::kAwq ||
-                               m == quant::QuantMethod::kInt4Compressed;
   MOESERVE_ASSIGN_OR_RETURN(
       kernels::Int4ExpertLayout layout,
-      int4_checkpoint
+      c.quantization.int4()
           ? quant::Int4CheckpointLayout(c.quantization, c.hidden_size,
                                         c.expert_intermediate_size,
                                         kernels::Int4ScaleType::kF16)
