@@ -400,9 +400,15 @@ absl::Status CudaBackend::ExpertFfnGrouped(Stream& s,
   float* gathered = workspace.data<float>();   // [R, hidden]
   float* gate_up = gathered + pairs * hidden;  // [R, 2 * ffn]
   float* act = gate_up + pairs * 2 * ffn;      // [R, ffn]
+  // Only the rows of this call's groups (ascending ranges: the span from
+  // the first to the end of the last): a miss computed alone gathers its
+  // own rows, not every pair of the layer again.
+  const int64_t lo = call.groups.front().begin;
+  const int64_t hi = call.groups.back().begin + call.groups.back().count;
   MOESERVE_RETURN_IF_ERROR(
       FromCuda(LaunchGatherRows(call.x.data<float>(), call.x.dim(0), hidden,
-                                call.rows.data<int32_t>(), pairs, gathered, st),
+                                call.rows.data<int32_t>() + lo, hi - lo,
+                                gathered + lo * hidden, st),
                "ExpertFfnGrouped gather"));
   const bool lt_usable = lt_ != nullptr && cs->scratch().split != nullptr;
   absl::InlinedVector<GemvGroup, 32> small;
@@ -422,8 +428,9 @@ absl::Status CudaBackend::ExpertFfnGrouped(Stream& s,
                             /*w_offset=*/0, 2 * ffn, gate_up, st),
       "ExpertFfnGrouped gate_up"));
   MOESERVE_RETURN_IF_ERROR(
-      FromCuda(LaunchSiluMul(gate_up, 2 * ffn, gate_up + ffn, 2 * ffn, pairs,
-                             ffn, act, st),
+      FromCuda(LaunchSiluMul(gate_up + lo * 2 * ffn, 2 * ffn,
+                             gate_up + lo * 2 * ffn + ffn, 2 * ffn, hi - lo,
+                             ffn, act + lo * ffn, st),
                "ExpertFfnGrouped silu"));
   for (const ExpertGroup& g : call.groups) {
     if (g.count == 0 || !lt_usable || g.count < options_.lt_min_m) continue;
