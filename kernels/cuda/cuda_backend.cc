@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 
@@ -24,6 +25,89 @@ absl::Status TooLarge(const char* op, const char* what, int64_t value,
 
 const uint16_t* Bf16Ptr(const Tensor& t) {
   return static_cast<const uint16_t*>(t.raw());
+}
+
+// The quantized GEMVs of one int4 / fp8 expert as offsets into its blob:
+// gate and up as one [2 ffn, hidden] matrix (rows [0, ffn) gate, then up),
+// and down. Shared by the per-expert and the grouped ops, so both launch the
+// same kernel on the same operands.
+Int4GemvSpec Int4GateUpSpec(const Int4ExpertLayout& l) {
+  Int4GemvSpec p;
+  p.k = l.hidden;
+  p.n = 2 * l.ffn;
+  p.split = l.ffn;
+  p.group = l.group_in;
+  p.f16_scales = l.scale_type == Int4ScaleType::kF16;
+  p.zeros = l.has_zeros;
+  p.a = {l.gate_q, l.gate_scales, l.gate_zeros};
+  p.b = {l.up_q, l.up_scales, l.up_zeros};
+  return p;
+}
+
+Int4GemvSpec Int4DownSpec(const Int4ExpertLayout& l) {
+  Int4GemvSpec p;
+  p.k = l.ffn;
+  p.n = l.hidden;
+  p.split = l.hidden;
+  p.group = l.group_out;
+  p.f16_scales = l.scale_type == Int4ScaleType::kF16;
+  p.zeros = l.has_zeros;
+  p.a = {l.down_q, l.down_scales, l.down_zeros};
+  return p;
+}
+
+// Fp8ExpertPart's tiles: the requested tile clamped to the part's shape.
+Fp8GemvSpec Fp8GateUpSpec(const Fp8ExpertLayout& l) {
+  Fp8GemvSpec p;
+  p.k = l.hidden;
+  p.n = 2 * l.ffn;
+  p.split = l.ffn;
+  const int64_t tr = std::min(l.block_rows, l.ffn);
+  const int64_t tc = std::min(l.block_cols, l.hidden);
+  p.a = {l.gate_q, l.gate_scales, tr, tc};
+  p.b = {l.up_q, l.up_scales, tr, tc};
+  return p;
+}
+
+Fp8GemvSpec Fp8DownSpec(const Fp8ExpertLayout& l) {
+  Fp8GemvSpec p;
+  p.k = l.ffn;
+  p.n = l.hidden;
+  p.split = l.hidden;
+  p.a = {l.down_q, l.down_scales, std::min(l.block_rows, l.hidden),
+         std::min(l.block_cols, l.ffn)};
+  return p;
+}
+
+// gate_up [m, 2 ffn] -> act [m, ffn], then down, for the int4 or fp8 GEMV
+// (Launch: LaunchGemvInt4 or LaunchGemvFp8) over `groups` (rows of x and
+// of out; gate_up and act rows alike). The SiLU covers rows [lo, hi).
+template <typename Spec, typename Launch>
+absl::Status QuantExpertFfn(Launch launch, const Spec& gate_up_spec,
+                            const Spec& down_spec, const float* x,
+                            const QuantGroup* groups, int64_t num_groups,
+                            int64_t lo, int64_t hi, float* gate_up, float* act,
+                            float* out, Strm st, const char* op) {
+  const int64_t ffn = gate_up_spec.split;
+  // The names are made only for an error: this runs for every expert.
+  auto fail = [op](int e, const char* step) {
+    return FromCuda(e, absl::StrCat(op, " ", step).c_str());
+  };
+  if (const int e = launch(x, gate_up_spec, groups, num_groups, gate_up, st);
+      e != 0) {
+    return fail(e, "gate_up");
+  }
+  if (const int e = LaunchSiluMul(gate_up + lo * 2 * ffn, 2 * ffn,
+                                  gate_up + lo * 2 * ffn + ffn, 2 * ffn,
+                                  hi - lo, ffn, act + lo * ffn, st);
+      e != 0) {
+    return fail(e, "silu");
+  }
+  if (const int e = launch(act, down_spec, groups, num_groups, out, st);
+      e != 0) {
+    return fail(e, "down");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -317,6 +401,8 @@ absl::Status CudaBackend::ExpertFfn(Stream& s, const Tensor& x,
               out.data<float>(), "ExpertFfn down");
 }
 
+// int4: one GEMV launch for gate and up (LaunchGemvInt4, the rows of both
+// parts), the SiLU, one for down; the grouped op runs the same kernel.
 absl::Status CudaBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
                                         const Tensor& blob,
                                         const Int4ExpertLayout& layout,
@@ -325,29 +411,16 @@ absl::Status CudaBackend::ExpertFfnInt4(Stream& s, const Tensor& x,
   MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfnInt4(Device::kCuda, x, blob, layout, workspace, out));
-  const int64_t m = x.dim(0), ffn = layout.ffn;
-  const auto* expert = static_cast<const std::byte*>(blob.raw());
-  const Int4Matrix gate = Int4ExpertPart(expert, layout, Int4Part::kGate);
-  const Int4Matrix up = Int4ExpertPart(expert, layout, Int4Part::kUp);
-  const Int4Matrix down = Int4ExpertPart(expert, layout, Int4Part::kDown);
-  float* g = workspace.data<float>();  // [m, ffn]
-  float* u = g + m * ffn;              // [m, ffn]
-  float* act = u + m * ffn;            // [m, ffn], 16-byte aligned: ffn even.
-  // One int4 matrix (any layout: bf16 or fp16 scales, zeros or not).
-  auto matmul = [&](const float* in, const Int4Matrix& w, float* res) {
-    return LaunchMatMulInt4(in, m, w.cols, w.q, w.scales,
-                            w.scale_type == Int4ScaleType::kF16, w.zeros,
-                            w.group, w.rows, res, st);
-  };
-  MOESERVE_RETURN_IF_ERROR(
-      FromCuda(matmul(x.data<float>(), gate, g), "ExpertFfnInt4 gate"));
-  MOESERVE_RETURN_IF_ERROR(
-      FromCuda(matmul(x.data<float>(), up, u), "ExpertFfnInt4 up"));
-  MOESERVE_RETURN_IF_ERROR(FromCuda(
-      LaunchSiluMul(g, ffn, u, ffn, m, ffn, act, st), "ExpertFfnInt4 silu"));
-  return FromCuda(matmul(act, down, out.data<float>()), "ExpertFfnInt4 down");
+  const int64_t m = x.dim(0);
+  float* gate_up = workspace.data<float>();   // [m, 2 * ffn]
+  float* act = gate_up + m * 2 * layout.ffn;  // [m, ffn]
+  const QuantGroup one{blob.raw(), 0, m};
+  return QuantExpertFfn(LaunchGemvInt4, Int4GateUpSpec(layout),
+                        Int4DownSpec(layout), x.data<float>(), &one, 1, 0, m,
+                        gate_up, act, out.data<float>(), st, "ExpertFfnInt4");
 }
 
+// fp8: as ExpertFfnInt4, on LaunchGemvFp8 (any m: no cuBLASLt FP8 path yet).
 absl::Status CudaBackend::ExpertFfnFp8(Stream& s, const Tensor& x,
                                        const Tensor& blob,
                                        const Fp8ExpertLayout& layout,
@@ -356,25 +429,13 @@ absl::Status CudaBackend::ExpertFfnFp8(Stream& s, const Tensor& x,
   MOESERVE_ASSIGN_OR_RETURN(Strm st, RawStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfnFp8(Device::kCuda, x, blob, layout, workspace, out));
-  const int64_t m = x.dim(0), ffn = layout.ffn;
-  const auto* expert = static_cast<const std::byte*>(blob.raw());
-  const Fp8Matrix gate = Fp8ExpertPart(expert, layout, Fp8Part::kGate);
-  const Fp8Matrix up = Fp8ExpertPart(expert, layout, Fp8Part::kUp);
-  const Fp8Matrix down = Fp8ExpertPart(expert, layout, Fp8Part::kDown);
-  float* g = workspace.data<float>();  // [m, ffn]
-  float* u = g + m * ffn;              // [m, ffn]
-  float* act = u + m * ffn;            // [m, ffn]
-  auto gemv = [&](const float* in, const Fp8Matrix& w, float* res,
-                  const char* what) {
-    return FromCuda(LaunchMatMulFp8(in, m, w.cols, w.q, w.scales, w.tile_rows,
-                                    w.tile_cols, w.rows, res, st),
-                    what);
-  };
-  MOESERVE_RETURN_IF_ERROR(gemv(x.data<float>(), gate, g, "ExpertFfnFp8 gate"));
-  MOESERVE_RETURN_IF_ERROR(gemv(x.data<float>(), up, u, "ExpertFfnFp8 up"));
-  MOESERVE_RETURN_IF_ERROR(FromCuda(
-      LaunchSiluMul(g, ffn, u, ffn, m, ffn, act, st), "ExpertFfnFp8 silu"));
-  return gemv(act, down, out.data<float>(), "ExpertFfnFp8 down");
+  const int64_t m = x.dim(0);
+  float* gate_up = workspace.data<float>();   // [m, 2 * ffn]
+  float* act = gate_up + m * 2 * layout.ffn;  // [m, ffn]
+  const QuantGroup one{blob.raw(), 0, m};
+  return QuantExpertFfn(LaunchGemvFp8, Fp8GateUpSpec(layout),
+                        Fp8DownSpec(layout), x.data<float>(), &one, 1, 0, m,
+                        gate_up, act, out.data<float>(), st, "ExpertFfnFp8");
 }
 
 // Decode-sized experts (m < lt_min_m) take two grouped GEMV launches for
@@ -388,13 +449,10 @@ absl::Status CudaBackend::ExpertFfnGrouped(Stream& s,
   MOESERVE_ASSIGN_OR_RETURN(CudaStream * cs, OwnStream(this, s));
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfnGrouped(Device::kCuda, call, workspace, out));
-  if (call.int4 != nullptr || call.fp8 != nullptr) {
-    // int4 experts (a draft's pool) and fp8 experts go expert by expert for
-    // now.
-    return Backend::ExpertFfnGrouped(s, call, workspace, out);
-  }
   const int64_t pairs = call.rows.dim(0), hidden = out.dim(1);
-  const int64_t ffn = call.ffn;
+  const int64_t ffn = call.int4 != nullptr  ? call.int4->ffn
+                      : call.fp8 != nullptr ? call.fp8->ffn
+                                            : call.ffn;
   if (pairs == 0 || call.groups.empty()) return absl::OkStatus();
   const Strm st = cs->get();
   float* gathered = workspace.data<float>();   // [R, hidden]
@@ -410,6 +468,26 @@ absl::Status CudaBackend::ExpertFfnGrouped(Stream& s,
                                 call.rows.data<int32_t>() + lo, hi - lo,
                                 gathered + lo * hidden, st),
                "ExpertFfnGrouped gather"));
+  if (call.int4 != nullptr || call.fp8 != nullptr) {
+    // int4 / fp8 experts: every group (any row count) in the quantized GEMV
+    // that ExpertFfnInt4 / ExpertFfnFp8 run, so each row is bit for bit
+    // what the per-expert op gives it: two launches for the whole call
+    // (128 groups a launch) around the SiLU.
+    absl::InlinedVector<QuantGroup, 32> groups;
+    for (const ExpertGroup& g : call.groups) {
+      if (g.count > 0) groups.push_back({g.blob, g.begin, g.count});
+    }
+    if (call.int4 != nullptr) {
+      return QuantExpertFfn(LaunchGemvInt4, Int4GateUpSpec(*call.int4),
+                            Int4DownSpec(*call.int4), gathered, groups.data(),
+                            groups.size(), lo, hi, gate_up, act,
+                            out.data<float>(), st, "ExpertFfnGrouped int4");
+    }
+    return QuantExpertFfn(LaunchGemvFp8, Fp8GateUpSpec(*call.fp8),
+                          Fp8DownSpec(*call.fp8), gathered, groups.data(),
+                          groups.size(), lo, hi, gate_up, act,
+                          out.data<float>(), st, "ExpertFfnGrouped fp8");
+  }
   const bool lt_usable = lt_ != nullptr && cs->scratch().split != nullptr;
   absl::InlinedVector<GemvGroup, 32> small;
   for (const ExpertGroup& g : call.groups) {

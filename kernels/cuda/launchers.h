@@ -51,6 +51,57 @@ int LaunchMatMulInt4(const float* x, int64_t m, int64_t k, const uint8_t* wq,
 int LaunchMatMulFp8(const float* x, int64_t m, int64_t k, const uint8_t* wq,
                     const float* scales, int64_t tile_rows, int64_t tile_cols,
                     int64_t n, float* out, Strm stream);
+
+// The quantized GEMVs of ExpertFfnInt4 / ExpertFfnFp8 / ExpertFfnGrouped
+// (matmul_int4.cu, matmul_fp8.cu; design in README.md): one kernel serves a
+// single matrix and a layer's experts, so an expert's rows come out bit for
+// bit the same whichever launch computes them. Each group (expert) is a base
+// address (its blob; 0 when the offsets below are absolute addresses) and its
+// rows [begin, begin + count) of x [R, k] and out [R, n] (row stride n).
+// Groups go kQuantGroupsPerLaunch to a launch, their table passed by value.
+struct QuantGroup {
+  const void* base = nullptr;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+inline constexpr int kQuantGroupsPerLaunch = 128;
+
+// One int4 matrix (kernels/int4_expert.h): byte offsets from a group's base
+// of its nibbles [rows, k/2], scales [rows, k/group] (bf16 or fp16 bits) and
+// zeros [rows, k/group] (uint8; unused without zeros: z = 8).
+struct Int4PartRef {
+  int64_t q = 0, scales = 0, zeros = 0;
+};
+// out[r, j] = x[r, :] . dequant(W)[j, :] for j < n, where weight row j is
+// row j of part a for j < split and row j - split of part b otherwise (gate
+// and up in one launch: split = ffn, n = 2 ffn; one matrix: split = n).
+struct Int4GemvSpec {
+  int64_t k = 0, n = 0, split = 0, group = 0;
+  bool f16_scales = false;
+  bool zeros = false;
+  Int4PartRef a, b;
+};
+// REQUIRES: group even, k % group == 0, 0 < split <= n.
+int LaunchGemvInt4(const float* x, const Int4GemvSpec& spec,
+                   const QuantGroup* groups, int64_t num_groups, float* out,
+                   Strm stream);
+
+// One fp8 matrix (kernels/fp8_expert.h): byte offsets of its e4m3 bytes
+// [rows, k] and F32 scale grid [ceil(rows / tile_rows), ceil(k /
+// tile_cols)] from a group's base.
+struct Fp8PartRef {
+  int64_t q = 0, scales = 0;
+  int64_t tile_rows = 1, tile_cols = 1;
+};
+// As Int4GemvSpec, for fp8 parts: value = e4m3(q) * scale, one fp32 product.
+struct Fp8GemvSpec {
+  int64_t k = 0, n = 0, split = 0;
+  Fp8PartRef a, b;
+};
+// REQUIRES: tile_rows, tile_cols > 0, 0 < split <= n.
+int LaunchGemvFp8(const float* x, const Fp8GemvSpec& spec,
+                  const QuantGroup* groups, int64_t num_groups, float* out,
+                  Strm stream);
 int LaunchRopeRotateHalf(float* x, int64_t n, int64_t heads, int64_t hd,
                          const int32_t* positions, float theta, Strm stream);
 int LaunchKvWrite(const float* k, const float* v, int64_t n, int64_t row,

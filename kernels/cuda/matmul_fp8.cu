@@ -1,7 +1,15 @@
-// Dequantising fp8 (e4m3fn) GEMV/GEMM (LaunchMatMulFp8, see launchers.h for
-// the format): the experts of an FP8 checkpoint computed from their FP8
-// bytes. A decode step is bound by weight reads, and fp8 reads half the bytes
-// of bf16.
+// Dequantising fp8 (e4m3fn) GEMV (LaunchGemvFp8, LaunchMatMulFp8; see
+// launchers.h for the format and quant_gemv.cuh for the block shape): the
+// experts of an FP8 checkpoint computed from their FP8 bytes, one expert or a
+// layer's experts per launch. A decode step is bound by weight reads, and fp8
+// reads half the bytes of bf16.
+//
+// Each weight is the CPU's dequantised value, decode(q) * scale rounded once
+// (__fmul_rn: never fused into the accumulation). Vector path (16 | k,
+// 16 | tile_cols, bytes 16-byte aligned): a lane loads 16 bytes (16 columns,
+// one scale) of each of its weight rows per step, the next step's already in
+// flight; e4m3 pairs -> half2 (exact) -> float2. Scalar path (any shape): a
+// lane takes one column at a time.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -10,18 +18,16 @@
 
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/quant_gemv.cuh"
 
 namespace moeserve::kernels::cuda {
 namespace {
 
-constexpr int kBlock = 256;
-// Rows of x per pass over a weight row, as the bf16 GEMV: decode (m <= 8)
-// reads each weight byte once.
-constexpr int kRows = 8;
+constexpr int kR = kQuantRowsPerWarp;
 
 // The four e4m3 codes of a 32-bit word (low byte first) as floats, exact
 // (e4m3 -> fp16 is exact, NaN codes give NaN; fp16 -> fp32 is exact).
-__device__ __forceinline__ void Decode4(uint32_t word, float w[4]) {
+__device__ __forceinline__ void Decode4(uint32_t word, float* w) {
   const __half2 lo = __nv_cvt_fp8x2_to_halfraw2(
       static_cast<__nv_fp8x2_storage_t>(word & 0xffffu), __NV_E4M3);
   const __half2 hi = __nv_cvt_fp8x2_to_halfraw2(
@@ -38,81 +44,206 @@ __device__ __forceinline__ float Decode1(uint8_t code) {
       static_cast<__nv_fp8_storage_t>(code), __NV_E4M3)));
 }
 
-// One warp per output column j (a weight row). Each weight is the CPU's
-// dequantised value, decode(q) * scale rounded once (__fmul_rn: never fused
-// into the accumulation). Vector path: a lane takes 16 columns (one uint4)
-// at a time; 16 | tile_cols, so the 16 share one scale. Scalar path (any
-// shape or alignment): a lane takes one column at a time.
-__global__ void GemvFp8Kernel(const float* x, int64_t m, int64_t k,
-                              const uint8_t* wq, const float* scales,
-                              int64_t tile_rows, int64_t tile_cols, int64_t n,
-                              float* out, bool vec) {
+// One weight row: its bytes, its row of the scale grid and the tile width.
+struct Fp8Row {
+  const uint8_t* q;
+  const float* s;
+  uint32_t tile_cols;
+};
+
+__device__ __forceinline__ Fp8Row RowOf(uintptr_t base, const Fp8GemvSpec& p,
+                                        int64_t j) {
+  const bool in_a = j < p.split;
+  const Fp8PartRef& part = in_a ? p.a : p.b;
+  const int64_t row = in_a ? j : j - p.split;
+  const int64_t scale_cols = (p.k + part.tile_cols - 1) / part.tile_cols;
+  Fp8Row r;
+  r.q = reinterpret_cast<const uint8_t*>(base + part.q) + row * p.k;
+  r.s = reinterpret_cast<const float*>(base + part.scales) +
+        (row / part.tile_rows) * scale_cols;
+  // Above 2^31 one tile covers any row this kernel can be given.
+  r.tile_cols = static_cast<uint32_t>(
+      part.tile_cols < (int64_t{1} << 31) ? part.tile_cols : int64_t{1} << 31);
+  return r;
+}
+
+// blockIdx.y: the group; blockIdx.z: M of its rows; blockIdx.x:
+// kQuantRowsPerBlock weight rows. x staged `chunk` columns at a time in rows
+// of `stride` floats.
+template <int M>
+__global__ void __launch_bounds__(kQuantThreads)
+    GemvFp8Kernel(QuantGroupTable table, Fp8GemvSpec p, const float* x,
+                  float* out, int64_t chunk, int stride) {
+  const int g = blockIdx.y;
+  const int count = table.count[g];
+  const int r0 = static_cast<int>(blockIdx.z) * M;
+  if (r0 >= count) return;  // The whole block.
+  const int rows = min(M, count - r0);
+  const int64_t first = static_cast<int64_t>(table.begin[g]) + r0;
+  const float* xg = x + first * p.k;
+  const uintptr_t base = table.base[g];
+  extern __shared__ float4 quant_smem[];
+  float* xs = reinterpret_cast<float*>(quant_smem);
   const int lane = threadIdx.x & 31;
-  const int64_t j =
-      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  if (j >= n) return;
-  const uint8_t* wj = wq + j * k;
-  const int64_t scale_cols = (k + tile_cols - 1) / tile_cols;
-  const float* sj = scales + (j / tile_rows) * scale_cols;
-  for (int64_t r0 = 0; r0 < m; r0 += kRows) {
-    const int rows = static_cast<int>(m - r0 < kRows ? m - r0 : kRows);
-    const float* xr = x + r0 * k;
-    float acc[kRows];
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kQuantRowsPerBlock +
+                     (threadIdx.x >> 5) * kR;
+  // Rows past n compute row n - 1 again and are not written: no branch.
+  Fp8Row row[kR];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
+  for (int i = 0; i < kR; ++i) row[i] = RowOf(base, p, min(j0 + i, p.n - 1));
+  const bool vec =
+      p.k % 16 == 0 && p.a.tile_cols % 16 == 0 && (base + p.a.q) % 16 == 0 &&
+      (p.split == p.n || (p.b.tile_cols % 16 == 0 && (base + p.b.q) % 16 == 0));
+  float acc[kR][M];
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+#pragma unroll
+    for (int t = 0; t < M; ++t) acc[i][t] = 0.f;
+  }
+  for (int64_t c0 = 0; c0 < p.k; c0 += chunk) {
+    const int cw = static_cast<int>(min(chunk, p.k - c0));
     if (vec) {
-      for (int64_t c0 = lane * 16; c0 < k; c0 += 32 * 16) {
-        const uint4 pk = *reinterpret_cast<const uint4*>(wj + c0);
-        const uint32_t words[4] = {pk.x, pk.y, pk.z, pk.w};
-        const float s = sj[c0 / tile_cols];
+      const int64_t vbase = c0 / 16, vend = (c0 + cw) / 16;
+      int64_t v = vbase + lane;
+      uint4 cur[kR];
+      // The first weights are in flight while x is staged.
+      if (v < vend) {
+#pragma unroll
+        for (int i = 0; i < kR; ++i) {
+          cur[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v);
+        }
+      }
+      __syncthreads();  // The previous chunk is consumed.
+      QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
+      __syncthreads();
+      for (; v < vend; v += 32) {
+        uint4 nxt[kR];
+        const bool more = v + 32 < vend;
+        if (more) {
+#pragma unroll
+          for (int i = 0; i < kR; ++i) {
+            nxt[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v + 32);
+          }
+        }
+        const int c = static_cast<int>(v - vbase) * 16;  // In the chunk.
+        const float* xv = xs + QuantPad(c);  // 16 columns, one 32-block.
+        float sc[kR];
+#pragma unroll
+        for (int i = 0; i < kR; ++i) {
+          sc[i] = row[i].s[static_cast<uint32_t>(v * 16) / row[i].tile_cols];
+        }
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          float wf[4];
-          Decode4(words[q], wf);
+          float w[kR][4];
 #pragma unroll
-          for (int t = 0; t < 4; ++t) wf[t] = __fmul_rn(wf[t], s);
+          for (int i = 0; i < kR; ++i) {
+            const uint32_t word = q == 0   ? cur[i].x
+                                  : q == 1 ? cur[i].y
+                                  : q == 2 ? cur[i].z
+                                           : cur[i].w;
+            Decode4(word, w[i]);
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            if (r < rows) {
-              const float4 a =
-                  *reinterpret_cast<const float4*>(xr + r * k + c0 + 4 * q);
-              acc[r] += a.x * wf[0] + a.y * wf[1] + a.z * wf[2] + a.w * wf[3];
+            for (int e = 0; e < 4; ++e) w[i][e] = __fmul_rn(w[i][e], sc[i]);
+          }
+#pragma unroll
+          for (int t = 0; t < M; ++t) {
+            const float4 a =
+                *reinterpret_cast<const float4*>(xv + t * stride + 4 * q);
+            const float xe[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int i = 0; i < kR; ++i) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                acc[i][t] = __fmaf_rn(xe[e], w[i][e], acc[i][t]);
+              }
             }
           }
         }
+        if (more) {
+#pragma unroll
+          for (int i = 0; i < kR; ++i) cur[i] = nxt[i];
+        }
       }
     } else {
-      for (int64_t c = lane; c < k; c += 32) {
-        const float w = __fmul_rn(Decode1(wj[c]), sj[c / tile_cols]);
+      __syncthreads();
+      QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
+      __syncthreads();
+      for (int64_t c = c0 + lane; c < c0 + cw; c += 32) {
+        const int pc = QuantPad(static_cast<int>(c - c0));
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          if (r < rows) acc[r] += xr[r * k + c] * w;
+        for (int i = 0; i < kR; ++i) {
+          const float w =
+              __fmul_rn(Decode1(row[i].q[c]),
+                        row[i].s[static_cast<uint32_t>(c) / row[i].tile_cols]);
+#pragma unroll
+          for (int t = 0; t < M; ++t) {
+            acc[i][t] = __fmaf_rn(xs[t * stride + pc], w, acc[i][t]);
+          }
         }
       }
     }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float sum = WarpSum(acc[r]);
-      if (lane == 0 && r < rows) out[(r0 + r) * n + j] = sum;
-    }
   }
+  QuantWriteRows<kR, M>(acc, lane, rows, j0, p.n, out + first * p.n, p.n);
+}
+
+template <int M>
+int Launch(const QuantGroupTable& table, int used, int64_t max_count,
+           const Fp8GemvSpec& p, const float* x, float* out, Strm stream) {
+  const int64_t chunk = QuantChunkCols<M>();
+  const int stride = QuantRowStride(p.k < chunk ? p.k : chunk);
+  const size_t smem = sizeof(float) * M * stride;
+  const dim3 grid(static_cast<unsigned>((p.n + kQuantRowsPerBlock - 1) /
+                                        kQuantRowsPerBlock),
+                  static_cast<unsigned>(used),
+                  static_cast<unsigned>((max_count + M - 1) / M));
+  GemvFp8Kernel<M>
+      <<<grid, kQuantThreads, smem, stream>>>(table, p, x, out, chunk, stride);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
+int LaunchGemvFp8(const float* x, const Fp8GemvSpec& spec,
+                  const QuantGroup* groups, int64_t num_groups, float* out,
+                  Strm stream) {
+  if (spec.n == 0) return cudaSuccess;
+  int64_t g = 0, max_count = 0;
+  QuantGroupTable table;
+  while (const int used =
+             QuantNextTable(groups, num_groups, &g, &table, &max_count)) {
+    int e = cudaSuccess;
+    switch (QuantRowsFor(max_count)) {
+      case 1:
+        e = Launch<1>(table, used, max_count, spec, x, out, stream);
+        break;
+      case 2:
+        e = Launch<2>(table, used, max_count, spec, x, out, stream);
+        break;
+      case 4:
+        e = Launch<4>(table, used, max_count, spec, x, out, stream);
+        break;
+      default:
+        e = Launch<8>(table, used, max_count, spec, x, out, stream);
+        break;
+    }
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 int LaunchMatMulFp8(const float* x, int64_t m, int64_t k, const uint8_t* wq,
                     const float* scales, int64_t tile_rows, int64_t tile_cols,
                     int64_t n, float* out, Strm stream) {
-  if (m == 0 || n == 0) return cudaSuccess;
-  // 16 | k keeps every weight row 16-byte aligned (with the base), and
-  // 16 | tile_cols keeps each 16-column vector inside one scale tile.
-  const bool vec = k % 16 == 0 && tile_cols % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(wq) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const int64_t threads = n * 32;
-  GemvFp8Kernel<<<(threads + kBlock - 1) / kBlock, kBlock, 0, stream>>>(
-      x, m, k, wq, scales, tile_rows, tile_cols, n, out, vec);
-  return cudaGetLastError();
+  Fp8GemvSpec spec;
+  spec.k = k;
+  spec.n = n;
+  spec.split = n;
+  // Absolute addresses: the group's base is 0.
+  spec.a = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(wq)),
+            static_cast<int64_t>(reinterpret_cast<uintptr_t>(scales)),
+            tile_rows, tile_cols};
+  const QuantGroup one{nullptr, 0, m};
+  return LaunchGemvFp8(x, spec, &one, 1, out, stream);
 }
 
 }  // namespace moeserve::kernels::cuda

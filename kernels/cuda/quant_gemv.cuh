@@ -1,0 +1,130 @@
+// What the quantized GEMVs (matmul_int4.cu, matmul_fp8.cu) share: the
+// block shape, the by-value group table, the x tile in shared memory and the
+// warp reduction of the results (nvcc only).
+//
+// A block is kQuantWarps warps; each warp computes kQuantRowsPerWarp weight
+// rows (output columns) for M token rows (M = 1, 2, 4 or 8, a template
+// parameter: the rows of x share every weight load). x is staged once per
+// block in shared memory, fp32, a chunk of columns at a time (all of k when
+// it fits), so every warp of the block reads it from there. Per-row result
+// independence: the fp32 operations a token row goes through do not depend
+// on M, on the chunking, on the group or on the launch (each lane walks its
+// columns in ascending order with explicit __fmaf_rn / __fmul_rn / __fsub_rn,
+// then a fixed butterfly sum), so an expert's row computed in a grouped
+// launch is bit for bit what the single-matrix launch gives it.
+#ifndef MOESERVE_KERNELS_CUDA_QUANT_GEMV_CUH_
+#define MOESERVE_KERNELS_CUDA_QUANT_GEMV_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/launchers.h"
+
+namespace moeserve::kernels::cuda {
+
+inline constexpr int kQuantWarps = 8;
+inline constexpr int kQuantThreads = 32 * kQuantWarps;
+inline constexpr int kQuantRowsPerWarp = 2;
+inline constexpr int kQuantRowsPerBlock = kQuantWarps * kQuantRowsPerWarp;
+
+// The groups of one launch, by value (16 bytes a group: 2 KiB).
+struct QuantGroupTable {
+  uintptr_t base[kQuantGroupsPerLaunch];
+  int32_t begin[kQuantGroupsPerLaunch];
+  int32_t count[kQuantGroupsPerLaunch];
+};
+
+// Columns of x staged at a time for M token rows: multiples of 1024 (so a
+// chunk starts at a multiple of 32 vectors of either format and every lane
+// keeps its columns), at most ~45 KiB of shared memory with the padding.
+template <int M>
+constexpr int64_t QuantChunkCols() {
+  return M == 1 ? 10240 : M == 2 ? 5120 : M == 4 ? 2048 : 1024;
+}
+
+// Shared-memory index of column c of a staged row: 4 floats of padding after
+// every 32 columns, so the 16-byte x reads of 8 lanes (32 or 16 columns
+// apart) fall in distinct banks.
+__device__ __forceinline__ int QuantPad(int c) { return c + (c >> 5) * 4; }
+
+// Floats of one staged row of cw columns (a multiple of 4: rows stay
+// 16-byte aligned).
+__host__ __device__ inline int QuantRowStride(int64_t cw) {
+  const int64_t s = cw + ((cw + 31) >> 5) * 4;
+  return static_cast<int>((s + 3) / 4 * 4);
+}
+
+// The number of token rows a launch takes together for groups of at most
+// max_count rows: the smallest of 1, 2, 4, 8 not below it (8 above 8: more
+// rows take more passes).
+inline int QuantRowsFor(int64_t max_count) {
+  return max_count <= 1 ? 1 : max_count <= 2 ? 2 : max_count <= 4 ? 4 : 8;
+}
+
+// Stages rows [0, rows) of x (row stride k) at columns [c0, c0 + cw) into
+// xs (M rows of `stride` floats, QuantPad'd); rows in [rows, M) are zeros.
+// Every thread of the block calls it.
+template <int M>
+__device__ __forceinline__ void QuantStageX(const float* x, int64_t k, int rows,
+                                            int64_t c0, int cw, int stride,
+                                            float* xs) {
+  const bool vec4 = (reinterpret_cast<uintptr_t>(x) % 16 == 0) &&
+                    (k % 4 == 0) && (c0 % 4 == 0) && (cw % 4 == 0);
+  if (vec4) {
+    const int per_row = cw / 4;
+    for (int i = threadIdx.x; i < M * per_row; i += blockDim.x) {
+      const int t = i / per_row, c = (i - t * per_row) * 4;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (t < rows) {
+        v = __ldg(reinterpret_cast<const float4*>(x + t * k + c0 + c));
+      }
+      *reinterpret_cast<float4*>(xs + t * stride + QuantPad(c)) = v;
+    }
+  } else {
+    for (int i = threadIdx.x; i < M * cw; i += blockDim.x) {
+      const int t = i / cw, c = i - t * cw;
+      xs[t * stride + QuantPad(c)] = t < rows ? __ldg(x + t * k + c0 + c) : 0.f;
+    }
+  }
+}
+
+// The warp sums of acc[i][t] (weight row j0 + i, token row t), written by
+// lane 0 to out[t * ldo + j0 + i] for rows t < rows and j < n.
+template <int R, int M>
+__device__ __forceinline__ void QuantWriteRows(float (&acc)[R][M], int lane,
+                                               int rows, int64_t j0, int64_t n,
+                                               float* out, int64_t ldo) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      const float s = WarpSum(acc[i][t]);
+      if (lane == 0 && t < rows && j0 + i < n) out[t * ldo + j0 + i] = s;
+    }
+  }
+}
+
+// Fills `table` with the next groups with rows from groups[*g] on; returns
+// how many it took (0: none left) and their largest row count.
+inline int QuantNextTable(const QuantGroup* groups, int64_t num_groups,
+                          int64_t* g, QuantGroupTable* table,
+                          int64_t* max_count) {
+  int used = 0;
+  *max_count = 0;
+  for (; *g < num_groups && used < kQuantGroupsPerLaunch; ++*g) {
+    const QuantGroup& q = groups[*g];
+    if (q.count <= 0) continue;
+    table->base[used] = reinterpret_cast<uintptr_t>(q.base);
+    table->begin[used] = static_cast<int32_t>(q.begin);
+    table->count[used] = static_cast<int32_t>(q.count);
+    if (q.count > *max_count) *max_count = q.count;
+    ++used;
+  }
+  return used;
+}
+
+}  // namespace moeserve::kernels::cuda
+
+#endif  // MOESERVE_KERNELS_CUDA_QUANT_GEMV_CUH_
