@@ -1,10 +1,11 @@
 // ExpertFfnGrouped + CombineExpertRows against the per-expert ops they
-// replace (GatherRows, ExpertFfn or ExpertFfnInt4, ScaleAddRows expert by
-// expert in ascending order), on the same backend: the results must be
-// bit-identical, whatever the grouping (one call for all experts, or the
-// experts split over several calls), for bf16 and int4 experts, decode and
-// prefill row counts, dropped choices and a token routed twice to one expert
-// (a routing filter's remap). Runs on the CPU backend, and on CUDA when the
+// replace (GatherRows, ExpertFfn / ExpertFfnInt4 / ExpertFfnFp8, ScaleAddRows
+// expert by expert in ascending order), on the same backend: the results
+// must be bit-identical, whatever the grouping (one call for all experts, or
+// the experts split over several calls), for bf16, int4 (bf16 or fp16
+// scales, with or without zero points) and fp8 experts, decode and prefill
+// row counts, dropped choices and a token routed twice to one expert (a
+// routing filter's remap). Runs on the CPU backend, and on CUDA when the
 // machine has a device (skips that half otherwise; fails with
 // MOESERVE_REQUIRE_CUDA=1). Also the refusals of a malformed call.
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "kernels/backend.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 #include "kernels/testing/cuda_skip.h"
@@ -54,13 +56,23 @@ class DeviceData {
   std::unique_ptr<Buffer> buffer_;
 };
 
+enum class Format { kBf16, kInt4, kFp8 };
+
 struct Case {
   int64_t hidden, ffn, experts, k, tokens;
-  bool int4;
+  Format format = Format::kBf16;
+  // int4 only: scale type and zero points (random in [0, 16] when present).
+  Int4ExpertOptions int4 = {};
+  bool int4_format() const { return format == Format::kInt4; }
   std::string Name() const {
+    std::string f = "_bf16";
+    if (format == Format::kFp8) f = "_fp8";
+    if (format == Format::kInt4) {
+      f = std::string("_int4_") + Int4ScaleTypeName(int4.scale_type) +
+          (int4.zeros ? "_zeros" : "");
+    }
     return "h" + std::to_string(hidden) + "_f" + std::to_string(ffn) + "_k" +
-           std::to_string(k) + "_n" + std::to_string(tokens) +
-           (int4 ? "_int4" : "_bf16");
+           std::to_string(k) + "_n" + std::to_string(tokens) + f;
   }
 };
 
@@ -120,25 +132,45 @@ void CheckCase(Backend& b, const Case& c, int batches) {
   SCOPED_TRACE(c.Name() + " on " + b.name() + ", " + std::to_string(batches) +
                " call(s)");
   std::mt19937 rng(static_cast<uint32_t>(c.hidden * 131 + c.tokens * 7 + c.k +
-                                         (c.int4 ? 1 : 0)));
+                                         static_cast<int>(c.format)));
   std::unique_ptr<Stream> s = *b.CreateStream();
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<float> x(c.tokens * c.hidden);
   for (float& v : x) v = normal(rng);
   const int64_t blob_elems = 3 * c.ffn * c.hidden;
   Int4ExpertLayout layout;
+  Fp8ExpertLayout fp8_layout;
   int64_t blob_bytes = blob_elems * 2;
-  if (c.int4) {
-    layout = *MakeInt4ExpertLayout(c.hidden, c.ffn);
+  if (c.int4_format()) {
+    const Int4ExpertLayout groups = *MakeInt4ExpertLayout(c.hidden, c.ffn);
+    layout = *Int4ExpertLayoutWithOptions(c.hidden, c.ffn, groups.group_in,
+                                          groups.group_out, c.int4);
     blob_bytes = (layout.bytes + 255) / 256 * 256;
+  } else if (c.format == Format::kFp8) {
+    fp8_layout = *MakeFp8ExpertLayout(c.hidden, c.ffn, 128, 128);
+    blob_bytes = (fp8_layout.bytes + 255) / 256 * 256;
   }
   // All experts in one arena, each at a 256-byte boundary.
   std::vector<std::byte> arena(c.experts * blob_bytes);
   std::vector<bf16> blob(blob_elems);
   for (int64_t e = 0; e < c.experts; ++e) {
     for (bf16& v : blob) v = FloatToBf16(normal(rng) * 0.2f);
-    if (c.int4) {
-      QuantizeExpertInt4(blob.data(), layout, arena.data() + e * blob_bytes);
+    std::byte* dst = arena.data() + e * blob_bytes;
+    if (c.int4_format()) {
+      QuantizeExpertInt4(blob.data(), layout, dst);
+      if (layout.has_zeros) {  // Asymmetric: every zero point random.
+        std::uniform_int_distribution<int> zero(0, kInt4MaxZero);
+        for (Int4Part part :
+             {Int4Part::kGate, Int4Part::kUp, Int4Part::kDown}) {
+          const Int4Matrix w = Int4ExpertPart(dst, layout, part);
+          auto* z = const_cast<uint8_t*>(w.zeros);
+          for (int64_t i = 0; i < w.rows * w.groups_per_row(); ++i) {
+            z[i] = static_cast<uint8_t>(zero(rng));
+          }
+        }
+      }
+    } else if (c.format == Format::kFp8) {
+      QuantizeExpertFp8(blob.data(), fp8_layout, dst);
     } else {
       std::memcpy(arena.data() + e * blob_bytes, blob.data(), blob_elems * 2);
     }
@@ -180,10 +212,15 @@ void CheckCase(Backend& b, const Case& c, int batches) {
               dev);
     ASSERT_TRUE(b.GatherRows(*s, tx, rows, in).ok());
     void* eb = arena_base + e * blob_bytes;
-    if (c.int4) {
+    if (c.int4_format()) {
       ASSERT_TRUE(b.ExpertFfnInt4(*s, in,
                                   Tensor(eb, DType::kU8, {layout.bytes}, dev),
                                   layout, ws, out)
+                      .ok());
+    } else if (c.format == Format::kFp8) {
+      ASSERT_TRUE(b.ExpertFfnFp8(
+                       *s, in, Tensor(eb, DType::kU8, {fp8_layout.bytes}, dev),
+                       fp8_layout, ws, out)
                       .ok());
     } else {
       ASSERT_TRUE(b.ExpertFfn(*s, in,
@@ -213,7 +250,8 @@ void CheckCase(Backend& b, const Case& c, int batches) {
     call.groups = std::span<const ExpertGroup>(all).subspan(
         g0, std::min(per_call, all.size() - g0));
     call.ffn = c.ffn;
-    call.int4 = c.int4 ? &layout : nullptr;
+    call.int4 = c.int4_format() ? &layout : nullptr;
+    call.fp8 = c.format == Format::kFp8 ? &fp8_layout : nullptr;
     const absl::Status st =
         b.ExpertFfnGrouped(*s, call,
                            Tensor(d_ws.data(), DType::kF32,
@@ -239,17 +277,35 @@ void CheckCase(Backend& b, const Case& c, int batches) {
   EXPECT_GT(norm, 0.f) << "a reference of zeros proves nothing";
 }
 
+constexpr Int4ExpertOptions kBf16Sym = {Int4ScaleType::kBf16, false};
+constexpr Int4ExpertOptions kF16Zeros = {Int4ScaleType::kF16, true};
+constexpr Int4ExpertOptions kBf16Zeros = {Int4ScaleType::kBf16, true};
+constexpr Int4ExpertOptions kF16Sym = {Int4ScaleType::kF16, false};
+
 const Case kCases[] = {
     // Decode-sized groups (the grouped GEMV on CUDA).
-    {64, 32, 8, 2, 1, false},
-    {128, 64, 16, 4, 4, false},
+    {64, 32, 8, 2, 1},
+    {128, 64, 16, 4, 4},
     // hidden not a multiple of 8: the GEMV's scalar path.
-    {72, 40, 8, 2, 5, false},
+    {72, 40, 8, 2, 5},
     // Prefill-sized groups (cuBLASLt per expert on CUDA, m >= 16).
-    {64, 32, 4, 2, 40, false},
-    // int4 experts (a draft's pool).
-    {128, 64, 8, 2, 3, true},
-    {256, 96, 8, 4, 20, true},
+    {64, 32, 4, 2, 40},
+    // int4 experts: a draft's pool (bf16 scales, symmetric) and checkpoint
+    // formats (fp16 scales and zero points: GPTQ / AWQ), decode and prefill
+    // row counts. Groups (Int4GroupFor): hidden 144 / ffn 40 -> 16 and 40
+    // (the scalar path), 256 / 96 -> 128 and 32, 1024 / 160 -> 128 and 32.
+    {128, 64, 8, 2, 3, Format::kInt4, kBf16Sym},
+    {256, 96, 8, 4, 20, Format::kInt4, kBf16Sym},
+    {256, 96, 8, 2, 6, Format::kInt4, kF16Zeros},
+    {128, 64, 16, 4, 40, Format::kInt4, kF16Zeros},
+    {144, 40, 8, 2, 5, Format::kInt4, kBf16Zeros},
+    {1024, 160, 8, 2, 9, Format::kInt4, kF16Sym},
+    // fp8 experts (128 x 128 blocks, partial where 128 does not divide;
+    // hidden 52 / ffn 37: the scalar path).
+    {256, 96, 8, 2, 4, Format::kFp8},
+    {128, 64, 16, 4, 40, Format::kFp8},
+    {52, 37, 8, 2, 5, Format::kFp8},
+    {1024, 160, 8, 2, 9, Format::kFp8},
 };
 
 void RunAll(Backend& b) {
