@@ -25,6 +25,8 @@
 
 namespace moeserve::engine {
 
+class HostExperts;
+
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
@@ -83,12 +85,33 @@ class ExpertProvider {
     return true;
   }
 
+  // Hybrid execution (engine/host_experts.h): the host side that computes
+  // the experts this provider serves from the slow tier's host memory
+  // (computed in place) while the model's device computes the resident
+  // ones; owned by the provider. Null (the default): every blob Acquire
+  // hands out is in device() memory.
+  virtual HostExperts* host_compute() const { return nullptr; }
+  // With host_compute(): whether Acquire(id), for an expert of the layer
+  // announced by the last BeginLayer, hands out host bytes to be computed
+  // on host_compute() (then the forward pass may hold it alongside others,
+  // and must not read it from the device). Default: false.
+  virtual bool ComputesOnHost(ExpertId id) const {
+    (void)id;
+    return false;
+  }
+  // The measured host compute of one such expert: `rows` tokens in
+  // `seconds` on host_compute(), reported before its Release.
+  virtual void RecordHostCompute(ExpertId id, int64_t rows, double seconds) {
+    (void)id, (void)rows, (void)seconds;
+  }
+
   // Makes `id` usable and returns its packed blob, valid until Release(id)
   // (and, on an asynchronous device, until the compute stream has passed the
   // ops enqueued before the Release).
   // Blocks until the blob is ready. The forward pass holds at most one
-  // expert that was not IsReadyForCompute, and only with nothing else held,
-  // so a fast tier of one free slot always makes progress.
+  // expert that was not IsReadyForCompute (ComputesOnHost ones aside: they
+  // take no slot), and only with no other slot held, so a fast tier of one
+  // free slot always makes progress.
   virtual absl::StatusOr<const std::byte*> Acquire(ExpertId id) = 0;
   virtual void Release(ExpertId id) = 0;
 

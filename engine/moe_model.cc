@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/architecture.h"
+#include "engine/host_experts.h"
 #include "engine/internal/scratch_buffer.h"
 
 namespace moeserve::engine {
@@ -78,6 +79,12 @@ struct MoeModel::Scratch {
   // The experts acquired and not yet computed (ExpertFfnGrouped's groups).
   std::vector<kernels::ExpertGroup> groups;
   std::vector<int> held;
+  // The layer's experts computed on the host (ExpertProvider::
+  // ComputesOnHost; engine/host_experts.h), ascending, held from their
+  // Acquire until the host is done; and each one's seconds.
+  std::vector<kernels::ExpertGroup> host_groups;
+  std::vector<int> host_held;
+  std::vector<double> host_seconds;
   int64_t num_seqs = 0;
   int64_t num_tokens = 0;  // of the Forward() in progress
   int64_t max_blocks = 0;
@@ -248,6 +255,13 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs, int64_t rows,
   s.fill.reserve(E);
   s.groups.reserve(E);
   s.held.reserve(E);
+  if (HostExperts* host = experts_->host_compute(); host != nullptr) {
+    MOESERVE_RETURN_IF_ERROR(
+        host->Reserve(n, pairs, d, c.expert_intermediate_size));
+    s.host_groups.reserve(E);
+    s.host_held.reserve(E);
+    s.host_seconds.reserve(E);
+  }
   // The prediction probe may ask for up to E experts a row.
   for (RouteBuffers* r : {&s.route, &s.predict}) {
     MOESERVE_RETURN_IF_ERROR(r->logits.Reserve(b, n * E * f));
@@ -556,8 +570,15 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
         st, s.route_table.data(), s.route_staging.data(),
         s.route_staging_elems * static_cast<int64_t>(sizeof(int32_t))));
   }
-  absl::Status status = absl::OkStatus();
+  // Hybrid execution: the experts computed on the host start first, so that
+  // the host works while the device computes the others.
+  absl::Status status = StartHostExperts(layer, n, routed, selected);
   for (int e : selected) {
+    if (!s.host_held.empty() &&
+        std::binary_search(s.host_held.begin(), s.host_held.end(), e)) {
+      continue;
+    }
+    if (!status.ok()) break;
     // An expert that needs a load (or is computed where it lives) runs on
     // its own, as before grouping: what is held meanwhile cannot be evicted,
     // and its Acquire-to-Release time stays its own. The ready ones gather
@@ -579,6 +600,10 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   }
   // Computes what is left, or releases it after an error.
   absl::Status last = ComputeHeld(layer, routed);
+  if (status.ok()) status = last;
+  // Waits for the host's experts and puts their rows beside the device's
+  // (or only releases them after an error).
+  last = FinishHostExperts(layer, routed, status.ok());
   if (status.ok()) status = last;
   MOESERVE_RETURN_IF_ERROR(status);
   if (routed > 0) {
@@ -653,6 +678,84 @@ absl::Status MoeModel::ComputeHeld(int layer, int64_t routed) {
   for (int e : s.held) active_experts_->Release({layer, e});
   s.held.clear();
   s.groups.clear();
+  return status;
+}
+
+absl::Status MoeModel::StartHostExperts(int layer, int64_t n, int64_t routed,
+                                        std::span<const int> selected) {
+  Scratch& s = *scratch_;
+  s.host_groups.clear();
+  s.host_held.clear();
+  HostExperts* host = active_experts_->host_compute();
+  if (host == nullptr || routed == 0) return absl::OkStatus();
+  for (int e : selected) {
+    if (active_experts_->ComputesOnHost({layer, e})) s.host_held.push_back(e);
+  }
+  if (s.host_held.empty()) return absl::OkStatus();
+  const ModelConfig& c = config();
+  const int64_t d = c.hidden_size;
+  kernels::Stream& st = *stream_;
+  // The layer's tokens, down to pinned host memory: the stream has done
+  // everything before the router (Route waited), so this is the one copy
+  // and a short wait, in layers that have host experts only.
+  MOESERVE_RETURN_IF_ERROR(
+      backend_->CopyToHost(st, host->hidden(), s.h.data(), n * d * 4));
+  MOESERVE_RETURN_IF_ERROR(st.Synchronize());
+  for (size_t i = 0; i < s.host_held.size(); ++i) {
+    const int e = s.host_held[i];
+    absl::StatusOr<const std::byte*> blob =
+        active_experts_->Acquire({layer, e});
+    if (!blob.ok()) {
+      // Nothing started: release what was acquired.
+      for (size_t j = 0; j < i; ++j) {
+        active_experts_->Release({layer, s.host_held[j]});
+      }
+      s.host_held.clear();
+      s.host_groups.clear();
+      return blob.status();
+    }
+    s.host_groups.push_back(
+        {*blob, s.expert_begin[e], s.expert_begin[e + 1] - s.expert_begin[e]});
+  }
+  HostExperts::Layer work;
+  work.n = n;
+  work.routed = routed;
+  work.hidden_size = d;
+  // The layer's routing table, host side (GroupRouting's perm).
+  work.perm = static_cast<const int32_t*>(s.route_staging.data());
+  work.groups = s.host_groups;
+  work.ffn = c.expert_intermediate_size;
+  work.int4 = active_experts_->int4_layout();
+  work.fp8 = active_experts_->fp8_layout();
+  host->Start(work);
+  return absl::OkStatus();
+}
+
+absl::Status MoeModel::FinishHostExperts(int layer, int64_t routed,
+                                         bool upload) {
+  Scratch& s = *scratch_;
+  if (s.host_held.empty()) return absl::OkStatus();
+  HostExperts* host = active_experts_->host_compute();
+  absl::Status status = host->Wait(&s.host_seconds);
+  const int64_t d = config().hidden_size;
+  for (size_t i = 0; i < s.host_groups.size(); ++i) {
+    const kernels::ExpertGroup& g = s.host_groups[i];
+    if (status.ok() && i < s.host_seconds.size()) {
+      active_experts_->RecordHostCompute({layer, s.host_held[i]}, g.count,
+                                         s.host_seconds[i]);
+    }
+    if (status.ok() && upload && g.count > 0 && g.begin + g.count <= routed) {
+      // Each expert's rows go where the device's own expert rows would be:
+      // CombineExpertRows sums them in the same order either way.
+      status = backend_->CopyToDevice(
+          *stream_, static_cast<float*>(s.expert_out.data()) + g.begin * d,
+          host->out() + g.begin * d, g.count * d * 4);
+    }
+  }
+  // The host has read the blobs (Wait returned): they may go.
+  for (int e : s.host_held) active_experts_->Release({layer, e});
+  s.host_held.clear();
+  s.host_groups.clear();
   return status;
 }
 

@@ -133,6 +133,14 @@ class MoeModel final : public RouterProbe {
   // Runs the held experts (scratch groups) in one ExpertFfnGrouped into
   // their rows of expert_out, then releases them (also on error).
   absl::Status ComputeHeld(int layer, int64_t routed);
+  // Hybrid execution (engine/host_experts.h): acquires the layer's experts
+  // that the provider computes on the host and starts them there (after
+  // copying the layer's tokens down); FinishHostExperts waits for them,
+  // reports their seconds, copies their rows up into expert_out (when
+  // `upload`) and releases them. No-ops without host experts.
+  absl::Status StartHostExperts(int layer, int64_t n, int64_t routed,
+                                std::span<const int> selected);
+  absl::Status FinishHostExperts(int layer, int64_t routed, bool upload);
   absl::Status SharedExpert(int layer, int64_t n);
 
   const ModelWeights* const weights_;

@@ -21,4 +21,6 @@ MOESERVE_ENGINE_SETTING_FLAG(int, max_waiting_per_caller);
 MOESERVE_ENGINE_SETTING_FLAG(std::string, drafter);
 MOESERVE_ENGINE_SETTING_FLAG(int, num_speculative_tokens);
 MOESERVE_ENGINE_SETTING_FLAG(std::string, draft_model_dir);
+MOESERVE_ENGINE_SETTING_FLAG(int, cpu_moe_layers);
+MOESERVE_ENGINE_SETTING_FLAG(int, host_expert_threads);
 MOESERVE_ENGINE_SETTING_FLAG(std::string, draft_budget);

@@ -1,6 +1,7 @@
 #include "engine/builder/engine_builder.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "engine/offload/policy_registry.h"
 #include "engine/offload/slow_tier.h"
 #include "engine/spec_decode/drafter_registry.h"
+#include "kernels/backend_factory.h"
 
 namespace moeserve::engine {
 namespace {
@@ -73,6 +75,32 @@ absl::StatusOr<std::unique_ptr<ExpertResidency>> NewResidency(
                                  spec.name, fast_tier_backend);
 }
 
+// Hybrid execution (issue 32): on a fast tier in a backend's memory the
+// residency gets a host CPU backend of its own to compute in-place experts
+// (a policy's ComputeInPlace, --cpu_moe_layers) next to their weights; on a
+// host fast tier only the static placement applies (the same CPU computes
+// everything).
+absl::Status EnableHybrid(const EngineSpec& spec,
+                          kernels::Backend* fast_tier_backend,
+                          ExpertResidency* residency) {
+  ExpertResidency::HybridOptions hybrid;
+  hybrid.cpu_moe_layers = spec.cpu_moe_layers;
+  if (fast_tier_backend != nullptr) {
+    const int threads =
+        spec.host_expert_threads > 0
+            ? spec.host_expert_threads
+            : std::max(
+                  1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+    MOESERVE_ASSIGN_OR_RETURN(
+        hybrid.host,
+        kernels::CreateBackend({.name = "cpu", .cpu_threads = threads}));
+  } else if (spec.cpu_moe_layers == 0) {
+    return absl::OkStatus();
+  }
+  // Its messages name the setting (cpu_moe_layers).
+  return residency->EnableHybrid(std::move(hybrid));
+}
+
 absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
                                         const EngineSpec& spec) {
   if (absl::Status st = CheckEngineSpec(spec); !st.ok()) {
@@ -131,6 +159,10 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
       NewResidency(model.weights, spec, built.expert_cache_bytes,
                    fast_tier_backend, model.registry);
   if (!residency.ok()) return InEngine(spec, residency.status());
+  if (absl::Status st = EnableHybrid(spec, fast_tier_backend, residency->get());
+      !st.ok()) {
+    return InEngine(spec, st);
+  }
   ExpertResidency* raw_residency = residency->get();
   options.advisor = raw_residency;
   if (built.spec.drafter != "none") {

@@ -182,6 +182,23 @@ const std::vector<EngineSetting>& Table() {
                "external: a separate dense draft model on the target's "
                "tokenizer; cutoff, utility and throughput use it by "
                "default)."},
+      {.name = "cpu_moe_layers",
+       .type = SettingType::kInt,
+       .range = {.min = 0, .max = 4096},
+       .access = Field<&EngineSpec::cpu_moe_layers>(),
+       .help = "Hybrid CPU/GPU execution: the experts of the first N MoE "
+               "layers stay in host memory and the CPU computes them there "
+               "(as llama.cpp's --n-cpu-moe); they take no fast-tier slot "
+               "and move nothing over the link. 0: off. At most the model's "
+               "layer count."},
+      {.name = "host_expert_threads",
+       .type = SettingType::kInt,
+       .range = {.min = 0, .max = 1024},
+       .access = Field<&EngineSpec::host_expert_threads>(),
+       .help = "Threads of the pool that computes experts on the host "
+               "(--cpu_moe_layers, and experts a policy computes in place: "
+               "utility, cpu_cold) on a GPU backend; its own pool, apart from "
+               "the scheduler's and gRPC's threads. 0: half the cores."},
       {.name = "draft_budget",
        .type = SettingType::kString,
        .choices = {"shared", "extra"},

@@ -38,7 +38,8 @@ TEST(EngineSettings, NamesAreUniqueAndFindable) {
           "link_latency_us", "inplace_compute_ratio", "kv_cache_mb",
           "max_num_seqs", "max_batched_tokens", "max_waiting",
           "max_running_per_caller", "max_waiting_per_caller", "drafter",
-          "num_speculative_tokens", "draft_model_dir", "draft_budget"));
+          "num_speculative_tokens", "draft_model_dir", "cpu_moe_layers",
+          "host_expert_threads", "draft_budget"));
   EXPECT_EQ(FindEngineSetting("policy"), nullptr);
 }
 

@@ -44,6 +44,13 @@ struct EngineSpec {
   // the device path without a GPU, for tests. Off a CPU backend the slots
   // are always there.
   bool fast_tier_in_backend_memory = false;
+  // Hybrid execution (engine/host_experts.h), on a fast tier in a backend's
+  // memory: the first cpu_moe_layers MoE layers' experts stay on the host
+  // and are computed there; host_expert_threads sizes the host pool that
+  // computes them (and the experts a policy computes in place); 0: half the
+  // cores.
+  int cpu_moe_layers = 0;
+  int host_expert_threads = 0;
 
   // Scheduler and KV cache (engine::EngineOptions).
   uint64_t kv_cache_bytes = 256ull << 20;

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace moeserve::engine {
@@ -89,7 +91,10 @@ ExpertResidency::ExpertResidency(const ModelWeights* weights, SlowTier* slow,
             {&accounting_, &hooks_}),
       loads_(slots),
       routed_(num_experts_, 0),
-      activations_(num_layers_ * num_experts_, 0) {}
+      activations_(num_layers_ * num_experts_, 0) {
+  hidden_size_ = weights->config().hidden_size;
+  ffn_ = weights->config().expert_intermediate_size;
+}
 
 absl::Status ExpertResidency::Init(const LinkOptions& link,
                                    metrics::Registry* registry,
@@ -108,6 +113,7 @@ absl::Status ExpertResidency::Init(const LinkOptions& link,
   link_ = std::make_unique<Link>(*std::move(transport), slot_bytes_, link,
                                  accounting_.link_counters());
   inplace_compute_ratio_ = link.inplace_compute_ratio;
+  device_backend_ = device;
   registry_ = registry;
   engine_name_ = engine_name;
   return absl::OkStatus();
@@ -118,6 +124,73 @@ ExpertResidency::~ExpertResidency() {
 }
 
 kernels::Device ExpertResidency::device() const { return memory_->device(); }
+
+absl::Status ExpertResidency::EnableHybrid(HybridOptions options) {
+  if (host_backend_ != nullptr || cpu_moe_layers_ != 0) {
+    return absl::FailedPreconditionError("hybrid execution is already set");
+  }
+  if (options.cpu_moe_layers < 0 || options.cpu_moe_layers > num_layers_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu_moe_layers must be in [0, ", num_layers_,
+        "] (the model's MoE layers), got ", options.cpu_moe_layers));
+  }
+  if (options.host != nullptr) {
+    if (options.host->device() != kernels::Device::kCpu) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the host expert backend must be a CPU one, not ",
+                       options.host->name()));
+    }
+    if (device_backend_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "host expert compute needs a fast tier in a backend's memory; on "
+          "the CPU backend the fast tier's own CPU computes in place");
+    }
+    MOESERVE_ASSIGN_OR_RETURN(
+        host_, HostExperts::Create(options.host.get(), device_backend_));
+    host_backend_ = std::move(options.host);
+  } else if (options.cpu_moe_layers > 0 && device_backend_ != nullptr &&
+             memory_->device() != kernels::Device::kCpu) {
+    return absl::InvalidArgumentError(
+        "cpu_moe_layers on a device fast tier needs host expert compute");
+  }
+  cpu_moe_layers_ = options.cpu_moe_layers;
+  if (host_ != nullptr) return CalibrateHost();
+  return absl::OkStatus();
+}
+
+absl::Status ExpertResidency::CalibrateHost() {
+  const ExpertId id{0, 0};
+  std::unique_ptr<std::byte, void (*)(void*)> read(nullptr, &std::free);
+  const std::byte* blob = nullptr;
+  if (!slow_->HostArena().empty()) {
+    blob = slow_->HostBlob(id);
+  } else {
+    read.reset(static_cast<std::byte*>(
+        std::aligned_alloc(64, (slot_bytes_ + 63) / 64 * 64)));
+    if (read == nullptr) {
+      return absl::ResourceExhaustedError("cannot allocate an expert blob");
+    }
+    MOESERVE_RETURN_IF_ERROR(slow_->Read(id, read.get()));
+    blob = read.get();
+  }
+  // The fastest of three, after a first run that warms the caches the way
+  // a decode step's repeated experts do not: an honest upper bound is the
+  // one a policy should compare with a transfer.
+  MOESERVE_ASSIGN_OR_RETURN(const double one,
+                            host_->TimeExpert(blob, 1, hidden_size_, ffn_,
+                                              int4_layout_, fp8_layout_, 3));
+  MOESERVE_ASSIGN_OR_RETURN(const double eight,
+                            host_->TimeExpert(blob, 8, hidden_size_, ffn_,
+                                              int4_layout_, fp8_layout_, 3));
+  MutexLock lock(&inplace_mu_);
+  costs_.host_seconds_first_row = one;
+  costs_.host_seconds_per_row = std::max(0.0, (eight - one) / 7);
+  spdlog::info(
+      "host expert compute ({}): {:.1f} us for one expert at 1 row, {:.2f} "
+      "us per further row",
+      host_backend_->name(), one * 1e6, costs_.host_seconds_per_row * 1e6);
+  return absl::OkStatus();
+}
 
 absl::Status ExpertResidency::AttachCompute(kernels::Backend* backend,
                                             kernels::Stream* stream) {
@@ -252,7 +325,7 @@ void ExpertResidency::BeginLayer(int layer, std::span<const int> experts,
     MutexLock lock(&inplace_mu_);
     routing_layer_ = layer;
     std::fill(routed_.begin(), routed_.end(), 0);
-    for (int e : experts) routed_[e] = 1;
+    for (int e : experts) routed_[e] = HostLayer(layer) ? 2 : 1;
   }
   hooks_.Deliver(policy_);
   policy_->OnRoute(layer, experts, token_counts, hidden, n);
@@ -302,14 +375,9 @@ void ExpertResidency::EndLayer(int layer) {
 
 absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
   policy_->OnAccess(id);
-  bool inplace = false;
-  {
-    MutexLock lock(&inplace_mu_);
-    inplace = id.layer == layer_ && id.expert >= 0 &&
-              id.expert < num_experts_ && routed_[id.expert] == 2;
-  }
-  // Computed in place unless a load has made it ready meanwhile.
-  if (inplace && !pool_.IsReady(id)) {
+  // Computed in place when the forward pass was told so (ComputesOnHost),
+  // else unless a load has made it ready meanwhile.
+  if (InPlaceNow(id)) {
     absl::StatusOr<const std::byte*> blob = AcquireInPlace(id);
     hooks_.Deliver(policy_);
     return blob;
@@ -320,69 +388,137 @@ absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
   {
     MutexLock lock(&inplace_mu_);
     held_ = id;
-    held_inplace_ = false;
     held_since_ = Clock::now();
   }
   return memory_->data(*slot);
 }
 
+bool ExpertResidency::InPlaceNow(ExpertId id) const {
+  const bool ready = pool_.IsReady(id);
+  MutexLock lock(&inplace_mu_);
+  if (id.layer != layer_ || id.expert < 0 || id.expert >= num_experts_) {
+    return false;
+  }
+  const uint8_t r = routed_[id.expert];
+  return r == 3 || (r == 2 && !ready);
+}
+
+bool ExpertResidency::ComputesOnHost(ExpertId id) const {
+  if (host_ == nullptr) return false;
+  const bool ready = pool_.IsReady(id);
+  MutexLock lock(&inplace_mu_);
+  if (id.layer != layer_ || id.expert < 0 || id.expert >= num_experts_) {
+    return false;
+  }
+  // The answer is final for this layer: the forward pass reads the blob
+  // Acquire gives on the side it was told (a load finishing in between
+  // must not move it to the device).
+  uint8_t& r = routed_[id.expert];
+  if (r == 2) r = ready ? 1 : 3;
+  return r == 3;
+}
+
 absl::StatusOr<const std::byte*> ExpertResidency::AcquireInPlace(ExpertId id) {
   const Clock::time_point start = Clock::now();
   const std::byte* blob = nullptr;
+  int scratch = -1;
   if (!slow_->HostArena().empty()) {
     blob = slow_->HostBlob(id);
   } else {
-    if (inplace_scratch_ == nullptr) {
-      const size_t bytes = (slot_bytes_ + 63) / 64 * 64;
-      inplace_scratch_.reset(
-          static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
-      if (inplace_scratch_ == nullptr) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "cannot allocate ", bytes, " bytes to compute an expert in place"));
+    // A pread into a scratch blob of its own: on the hybrid path several
+    // in-place experts are held at once.
+    {
+      MutexLock lock(&inplace_mu_);
+      for (size_t i = 0; i < scratch_used_.size(); ++i) {
+        if (!scratch_used_[i]) {
+          scratch = static_cast<int>(i);
+          break;
+        }
       }
+      if (scratch < 0) {
+        const size_t bytes = (slot_bytes_ + 63) / 64 * 64;
+        std::byte* raw = static_cast<std::byte*>(std::aligned_alloc(64, bytes));
+        if (raw == nullptr) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("cannot allocate ", bytes,
+                           " bytes to compute an expert in place"));
+        }
+        scratch_.emplace_back(raw, &std::free);
+        scratch_used_.push_back(false);
+        scratch = static_cast<int>(scratch_.size()) - 1;
+      }
+      scratch_used_[scratch] = true;
     }
-    if (absl::Status s = slow_->Read(id, inplace_scratch_.get()); !s.ok()) {
+    std::byte* dst = scratch_[scratch].get();
+    if (absl::Status s = slow_->Read(id, dst); !s.ok()) {
+      MutexLock lock(&inplace_mu_);
+      scratch_used_[scratch] = false;
       return s;
     }
-    blob = inplace_scratch_.get();
+    blob = dst;
   }
   MutexLock lock(&inplace_mu_);
-  held_ = id;
-  held_inplace_ = true;
-  held_since_ = Clock::now();
+  InPlaceHold hold;
+  hold.id = id;
+  hold.since = Clock::now();
   // The read (disk tier) is real I/O: counted, but not multiplied by the
   // compute ratio.
-  held_read_seconds_ =
-      std::chrono::duration<double>(held_since_ - start).count();
+  hold.read_seconds = std::chrono::duration<double>(hold.since - start).count();
+  hold.scratch = scratch;
+  inplace_held_.push_back(hold);
   return blob;
 }
 
+void ExpertResidency::RecordHostCompute(ExpertId id, int64_t rows,
+                                        double seconds) {
+  MutexLock lock(&inplace_mu_);
+  for (InPlaceHold& h : inplace_held_) {
+    if (h.id == id) h.host_seconds = seconds;
+  }
+  if (rows == 1) Ema(&costs_.host_seconds_first_row, seconds);
+}
+
 void ExpertResidency::Release(ExpertId id) {
-  bool inplace = false;
+  std::optional<InPlaceHold> hold;
   double compute_seconds = 0;
-  double read_seconds = 0;
   {
     MutexLock lock(&inplace_mu_);
-    if (held_ == id) {
-      inplace = held_inplace_;
+    for (size_t i = 0; i < inplace_held_.size(); ++i) {
+      if (inplace_held_[i].id == id) {
+        hold = inplace_held_[i];
+        inplace_held_.erase(inplace_held_.begin() + i);
+        if (hold->scratch >= 0) scratch_used_[hold->scratch] = false;
+        break;
+      }
+    }
+    if (!hold && held_ == id) {
       compute_seconds = SecondsSince(held_since_);
-      read_seconds = held_read_seconds_;
       held_ = {-1, -1};
-      if (!inplace) Ema(&costs_.fast_compute_seconds, compute_seconds);
+      Ema(&costs_.fast_compute_seconds, compute_seconds);
     }
   }
-  if (!inplace) {
+  if (!hold) {
     pool_.Release(id);
+    return;
+  }
+  if (host_ != nullptr) {
+    // The hybrid path: the host really computed it (HostExperts timed it),
+    // concurrently with the device; nothing is emulated.
+    const double seconds = hold->host_seconds + hold->read_seconds;
+    accounting_.OnInPlace(seconds);
+    MutexLock lock(&inplace_mu_);
+    Ema(&costs_.inplace_compute_seconds, seconds);
     return;
   }
   // The emulated slower processor (LinkOptions::inplace_compute_ratio);
   // charged at EndLayer, overlapped with the fast side.
+  compute_seconds = SecondsSince(hold->since);
   const double emulated =
-      inplace_compute_ratio_ * compute_seconds + read_seconds;
+      inplace_compute_ratio_ * compute_seconds + hold->read_seconds;
   accounting_.OnInPlace(emulated);
   MutexLock lock(&inplace_mu_);
   layer_inplace_compute_ += compute_seconds;
-  layer_inplace_read_ += read_seconds;
+  layer_inplace_read_ += hold->read_seconds;
   Ema(&costs_.inplace_compute_seconds, emulated);
 }
 
@@ -421,11 +557,21 @@ bool ExpertResidency::IsReady(ExpertId id) const { return pool_.IsReady(id); }
 bool ExpertResidency::Prefetch(ExpertId id) { return Prefetch(id, 0); }
 
 bool ExpertResidency::Prefetch(ExpertId id, int priority) {
+  if (HostLayer(id.layer)) return false;  // stays in the slow tier
   return pool_.LoadNoWait(id, SlotPool::LoadKind::kPrefetch, priority);
 }
 
 int ExpertResidency::PrefetchBatch(std::span<const ExpertId> ids,
                                    int priority) {
+  if (cpu_moe_layers_ > 0) {
+    std::vector<ExpertId> moving;
+    moving.reserve(ids.size());
+    for (const ExpertId& id : ids) {
+      if (!HostLayer(id.layer)) moving.push_back(id);
+    }
+    return pool_.LoadManyNoWait(moving, SlotPool::LoadKind::kPrefetch,
+                                priority);
+  }
   return pool_.LoadManyNoWait(ids, SlotPool::LoadKind::kPrefetch, priority);
 }
 
@@ -433,7 +579,10 @@ bool ExpertResidency::CancelPrefetch(ExpertId id) {
   return pool_.CancelPrefetch(id);
 }
 
-bool ExpertResidency::Pin(ExpertId id) { return pool_.Pin(id); }
+bool ExpertResidency::Pin(ExpertId id) {
+  if (HostLayer(id.layer)) return false;  // stays in the slow tier
+  return pool_.Pin(id);
+}
 
 void ExpertResidency::Unpin(ExpertId id) { pool_.Unpin(id); }
 
@@ -447,8 +596,11 @@ std::vector<int> ExpertResidency::PredictExperts(int layer, const float* hidden,
 }
 
 bool ExpertResidency::ComputeInPlace(ExpertId id) {
-  // A device's compute stream cannot read the slow tier's host memory.
-  if (memory_->device() != kernels::Device::kCpu) return false;
+  // A device's compute stream cannot read the slow tier's host memory: only
+  // with host compute attached (the hybrid path) or on the CPU.
+  if (memory_->device() != kernels::Device::kCpu && host_ == nullptr) {
+    return false;
+  }
   if (id.expert < 0 || id.expert >= num_experts_ || pool_.IsResident(id)) {
     return false;
   }
@@ -464,8 +616,9 @@ bool ExpertResidency::ComputeInPlace(ExpertId id) {
     SetPolicyGauge("moeserve_inplace_compute_ratio",
                    "Emulated slow-tier/fast-tier compute time ratio charged "
                    "to experts computed in place (LinkOptions::"
-                   "inplace_compute_ratio; 1 = no charge).",
-                   inplace_compute_ratio_);
+                   "inplace_compute_ratio; 1 = no charge, as on the hybrid "
+                   "path, where the host really computes them).",
+                   host_ != nullptr ? 1.0 : inplace_compute_ratio_);
   }
   return true;
 }

@@ -142,6 +142,7 @@
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "engine/expert_provider.h"
+#include "engine/host_experts.h"
 #include "engine/model_weights.h"
 #include "engine/offload/hook_queue.h"
 #include "engine/offload/link.h"
@@ -183,6 +184,32 @@ class ExpertResidency final : public ExpertProvider,
 
   ~ExpertResidency() override;  // REQUIRES: nothing acquired.
 
+  // Hybrid execution (issue 32; engine/host_experts.h). Set once, after
+  // Create and before the model attaches (MoeModel::Create), by the builder.
+  struct HybridOptions {
+    // A CPU backend (its own thread pool) that computes the in-place
+    // experts next to their weights while the device computes the resident
+    // ones; owned by the residency from here on. Only on a fast tier in a
+    // backend's memory (a GPU, or the CPU backend standing in for one):
+    // there ComputeInPlace is then allowed, and nothing is emulated
+    // (inplace_compute_ratio is not applied; the host's measured seconds
+    // are the in-place costs). Null: no host compute (on a device fast tier
+    // ComputeInPlace keeps refusing).
+    std::unique_ptr<kernels::Backend> host;
+    // The experts of the first cpu_moe_layers MoE layers stay in the slow
+    // tier and are computed there (llama.cpp's --n-cpu-moe): every routed
+    // expert of those layers is in place, and Prefetch / PrefetchBatch / Pin
+    // refuse them. In [0, num_layers]. On a device fast tier it needs
+    // `host`; on a host fast tier those experts are read where they are.
+    int cpu_moe_layers = 0;
+  };
+  // InvalidArgument for a layer count out of range, for a host backend
+  // that is not a CPU one or that a host fast tier cannot use, and for
+  // cpu_moe_layers on a device fast tier without host compute;
+  // FailedPrecondition once set. Times one expert on the host (1 and 8
+  // rows) for expert_costs().
+  absl::Status EnableHybrid(HybridOptions options);
+
   // ExpertProvider.
   kernels::Device device() const override;
   absl::Status AttachCompute(kernels::Backend* backend,
@@ -202,6 +229,10 @@ class ExpertResidency final : public ExpertProvider,
   }
   // Ready in a slot (IsReady): Acquire takes no slot and does not wait.
   bool IsReadyForCompute(ExpertId id) const override { return IsReady(id); }
+  // The hybrid path (EnableHybrid): in place this layer and not ready.
+  HostExperts* host_compute() const override { return host_.get(); }
+  bool ComputesOnHost(ExpertId id) const override;
+  void RecordHostCompute(ExpertId id, int64_t rows, double seconds) override;
   absl::StatusOr<const std::byte*> Acquire(ExpertId id) override;
   void Release(ExpertId id) override;
   void EndLayer(int layer) override;
@@ -328,20 +359,41 @@ class ExpertResidency final : public ExpertProvider,
   std::vector<SlotLoad> loads_ ABSL_GUARDED_BY(load_mu_);
 
   // Serves an in-place acquire: the blob in the slow tier's host arena, or
-  // read into inplace_scratch_.
+  // read into a scratch blob of its own.
   absl::StatusOr<const std::byte*> AcquireInPlace(ExpertId id);
+  // Whether Acquire(id) serves `id` in place: committed to the host
+  // (ComputesOnHost said so), or marked in place and not ready.
+  bool InPlaceNow(ExpertId id) const ABSL_LOCKS_EXCLUDED(inplace_mu_);
+  // A layer whose experts all stay in the slow tier (cpu_moe_layers).
+  bool HostLayer(int layer) const { return layer < cpu_moe_layers_; }
+  // Times one expert on host_ for expert_costs() (EnableHybrid).
+  absl::Status CalibrateHost();
+
+  // One in-place expert between its Acquire and its Release.
+  struct InPlaceHold {
+    ExpertId id;
+    std::chrono::steady_clock::time_point since;
+    double read_seconds = 0;  // its disk read
+    double host_seconds = 0;  // RecordHostCompute's (hybrid path)
+    int scratch = -1;         // its scratch blob (disk tier), or -1
+  };
 
   // In-place compute and the measured costs (step thread; a mutex because
   // the ResidencyControl side may be called from any thread).
   mutable base::Mutex inplace_mu_;
   int routing_layer_ ABSL_GUARDED_BY(inplace_mu_) = -1;  // inside OnRoute
-  // This layer's routed experts: 1 routed, 2 routed and to compute in place.
-  std::vector<uint8_t> routed_ ABSL_GUARDED_BY(inplace_mu_);
-  // The expert acquired last (the forward pass holds one at a time), when
-  // it was acquired and whether in place.
+  // This layer's routed experts: 1 routed, 2 routed and to compute in
+  // place, 3 computed on the host (ComputesOnHost answered true: final).
+  mutable std::vector<uint8_t> routed_ ABSL_GUARDED_BY(inplace_mu_);
+  // The fast-tier expert acquired last and when (its Acquire-to-Release
+  // time is fast_compute_seconds).
   ExpertId held_ ABSL_GUARDED_BY(inplace_mu_) = {-1, -1};
-  bool held_inplace_ ABSL_GUARDED_BY(inplace_mu_) = false;
-  double held_read_seconds_ ABSL_GUARDED_BY(inplace_mu_) = 0;
+  // The in-place experts held now (several at once on the hybrid path).
+  std::vector<InPlaceHold> inplace_held_ ABSL_GUARDED_BY(inplace_mu_);
+  // The disk tier's in-place reads land here; grown on demand, never shrunk.
+  std::vector<std::unique_ptr<std::byte, void (*)(void*)>> scratch_
+      ABSL_GUARDED_BY(inplace_mu_);
+  std::vector<bool> scratch_used_ ABSL_GUARDED_BY(inplace_mu_);
   int layer_ ABSL_GUARDED_BY(inplace_mu_) = -1;  // BeginLayer to EndLayer
   // The running layer: when its demand loads were submitted, and its
   // in-place experts' real compute and read seconds.
@@ -353,9 +405,14 @@ class ExpertResidency final : public ExpertProvider,
   std::chrono::steady_clock::time_point held_since_
       ABSL_GUARDED_BY(inplace_mu_);
   ExpertCosts costs_ ABSL_GUARDED_BY(inplace_mu_);
-  std::unique_ptr<std::byte, void (*)(void*)> inplace_scratch_{nullptr,
-                                                               &std::free};
-  double inplace_compute_ratio_ = 8;       // Set by Init.
+  double inplace_compute_ratio_ = 8;            // Set by Init.
+  kernels::Backend* device_backend_ = nullptr;  // Set by Init; may be null.
+  // Set by EnableHybrid before any step, then read-only.
+  std::unique_ptr<kernels::Backend> host_backend_;
+  std::unique_ptr<HostExperts> host_;
+  int cpu_moe_layers_ = 0;
+  int64_t hidden_size_ = 0;  // the model's, for CalibrateHost
+  int64_t ffn_ = 0;
   metrics::Registry* registry_ = nullptr;  // Set by Init; may be null.
   std::string engine_name_;                // Set by Init.
   base::Mutex gauges_mu_;

@@ -110,6 +110,21 @@ struct ExpertCosts {
   // One expert computed in place on the slow tier (ComputeInPlace),
   // Acquire to Release, the emulated compute charge included.
   double inplace_compute_seconds = 0;
+  // Hybrid execution (a device fast tier with host compute attached,
+  // engine/host_experts.h): one expert computed by the host's CPU kernels
+  // from the slow tier costs about host_seconds_first_row +
+  // (rows - 1) x host_seconds_per_row. Measured at start (the residency
+  // times one expert at 1 and at 8 rows), then the first-row figure follows
+  // an EMA of the single-row experts computed. 0: no host compute.
+  double host_seconds_first_row = 0;
+  double host_seconds_per_row = 0;
+  // The host compute of one expert on `rows` tokens by the figures above
+  // (0 when not measured).
+  double HostSeconds(int64_t rows) const {
+    if (host_seconds_first_row <= 0) return 0;
+    return host_seconds_first_row +
+           static_cast<double>(rows > 1 ? rows - 1 : 0) * host_seconds_per_row;
+  }
 };
 
 // The levers and gauges a policy gets. Implemented by ExpertResidency.
