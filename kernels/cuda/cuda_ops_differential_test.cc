@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -376,6 +377,232 @@ TEST_F(CudaOps, MatMulInt4) {
   }
 }
 
+// ------------------------------------- Quantized GEMVs on the raw launchers
+
+// The reference of a quantized matrix on the checked columns (ColumnsToCheck):
+// `deq(j, c)` is the host's dequantised weight (Int4At / Fp8At); double sums.
+template <typename Deq>
+std::vector<float> RefQuantColumns(const std::vector<float>& x, int64_t m,
+                                   int64_t k, int64_t n, Deq deq) {
+  std::vector<int64_t> cols;
+  for (Span s : ColumnsToCheck(n)) {
+    for (int64_t j = s.begin; j < s.end; ++j) cols.push_back(j);
+  }
+  std::vector<float> w(cols.size() * k);
+  for (size_t i = 0; i < cols.size(); ++i) {
+    for (int64_t c = 0; c < k; ++c) w[i * k + c] = deq(cols[i], c);
+  }
+  std::vector<float> want(m * cols.size());
+  for (int64_t r = 0; r < m; ++r) {
+    for (size_t i = 0; i < cols.size(); ++i) {
+      double acc = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        acc += static_cast<double>(x[r * k + c]) * w[i * k + c];
+      }
+      want[r * cols.size() + i] = static_cast<float>(acc);
+    }
+  }
+  return want;
+}
+
+// Rows `rows` of x [m, k] alone through `launch(x, rows, out)` must give
+// the rows of the m-row result bit for bit: a row's arithmetic does not
+// depend on how many rows share the launch (what makes ExpertFfnGrouped
+// equal the per-expert ops).
+template <typename Launch>
+void ExpectRowsIndependentOfM(const std::vector<float>& x, int64_t m, int64_t k,
+                              int64_t n, const std::vector<float>& got,
+                              Launch launch) {
+  for (int64_t r : {int64_t{0}, m - 1}) {
+    DeviceBuf<float> dx(
+        std::vector<float>(x.begin() + r * k, x.begin() + (r + 1) * k));
+    DeviceBuf<float> dout(Nans(n));
+    ASSERT_EQ(launch(static_cast<const float*>(dx.data()), 1,
+                     static_cast<float*>(dout.data())),
+              0);
+    const std::vector<float> alone = dout.ToHost();  // Synchronous copy.
+    int64_t differ = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      differ += std::memcmp(&alone[j], &got[r * n + j], 4) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "row " << r << " alone vs with " << m << " rows";
+  }
+}
+
+// A random int4 matrix [n, k] in the expert format's part layout: any
+// nibble, scales in +-0.02 (bf16 or fp16), zero points in [0, 16].
+struct HostInt4 {
+  std::vector<uint8_t> q, zeros;
+  std::vector<uint16_t> scales;
+  Int4Matrix View(Int4ScaleType t, int64_t n, int64_t k, int64_t group) const {
+    return {
+        q.data(), scales.data(), zeros.empty() ? nullptr : zeros.data(), t, n,
+        k,        group};
+  }
+};
+
+HostInt4 RandomInt4(Rng& rng, int64_t n, int64_t k, int64_t group,
+                    const Int4ExpertOptions& o) {
+  HostInt4 h;
+  h.q.resize(n * k / 2);
+  for (uint8_t& b : h.q) b = static_cast<uint8_t>(rng.Int(256));
+  h.scales.resize(n * (k / group));
+  for (uint16_t& s : h.scales) {
+    const float v = rng.Uniform(-0.02f, 0.02f);
+    s = o.scale_type == Int4ScaleType::kF16 ? FloatToF16(v) : FloatToBf16(v);
+  }
+  if (o.zeros) {
+    h.zeros.resize(n * (k / group));
+    for (uint8_t& z : h.zeros) z = static_cast<uint8_t>(rng.Int(17));
+  }
+  return h;
+}
+
+void CheckGemvInt4(int64_t m, int64_t k, int64_t n, int64_t group,
+                   const Int4ExpertOptions& o, Rng& rng) {
+  SCOPED_TRACE(absl::StrCat("m=", m, " k=", k, " n=", n, " group=", group,
+                            " scales=", Int4ScaleTypeName(o.scale_type),
+                            " zeros=", o.zeros));
+  const HostInt4 h = RandomInt4(rng, n, k, group, o);
+  const Int4Matrix w = h.View(o.scale_type, n, k, group);
+  auto x = rng.F32(m * k, -2, 2);
+  const std::vector<float> want = RefQuantColumns(
+      x, m, k, n, [&](int64_t j, int64_t c) { return Int4At(w, j, c); });
+  DeviceBuf<uint8_t> dq(h.q), dz(o.zeros ? h.zeros : Zeros<uint8_t>(1));
+  DeviceBuf<uint16_t> ds(h.scales);
+  auto launch = [&](const float* dx, int64_t rows, float* out) {
+    return LaunchMatMulInt4(
+        dx, rows, k, static_cast<const uint8_t*>(dq.data()),
+        static_cast<const uint16_t*>(ds.data()),
+        o.scale_type == Int4ScaleType::kF16,
+        o.zeros ? static_cast<const uint8_t*>(dz.data()) : nullptr, group, n,
+        out, nullptr);
+  };
+  DeviceBuf<float> dx(x), dout(Nans(m * n));
+  ASSERT_EQ(launch(static_cast<const float*>(dx.data()), m,
+                   static_cast<float*>(dout.data())),
+            0);
+  const std::vector<float> got = dout.ToHost();  // Synchronous copy.
+  EXPECT_TRUE(AllFinite(got));                   // Every element written.
+  EXPECT_TRUE(Close(SelectColumns(got, m, n), want, kTolInt4Dot));
+  if (m > 1) ExpectRowsIndependentOfM(x, m, k, n, got, launch);
+}
+
+// (k, n) of the projections the bf16 GEMV is tested at
+// (MatMulModelShapesOnBothPaths), every m from 1 to 9 and the pass
+// boundaries up to 40, groups 32 / 64 / 128 / k, the checkpoint options
+// (fp16 scales + zeros: GPTQ / AWQ) and the draft's (bf16, symmetric).
+TEST_F(CudaOps, GemvInt4ModelShapes) {
+  Rng rng(33);
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {256, 256},   {256, 128},   {256, 768},   {384, 256}, {256, 4096},
+      {2048, 2048}, {2048, 2816}, {1408, 2048}, {2048, 60}, {4096, 1024}};
+  const Int4ExpertOptions options[] = {{Int4ScaleType::kF16, true},
+                                       {Int4ScaleType::kBf16, false}};
+  for (auto [k, n] : shapes) {
+    const bool small = k * n <= 384 * 256;
+    for (int64_t group : {int64_t{32}, int64_t{64}, int64_t{128}, k}) {
+      if (k % group != 0) continue;
+      for (const Int4ExpertOptions& o : options) {
+        for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 33, 40}) {
+          if (!small && m != 1 && m != 4 && m != 8 && m != 17 && m != 40) {
+            continue;
+          }
+          CheckGemvInt4(m, k, n, group, o, rng);
+        }
+      }
+    }
+  }
+}
+
+// Mixtral's expert (w1 / w3 [14336, 4096], w2 [4096, 14336]) at decode and
+// a prefill chunk, and the scalar path: groups 16 and 40, tails of k.
+TEST_F(CudaOps, GemvInt4MixtralAndScalarPath) {
+  Rng rng(34);
+  const Int4ExpertOptions fp16_zeros = {Int4ScaleType::kF16, true};
+  const Int4ExpertOptions bf16_sym = {Int4ScaleType::kBf16, false};
+  for (int64_t m : {1, 8, 16}) {
+    CheckGemvInt4(m, 4096, 14336, 128, bf16_sym, rng);
+    CheckGemvInt4(m, 14336, 4096, 128, fp16_zeros, rng);
+  }
+  for (const Int4ExpertOptions& o : {fp16_zeros, bf16_sym}) {
+    for (int64_t m : {1, 3, 8, 9, 17, 40}) {
+      CheckGemvInt4(m, 144, 96, 16, o, rng);  // groups of 16
+      CheckGemvInt4(m, 40, 130, 40, o, rng);  // group == k == 40
+      for (int64_t k : {2, 6, 38, 262}) CheckGemvInt4(m, k, 13, k, o, rng);
+      CheckGemvInt4(m, 262, 13, 2, o, rng);  // the smallest group
+    }
+  }
+}
+
+// A random fp8 matrix [n, k] with tile (tr, tc): codes anything but NaN,
+// scales in [1e-3, 1e-2].
+void CheckGemvFp8(int64_t m, int64_t k, int64_t n, int64_t tr, int64_t tc,
+                  Rng& rng) {
+  SCOPED_TRACE(
+      absl::StrCat("m=", m, " k=", k, " n=", n, " tile=", tr, "x", tc));
+  std::vector<uint8_t> q(n * k);
+  for (uint8_t& b : q) {
+    b = static_cast<uint8_t>(rng.Int(256));
+    if ((b & 0x7f) == 0x7f) b = 0x3a;
+  }
+  std::vector<float> scales(((n + tr - 1) / tr) * ((k + tc - 1) / tc));
+  for (float& f : scales) f = rng.Uniform(1e-3f, 1e-2f);
+  const Fp8Matrix w{q.data(), scales.data(), n, k, tr, tc};
+  auto x = rng.F32(m * k, -2, 2);
+  const std::vector<float> want = RefQuantColumns(
+      x, m, k, n, [&](int64_t j, int64_t c) { return Fp8At(w, j, c); });
+  DeviceBuf<uint8_t> dq(q);
+  DeviceBuf<float> dscales(scales);
+  auto launch = [&](const float* dx, int64_t rows, float* out) {
+    return LaunchMatMulFp8(dx, rows, k, static_cast<const uint8_t*>(dq.data()),
+                           static_cast<const float*>(dscales.data()), tr, tc, n,
+                           out, nullptr);
+  };
+  DeviceBuf<float> dx(x), dout(Nans(m * n));
+  ASSERT_EQ(launch(static_cast<const float*>(dx.data()), m,
+                   static_cast<float*>(dout.data())),
+            0);
+  const std::vector<float> got = dout.ToHost();  // Synchronous copy.
+  EXPECT_TRUE(AllFinite(got));
+  EXPECT_TRUE(Close(SelectColumns(got, m, n), want, kTolDot));
+  if (m > 1) ExpectRowsIndependentOfM(x, m, k, n, got, launch);
+}
+
+// The bf16 GEMV's shapes again, with the fp8 checkpoints' scale tiles:
+// 128 x 128 blocks (partial where 128 does not divide), per channel, per
+// tensor; plus tiles that take the scalar path and tails of k.
+TEST_F(CudaOps, GemvFp8ModelShapes) {
+  Rng rng(35);
+  constexpr int64_t kWhole = kFp8Whole;
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {256, 256},   {256, 128},   {256, 768},   {384, 256}, {256, 4096},
+      {2048, 2048}, {2048, 2816}, {1408, 2048}, {2048, 60}, {4096, 1024}};
+  const std::pair<int64_t, int64_t> tiles[] = {
+      {128, 128}, {1, kWhole}, {kWhole, kWhole}};
+  for (auto [k, n] : shapes) {
+    const bool small = k * n <= 384 * 256;
+    for (auto [br, bc] : tiles) {
+      const int64_t tr = std::min(br, n), tc = std::min(bc, k);
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 33, 40}) {
+        if (!small && m != 1 && m != 4 && m != 8 && m != 17 && m != 40) {
+          continue;
+        }
+        CheckGemvFp8(m, k, n, tr, tc, rng);
+      }
+    }
+  }
+  for (int64_t m : {1, 8, 16}) {
+    CheckGemvFp8(m, 4096, 14336, 128, 128, rng);  // Mixtral w1 / w3
+    CheckGemvFp8(m, 14336, 4096, 128, 128, rng);  // w2
+  }
+  for (int64_t m : {1, 3, 9, 40}) {
+    CheckGemvFp8(m, 300, 200, 128, 128, rng);  // partial tiles
+    CheckGemvFp8(m, 272, 37, 4, 136, rng);     // tile_cols 136: scalar
+    for (int64_t k : {1, 7, 9, 37, 263}) CheckGemvFp8(m, k, 13, 5, k, rng);
+  }
+}
+
 // ----------------------------------------------------------- ExpertFfnFp8
 
 // A random expert quantized to fp8 on the host (fp8_expert.h) and copied to
@@ -417,7 +644,11 @@ TEST_F(CudaOps, ExpertFfnFp8) {
     CheckExpertFfnFp8(B(), S(), m, 200, 300, 128, 128, rng);       // Partial.
     CheckExpertFfnFp8(B(), S(), m, 52, 37, 16, 40, rng);  // Scalar path.
   }
-  CheckExpertFfnFp8(B(), S(), 1, 2048, 1408, 128, 128, rng);   // Qwen
+  // The bf16 ExpertFfn's shapes and row counts (demo, Qwen at m = 1, 40).
+  for (int64_t m : {1, 40}) {
+    CheckExpertFfnFp8(B(), S(), m, 256, 384, 128, 128, rng);
+    CheckExpertFfnFp8(B(), S(), m, 2048, 1408, 128, 128, rng);  // Qwen
+  }
   CheckExpertFfnFp8(B(), S(), 1, 4096, 14336, 128, 128, rng);  // Mixtral
 }
 
@@ -458,8 +689,8 @@ TEST_F(CudaOps, MatMulFp8DecodesEveryCodeExactly) {
   }
 }
 
-// Grouped fp8 experts fall back to the per-expert op (Backend's default):
-// each row bit for bit what ExpertFfnFp8 gives it alone.
+// Grouped fp8 experts run the quantized GEMV of ExpertFfnFp8 over all groups
+// at once: each row bit for bit what ExpertFfnFp8 gives it alone.
 TEST_F(CudaOps, ExpertFfnGroupedFp8MatchesPerExpert) {
   Rng rng(32);
   const int64_t hidden = 256, ffn = 96, n = 4;
@@ -546,7 +777,11 @@ TEST_F(CudaOps, ExpertFfnInt4) {
     CheckExpertFfnInt4(B(), S(), m, 256, 128, rng);  // demo, group_out 128
     CheckExpertFfnInt4(B(), S(), m, 144, 40, rng);   // groups 16, 40: scalar
   }
-  CheckExpertFfnInt4(B(), S(), 1, 2048, 1408, rng);   // Qwen
+  // The bf16 ExpertFfn's shapes and row counts (demo, Qwen at m = 1, 40).
+  for (int64_t m : {1, 40}) {
+    CheckExpertFfnInt4(B(), S(), m, 256, 384, rng);
+    CheckExpertFfnInt4(B(), S(), m, 2048, 1408, rng);  // Qwen
+  }
   CheckExpertFfnInt4(B(), S(), 1, 4096, 14336, rng);  // Mixtral
 }
 
@@ -611,8 +846,9 @@ TEST_F(CudaOps, ExpertFfnInt4CheckpointLayouts) {
       CheckExpertFfnInt4Checkpoint(B(), S(), m, 256, 96, 32, 32, o, rng);
       CheckExpertFfnInt4Checkpoint(B(), S(), m, 144, 40, 16, 40, o, rng);
     }
-    // Qwen1.5-MoE's expert at group 128.
+    // Qwen1.5-MoE's expert at group 128, decode and a prefill chunk.
     CheckExpertFfnInt4Checkpoint(B(), S(), 1, 2048, 1408, 128, 128, o, rng);
+    CheckExpertFfnInt4Checkpoint(B(), S(), 40, 2048, 1408, 128, 128, o, rng);
   }
 }
 
