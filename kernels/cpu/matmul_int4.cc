@@ -230,6 +230,115 @@ MOESERVE_AVX512 void TileAvx512(const float* xp, int64_t k, int64_t group,
   }
 }
 
+// ---- AVX512_BF16 kernel -------------------------------------------------
+//
+// The nibbles never become fp32: (u - z) is a small integer (-16..15), exact
+// in bf16, so a table of the 16 values (n - z) as bf16 bits, one table per
+// zero point, turns 32 nibbles into 32 exact bf16 weights with one vpermw;
+// vdpbf16ps multiplies them with x rounded to bf16 (exact products) into a
+// per-group fp32 partial sum, and each group's partial sums are scaled once:
+// acc += scale * partial (one FMA per group, 16 lanes). A step covers 32
+// columns of a group (16 bytes): the bytes zero-extended to 16 words form
+// the low half of a zmm, the same words shifted right by 4 (the high
+// nibbles) the high half. vpermw reads the low 5 bits of a word; in the low
+// half those are the low nibble plus bit 0 of the high nibble, so each table
+// holds its 16 entries twice. Lane order of a step: words 0..15 = columns
+// c, c+2, ..., c+30, words 16..31 = c+1, c+3, ..., c+31; x is permuted to
+// match (and rounded) once per call (PrepareXBf16). Groups that are not a
+// multiple of 32 columns run the AVX-512F kernel instead (MatMulInt4).
+
+// bf16 bits of a small integer v (|v| <= 128: exact).
+constexpr uint16_t Bf16OfSmallInt(int v) {
+  if (v == 0) return 0;
+  const int a = v < 0 ? -v : v;
+  int e = 0;
+  while ((a >> (e + 1)) != 0) ++e;
+  return static_cast<uint16_t>((v < 0 ? 0x8000 : 0) | ((127 + e) << 7) |
+                               ((a << (7 - e)) & 0x7f));
+}
+static_assert(Bf16OfSmallInt(1) == 0x3f80 && Bf16OfSmallInt(-16) == 0xc180 &&
+              Bf16OfSmallInt(15) == 0x4170 && Bf16OfSmallInt(-3) == 0xc040);
+
+// For every zero point z (0..kInt4MaxZero): the 32 words (n mod 16) - z as
+// bf16 bits, n = 0..31 (the vpermw table of the step above).
+struct LevelTables {
+  alignas(64) uint16_t t[kInt4MaxZero + 1][32];
+};
+constexpr LevelTables MakeLevelTables() {
+  LevelTables l{};
+  for (int z = 0; z <= kInt4MaxZero; ++z) {
+    for (int n = 0; n < 32; ++n) l.t[z][n] = Bf16OfSmallInt(n % 16 - z);
+  }
+  return l;
+}
+constexpr LevelTables kLevelTables = MakeLevelTables();
+
+// x rounded to bf16 (nearest even, vcvtneps2bf16) into the step's lane
+// order: every 32 columns c..c+31 as c, c+2, ..., c+30, c+1, ..., c+31.
+// REQUIRES: k a multiple of 32.
+MOESERVE_AVX512BF16 void PrepareXBf16(const float* x, int64_t m, int64_t k,
+                                      bf16* xp) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
+                                         22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t i = 0; i < m * k; i += 32) {
+    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+    // cvtne2ps: the second operand to words 0..15, the first to 16..31.
+    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_permutex2var_ps(a, odd, b),
+                                           _mm512_permutex2var_ps(a, even, b));
+    _mm512_storeu_si512(xp + i, (__m512i)h);
+  }
+}
+
+// 32 columns of one weight row as exact bf16 (u - z): the step above.
+MOESERVE_AVX512BF16 inline __m512bh WeightsBf16(const uint8_t* q,
+                                                const uint16_t* table) {
+  const __m256i b = _mm256_cvtepu8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m512i idx =
+      _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
+  return (__m512bh)_mm512_permutexvar_epi16(
+      idx, _mm512_load_si512(reinterpret_cast<const __m512i*>(table)));
+}
+
+// y[MR rows, NR cols] for the prepared x rows xp[0..MR) (row stride k) and
+// the NR weight rows w[j]. REQUIRES: group a multiple of 32.
+template <int MR, int NR>
+MOESERVE_AVX512BF16 void TileAvx512Bf16(const bf16* xp, int64_t k,
+                                        int64_t group, Int4ScaleType st,
+                                        const Row* w, float* y, int64_t ldy) {
+  __m512 acc[MR][NR];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t g0 = 0, g = 0; g0 < k; g0 += group, ++g) {
+    const uint16_t* table[NR];
+    for (int j = 0; j < NR; ++j) table[j] = kLevelTables.t[ZeroOf(w[j], g)];
+    __m512 part[MR][NR];
+    for (int r = 0; r < MR; ++r)
+      for (int j = 0; j < NR; ++j) part[r][j] = _mm512_setzero_ps();
+    for (int64_t c = g0; c < g0 + group; c += 32) {
+      for (int j = 0; j < NR; ++j) {
+        const __m512bh wv = WeightsBf16(w[j].q + c / 2, table[j]);
+        for (int r = 0; r < MR; ++r) {
+          const auto xv = (__m512bh)_mm512_loadu_si512(xp + r * k + c);
+          part[r][j] = _mm512_dpbf16_ps(part[r][j], xv, wv);
+        }
+      }
+    }
+    for (int j = 0; j < NR; ++j) {
+      const __m512 sv = _mm512_set1_ps(ScaleOf(w[j], st, g));
+      for (int r = 0; r < MR; ++r) {
+        acc[r][j] = _mm512_fmadd_ps(part[r][j], sv, acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int j = 0; j < NR; ++j) {
+      y[r * ldy + j] = _mm512_reduce_add_ps(acc[r][j]);
+    }
+  }
+}
+
 // All rows [r0, r1) of x against NR weight rows, MR rows at a time.
 template <int NR>
 MOESERVE_AVX2 void RowsAvx2(const float* x, int64_t r0, int64_t r1, int64_t k,
@@ -256,9 +365,46 @@ MOESERVE_AVX512 void RowsAvx512(const float* x, int64_t r0, int64_t r1,
   if (r < r1) TileAvx512<1, NR>(x + r * k, k, group, st, w, y + r * ldy, ldy);
 }
 
+// Rows of x per register tile of the bf16 kernel: 3 x 4 partial sums and
+// 3 x 4 accumulators leave room for the weights in 32 zmm registers.
+template <int NR>
+MOESERVE_AVX512BF16 void RowsAvx512Bf16(const bf16* xp, int64_t r0, int64_t r1,
+                                        int64_t k, int64_t group,
+                                        Int4ScaleType st, const Row* w,
+                                        float* y, int64_t ldy) {
+  int64_t r = r0;
+  for (; r + 3 <= r1; r += 3) {
+    TileAvx512Bf16<3, NR>(xp + r * k, k, group, st, w, y + r * ldy, ldy);
+  }
+  if (r + 2 == r1) {
+    TileAvx512Bf16<2, NR>(xp + r * k, k, group, st, w, y + r * ldy, ldy);
+  } else if (r + 1 == r1) {
+    TileAvx512Bf16<1, NR>(xp + r * k, k, group, st, w, y + r * ldy, ldy);
+  }
+}
+
+// All rows [r0, r1) of x against NR weight rows on the kernel of `isa`: x
+// fp32 (kAvx512: permuted) or, for kAvx512Bf16, xb (PrepareXBf16).
+template <int NR>
+void RowsSimd(Isa isa, const float* x, const bf16* xb, int64_t r0, int64_t r1,
+              int64_t k, int64_t group, Int4ScaleType st, const Row* w,
+              float* y, int64_t ldy) {
+  switch (isa) {
+    case Isa::kAvx512Bf16:
+      RowsAvx512Bf16<NR>(xb, r0, r1, k, group, st, w, y, ldy);
+      return;
+    case Isa::kAvx512:
+      RowsAvx512<NR>(x, r0, r1, k, group, st, w, y, ldy);
+      return;
+    default:
+      RowsAvx2<NR>(x, r0, r1, k, group, st, w, y, ldy);
+      return;
+  }
+}
+
 // Columns [j0, j1) of y for every row of x, on the kernel of `isa`.
-void ColsSimd(Isa isa, const float* x, int64_t m, const Stacked& w, int64_t n,
-              float* y, int64_t j0, int64_t j1) {
+void ColsSimd(Isa isa, const float* x, const bf16* xb, int64_t m,
+              const Stacked& w, int64_t n, float* y, int64_t j0, int64_t j1) {
   const int64_t k = w.k(), group = w.group();
   const Int4ScaleType st = w.scale_type();
   for (int64_t r0 = 0; r0 < m; r0 += kRowBlock) {
@@ -267,19 +413,11 @@ void ColsSimd(Isa isa, const float* x, int64_t m, const Stacked& w, int64_t n,
     for (; j + kTileRows <= j1; j += kTileRows) {
       Row rows[kTileRows];
       for (int t = 0; t < kTileRows; ++t) rows[t] = w.row(j + t);
-      if (isa == Isa::kAvx512) {
-        RowsAvx512<kTileRows>(x, r0, r1, k, group, st, rows, y + j, n);
-      } else {
-        RowsAvx2<kTileRows>(x, r0, r1, k, group, st, rows, y + j, n);
-      }
+      RowsSimd<kTileRows>(isa, x, xb, r0, r1, k, group, st, rows, y + j, n);
     }
     for (; j < j1; ++j) {
       const Row rows[1] = {w.row(j)};
-      if (isa == Isa::kAvx512) {
-        RowsAvx512<1>(x, r0, r1, k, group, st, rows, y + j, n);
-      } else {
-        RowsAvx2<1>(x, r0, r1, k, group, st, rows, y + j, n);
-      }
+      RowsSimd<1>(isa, x, xb, r0, r1, k, group, st, rows, y + j, n);
     }
   }
 }
@@ -287,18 +425,37 @@ void ColsSimd(Isa isa, const float* x, int64_t m, const Stacked& w, int64_t n,
 
 }  // namespace
 
-Isa BestInt4Isa() {
+bool Int4IsaSupported(Isa isa) {
 #if defined(__x86_64__)
-  static const Isa best = [] {
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-      return Isa::kScalar;
-    }
-    return __builtin_cpu_supports("avx512f") ? Isa::kAvx512 : Isa::kAvx2;
-  }();
-  return best;
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::kAvx512:
+      return Int4IsaSupported(Isa::kAvx2) && __builtin_cpu_supports("avx512f");
+    case Isa::kAvx512Bf16:
+      return Int4IsaSupported(Isa::kAvx512) && IsaSupported(Isa::kAvx512Bf16);
+    case Isa::kAmxBf16:
+      return false;
+  }
+  return false;
 #else
-  return Isa::kScalar;
+  return isa == Isa::kScalar;
 #endif
+}
+
+Isa ClampInt4Isa(Isa want) {
+  for (Isa isa = want; isa != Isa::kScalar;
+       isa = static_cast<Isa>(static_cast<int>(isa) - 1)) {
+    if (Int4IsaSupported(isa)) return isa;
+  }
+  return Isa::kScalar;
+}
+
+Isa BestInt4Isa() {
+  static const Isa best = ClampInt4Isa(Isa::kAvx512);
+  return best;
 }
 
 void MatMulInt4(ThreadPool& pool, Isa isa, const float* x, int64_t m,
@@ -307,9 +464,19 @@ void MatMulInt4(ThreadPool& pool, Isa isa, const float* x, int64_t m,
   if (m == 0 || n == 0) return;
   const Stacked w{a, b};
 #if defined(__x86_64__)
-  // The AVX-512 kernel reads x in its lane order (PermuteForAvx512); the
-  // buffer is the calling thread's, read by the pool during this call only.
+  // The bf16 kernel steps 32 columns of a group at a time.
+  if (isa == Isa::kAvx512Bf16 && a.group % 32 != 0) isa = Isa::kAvx512;
+  // The AVX-512 kernels read x in their lane order (PermuteForAvx512,
+  // PrepareXBf16); the buffers are the calling thread's, read by the pool
+  // during this call only.
   thread_local std::vector<float> permuted;
+  thread_local std::vector<bf16> rounded;
+  const bf16* xb = nullptr;
+  if (isa == Isa::kAvx512Bf16) {
+    rounded.resize(m * k);
+    PrepareXBf16(x, m, k, rounded.data());
+    xb = rounded.data();
+  }
   if (isa == Isa::kAvx512) {
     permuted.resize(m * k);
     PermuteForAvx512(x, m, k, a.group, permuted.data());
@@ -328,7 +495,7 @@ void MatMulInt4(ThreadPool& pool, Isa isa, const float* x, int64_t m,
         const int64_t j0 = t0 * kTileRows, j1 = std::min(n, t1 * kTileRows);
 #if defined(__x86_64__)
         if (isa != Isa::kScalar) {
-          ColsSimd(isa, x, m, w, n, y, j0, j1);
+          ColsSimd(isa, x, xb, m, w, n, y, j0, j1);
           return;
         }
 #endif

@@ -8,16 +8,42 @@
 // [0, a.rows) from `a`, then b's), so one pass and one thread split serve
 // both. Strategy as MatMulBf16: the thread pool splits the output columns in
 // tiles of 4 weight rows; each thread walks its weight rows once per block of
-// up to kRowBlock rows of x. Weights dequantise exactly ((u - z) * scale, z
-// the group's zero point or 8, the scale bf16 or fp16 decoded exactly once
-// per group and row) and accumulate with FMA in fp32. AVX2+FMA (8 lanes): 16
-// nibbles at a time unpacked to fp32 and dequantised by one FMA with the -z
-// offset folded in. AVX-512F (16 lanes, where the CPU has it): a 16-entry
-// table of the group's weights (n - z) * scale per weight row, looked up with
-// vpermps by the nibbles shifted into place (no unpacking), against x permuted
-// once per call into the matching lane order. The scalar kernel is the
-// fallback. Columns of a group not a multiple of 16 (only when group = k < 128)
-// take a scalar tail.
+// up to kRowBlock rows of x. Variants (`Isa`), chosen at run time, never by
+// -m flags:
+//   kScalar      portable fallback: weights dequantised exactly
+//                ((u - z) * scale, z the group's zero point or 8, the scale
+//                bf16 or fp16 decoded exactly once per group and row), fp32
+//                products and sums.
+//   kAvx2        AVX2+FMA (8 lanes): 16 nibbles at a time unpacked to fp32
+//                and dequantised exactly by one FMA with the -z offset folded
+//                in; fp32 FMA into the accumulators.
+//   kAvx512      AVX-512F (16 lanes): a 16-entry table of the group's exact
+//                weights (n - z) * scale per weight row, looked up with
+//                vpermps by the nibbles shifted into place (no unpacking),
+//                against x permuted once per call into the matching lane
+//                order. Same semantics as kAvx2 (exact weights, fp32
+//                products and sums); only the summation order differs.
+//   kAvx512Bf16  AVX512_BF16 + AVX-512BW (vdpbf16ps, 32 products per
+//                instruction): 32 nibbles unpacked to 16-bit lanes and
+//                turned into the exact bf16 values (u - z) by one vpermw
+//                from a table per zero point; x is first rounded to bf16
+//                (round to nearest even) and permuted into the unpacking's
+//                lane order, once per call. Products x * (u - z) are exact,
+//                summed in fp32 per group, then each group's sums are scaled
+//                once (acc += scale * partial, fp32 FMA). So each product
+//                carries x's rounding error (<= 2^-8 relative, ~2^-9
+//                typical): results differ from the fp32 variants by ~1e-3 of
+//                the output scale on random data, as MatMulBf16's
+//                kAvx512Bf16, and from the reference fed the same rounded x
+//                by fp32 summation only. Needs groups of a multiple of 32
+//                columns; a matrix with other groups (16, or one group per
+//                row of k not a multiple of 32) runs kAvx512 instead.
+// The group columns the SIMD steps do not cover (kAvx2/kAvx512: past the
+// last multiple of 16, only when group = k < 128) take a scalar tail.
+// Within one variant a row's result does not depend on m, on the other rows,
+// on the row block or tile that computed it, nor on the thread count (each
+// output is a fixed sequence of vector operations over k, then a fixed
+// reduction): decode, batched decode and verification agree bit for bit.
 //
 // Thread safety: pure functions; concurrent calls on distinct outputs are fine.
 #ifndef MOESERVE_KERNELS_CPU_MATMUL_INT4_H_
@@ -31,15 +57,23 @@
 
 namespace moeserve::kernels::cpu {
 
-// The best int4 kernel this CPU supports (checked once): kAvx512 with
-// AVX-512F (+ AVX2/FMA), else kAvx2 with AVX2+FMA, else kScalar.
+// Whether this CPU has what the int4 kernel of `isa` needs: kAvx2 AVX2+FMA;
+// kAvx512 AVX-512F as well; kAvx512Bf16 what IsaSupported(Isa::kAvx512Bf16)
+// asks (AVX-512F/BW/VL, AVX512_BF16); never kAmxBf16 (no int4 AMX kernel).
+bool Int4IsaSupported(Isa isa);
+// The highest int4 variant <= `want` that this CPU supports (kAmxBf16 ->
+// kAvx512Bf16 where the CPU has it).
+Isa ClampInt4Isa(Isa want);
+// The default int4 kernel on this CPU (checked once): the best one with fp32
+// semantics, ClampInt4Isa(Isa::kAvx512). As for the bf16 kernels
+// (BestIsa), kAvx512Bf16 is never the default because it rounds x to bf16;
+// ask for it by name.
 Isa BestInt4Isa();
 
 // REQUIRES: x [m, a.cols] fp32; b null or b->cols == a.cols, b->group ==
 // a.group, b->scale_type == a.scale_type and b->zeros null iff a.zeros is;
 // a.group even, > 0, dividing a.cols; y [m, a.rows + (b ? b->rows : 0)] not
-// overlapping the inputs; isa supported by this CPU (kAvx512 only if
-// BestInt4Isa() is kAvx512).
+// overlapping the inputs; Int4IsaSupported(isa).
 void MatMulInt4(ThreadPool& pool, Isa isa, const float* x, int64_t m,
                 const Int4Matrix& a, const Int4Matrix* b, float* y);
 

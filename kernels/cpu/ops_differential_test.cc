@@ -37,9 +37,11 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_int4.h"
 #include "kernels/cpu/reference_ops.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 #include "kernels/testing/differential.h"
@@ -274,7 +276,38 @@ void RunExpertFfnInt4(CpuBackend& b, Stream& s, Expert& e, int64_t m,
   ASSERT_TRUE(s.Synchronize().ok());
   ref::ExpertFfnInt4(T(x, {m, hidden}), e.View(), e.layout,
                      T(want, {m, hidden}));
-  EXPECT_TRUE(Close(got, want, kTolInt4Dot));
+  EXPECT_TRUE(Close(
+      got, want,
+      b.int4_isa() == Isa::kAvx512Bf16 ? kTolBf16ActivationFfn : kTolInt4Dot));
+}
+
+// What CpuBackend::ExpertFfnInt4 does, on the int4 variant `isa` whatever
+// the backend's choice: gate and up stacked, SiLU x up, down.
+template <typename Expert>
+void RunExpertFfnInt4Direct(ThreadPool& pool, Isa isa, Expert& e, int64_t m,
+                            Rng& rng) {
+  const int64_t hidden = e.layout.hidden, ffn = e.layout.ffn;
+  SCOPED_TRACE(absl::StrCat(
+      "m=", m, " hidden=", hidden, " ffn=", ffn, " groups=", e.layout.group_in,
+      "/", e.layout.group_out, " scales=",
+      Int4ScaleTypeName(e.layout.scale_type), " zeros=", e.layout.has_zeros,
+      " int4 isa=", IsaName(isa), " threads=", pool.num_threads()));
+  const auto* base = reinterpret_cast<const std::byte*>(e.blob.data);
+  const Int4Matrix gate = Int4ExpertPart(base, e.layout, Int4Part::kGate);
+  const Int4Matrix up = Int4ExpertPart(base, e.layout, Int4Part::kUp);
+  const Int4Matrix down = Int4ExpertPart(base, e.layout, Int4Part::kDown);
+  auto x = rng.F32(m * hidden);
+  std::vector<float> gate_up(m * 2 * ffn, NAN), act(m * ffn, NAN);
+  std::vector<float> got(m * hidden, NAN), want(m * hidden);
+  MatMulInt4(pool, isa, x.data(), m, gate, &up, gate_up.data());
+  SiluMulRows(pool, gate_up.data(), 2 * ffn, gate_up.data() + ffn, 2 * ffn, m,
+              ffn, act.data());
+  MatMulInt4(pool, isa, act.data(), m, down, nullptr, got.data());
+  ref::ExpertFfnInt4(T(x, {m, hidden}), e.View(), e.layout,
+                     T(want, {m, hidden}));
+  EXPECT_TRUE(
+      Close(got, want,
+            isa == Isa::kAvx512Bf16 ? kTolBf16ActivationFfn : kTolInt4Dot));
 }
 
 TEST_P(Ops, ExpertFfnInt4) {
@@ -285,7 +318,7 @@ TEST_P(Ops, ExpertFfnInt4) {
       {256, 96}, {256, 128}, {144, 40}, {40, 52}, {144, 6}};
   // With SIMD on an AVX-512 machine, also the AVX2 kernel.
   std::vector<std::unique_ptr<CpuBackend>> backends;
-  if (GetParam().simd && BestInt4Isa() == Isa::kAvx512) {
+  if (GetParam().simd && BestInt4Isa() >= Isa::kAvx512) {
     backends.push_back(std::make_unique<CpuBackend>(
         CpuBackendOptions{GetParam().threads, true, /*use_avx512=*/false}));
   }
@@ -321,7 +354,7 @@ TEST_P(Ops, ExpertFfnInt4CheckpointLayouts) {
                                        {Int4ScaleType::kF16, false},
                                        {Int4ScaleType::kBf16, true}};
   std::vector<std::unique_ptr<CpuBackend>> backends;
-  if (GetParam().simd && BestInt4Isa() == Isa::kAvx512) {
+  if (GetParam().simd && BestInt4Isa() >= Isa::kAvx512) {
     backends.push_back(std::make_unique<CpuBackend>(
         CpuBackendOptions{GetParam().threads, true, /*use_avx512=*/false}));
   }
@@ -382,6 +415,10 @@ TEST(ExpertFfnInt4, MixtralShapeAtM1) {
     ASSERT_TRUE(s.ok());
     RunExpertFfnInt4(b, **s, e, 1, rng);
   }
+  if (Int4IsaSupported(Isa::kAvx512Bf16)) {
+    ThreadPool pool(2);
+    RunExpertFfnInt4Direct(pool, Isa::kAvx512Bf16, e, 1, rng);
+  }
 }
 
 // The expert quantizer is the per-matrix reference quantizer, bit for bit.
@@ -406,6 +443,178 @@ TEST(ExpertFfnInt4, QuantizerMatchesReferenceQuantizeInt4) {
         << "part " << p;
   }
 }
+
+// ---- Every variant of the int4 matmul (matmul_int4.h), forced by name ---
+// MatMulInt4 called directly, so every variant this CPU has runs whatever
+// the backend's default; one it lacks is skipped. kScalar, kAvx2 and
+// kAvx512 use the exact weights in fp32: kTolInt4Dot against the double
+// reference. kAvx512Bf16 rounds x to bf16 (where a matrix's groups are a
+// multiple of 32 columns; else it runs kAvx512): kTolBf16ActivationDot
+// against the reference, kTolInt4Dot against the reference fed the same
+// rounded x (so the looser bound cannot hide a summation or lane-order bug),
+// and kTolBf16ActivationFfn through a whole expert (x rounded before gate/up,
+// the activation before down: the reasoning of the bf16 kernels' bounds,
+// differential.h, with exact int4 weights in place of bf16 ones).
+
+class Int4Variant
+    : public ::testing::TestWithParam<std::tuple<Isa, int /*threads*/>> {
+ public:
+  Isa isa() const { return std::get<0>(GetParam()); }
+  int threads() const { return std::get<1>(GetParam()); }
+
+ protected:
+  void SetUp() override {
+    if (!Int4IsaSupported(isa())) {
+      GTEST_SKIP() << "this CPU lacks the instructions of the int4 "
+                   << IsaName(isa()) << " kernel";
+    }
+    pool_ = std::make_unique<ThreadPool>(threads());
+  }
+
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+// y = x dequant([a; b])^T with double sums, x rounded to bf16 if asked.
+std::vector<float> Int4Reference(const std::vector<float>& x, int64_t m,
+                                 const Int4Matrix& a, const Int4Matrix* b,
+                                 bool bf16_x) {
+  const int64_t k = a.cols, n = a.rows + (b != nullptr ? b->rows : 0);
+  const std::vector<float> xr = bf16_x ? RoundedToBf16(x) : x;
+  std::vector<float> y(m * n), w(k);
+  for (int64_t j = 0; j < n; ++j) {
+    const Int4Matrix& part = j < a.rows ? a : *b;
+    const int64_t row = j < a.rows ? j : j - a.rows;
+    for (int64_t c = 0; c < k; ++c) w[c] = Int4At(part, row, c);
+    for (int64_t r = 0; r < m; ++r) {
+      double acc = 0;
+      for (int64_t c = 0; c < k; ++c) acc += double{xr[r * k + c]} * w[c];
+      y[r * n + j] = static_cast<float>(acc);
+    }
+  }
+  return y;
+}
+
+// MatMulInt4 on `isa` against the reference (see the section comment).
+void CheckInt4Product(ThreadPool& pool, Isa isa, const Int4Matrix& a,
+                      const Int4Matrix* b, int64_t m, Rng& rng) {
+  const int64_t k = a.cols, n = a.rows + (b != nullptr ? b->rows : 0);
+  SCOPED_TRACE(absl::StrCat("m=", m, " k=", k, " n=", n, " group=", a.group,
+                            " scales=", Int4ScaleTypeName(a.scale_type),
+                            " zeros=", a.zeros != nullptr,
+                            " stacked=", b != nullptr));
+  const std::vector<float> x = rng.F32(m * k);
+  std::vector<float> got(m * n, NAN);
+  MatMulInt4(pool, isa, x.data(), m, a, b, got.data());
+  const bool bf16_x = isa == Isa::kAvx512Bf16 && a.group % 32 == 0;
+  EXPECT_TRUE(Close(got, Int4Reference(x, m, a, b, false),
+                    bf16_x ? kTolBf16ActivationDot : kTolInt4Dot));
+  if (bf16_x) {
+    EXPECT_TRUE(Close(got, Int4Reference(x, m, a, b, true), kTolInt4Dot))
+        << "against bf16-rounded x";
+  }
+}
+
+// Every shape, group and layout the backend's int4 tests use (the draft's
+// quantized experts, the checkpoint layouts: groups 32, 64, 128, one per
+// row, odd ones), gate + up stacked and down alone, m across the register
+// tiles (1, 2, 3, 4) and the row blocks (16, 17, 33).
+TEST_P(Int4Variant, MatchesReferenceAtEveryTestedLayout) {
+  Rng rng(45);
+  struct Shape {
+    int64_t hidden, ffn, group_in, group_out;
+  };
+  const Shape shapes[] = {{256, 96, 128, 32},   {256, 128, 128, 128},
+                          {144, 40, 16, 40},    {40, 52, 40, 52},
+                          {144, 6, 16, 6},      {256, 96, 128, 96},
+                          {256, 128, 64, 32},   {256, 96, 32, 32},
+                          {128, 256, 128, 128}, {144, 6, 144, 6}};
+  const Int4ExpertOptions options[] = {{Int4ScaleType::kBf16, false},
+                                       {Int4ScaleType::kF16, true},
+                                       {Int4ScaleType::kF16, false},
+                                       {Int4ScaleType::kBf16, true}};
+  for (const Shape& sh : shapes) {
+    for (const Int4ExpertOptions& o : options) {
+      CheckpointExpert e(sh.hidden, sh.ffn, sh.group_in, sh.group_out, o, rng);
+      const auto* base = reinterpret_cast<const std::byte*>(e.blob.data);
+      const Int4Matrix gate = Int4ExpertPart(base, e.layout, Int4Part::kGate);
+      const Int4Matrix up = Int4ExpertPart(base, e.layout, Int4Part::kUp);
+      const Int4Matrix down = Int4ExpertPart(base, e.layout, Int4Part::kDown);
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 16, 17, 33}) {
+        CheckInt4Product(*pool_, isa(), gate, &up, m, rng);
+        CheckInt4Product(*pool_, isa(), down, nullptr, m, rng);
+      }
+    }
+  }
+}
+
+// Whole experts: the draft's quantizer at the demo shapes and the GPTQ-style
+// checkpoint layouts of demo-fg (fp16 scales + zeros, groups 32 and 128/96).
+TEST_P(Int4Variant, ExpertFfnMatchesReference) {
+  Rng rng(46);
+  for (auto [hidden, ffn] :
+       {std::pair<int64_t, int64_t>{256, 96}, {256, 128}, {144, 40}}) {
+    QuantizedExpert e(hidden, ffn, rng);
+    for (int64_t m : {1, 3, 8, 17}) {
+      RunExpertFfnInt4Direct(*pool_, isa(), e, m, rng);
+    }
+  }
+  for (int64_t group_out : {32, 96}) {
+    CheckpointExpert e(256, 96, group_out == 32 ? 32 : 128, group_out,
+                       {Int4ScaleType::kF16, true}, rng);
+    for (int64_t m : {1, 3, 8, 17}) {
+      RunExpertFfnInt4Direct(*pool_, isa(), e, m, rng);
+    }
+  }
+}
+
+// A row's output is the same bits whatever the other rows, the row block or
+// register tile that computed it and the thread count: decode (m = 1),
+// batched decode and verification agree exactly.
+TEST_P(Int4Variant, RowResultIndependentOfBatchAndThreads) {
+  Rng rng(47);
+  const int64_t m = 40;
+  ThreadPool other(threads() == 1 ? 3 : 1);
+  for (int64_t group : {32, 64, 128}) {
+    for (const Int4ExpertOptions o :
+         {Int4ExpertOptions{Int4ScaleType::kBf16, false},
+          Int4ExpertOptions{Int4ScaleType::kF16, true}}) {
+      CheckpointExpert e(256, 128, group, 32, o, rng);
+      const auto* base = reinterpret_cast<const std::byte*>(e.blob.data);
+      const Int4Matrix gate = Int4ExpertPart(base, e.layout, Int4Part::kGate);
+      const Int4Matrix up = Int4ExpertPart(base, e.layout, Int4Part::kUp);
+      const int64_t k = gate.cols, n = gate.rows + up.rows;
+      const std::vector<float> x = rng.F32(m * k);
+      std::vector<float> all(m * n);
+      MatMulInt4(*pool_, isa(), x.data(), m, gate, &up, all.data());
+      for (auto [r0, rows] : {std::pair<int64_t, int64_t>{0, 1},
+                              {5, 1},
+                              {7, 2},
+                              {1, 3},
+                              {9, 7},
+                              {3, 16},
+                              {17, 17},
+                              {20, 20}}) {
+        SCOPED_TRACE(absl::StrCat("group ", group, " zeros ", o.zeros, " rows ",
+                                  r0, " + ", rows));
+        std::vector<float> got(rows * n, NAN);
+        MatMulInt4(other, isa(), x.data() + r0 * k, rows, gate, &up,
+                   got.data());
+        EXPECT_EQ(got, std::vector<float>(all.begin() + r0 * n,
+                                          all.begin() + (r0 + rows) * n));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, Int4Variant,
+    ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512,
+                                         Isa::kAvx512Bf16),
+                       ::testing::Values(1, 2)),
+    [](const ::testing::TestParamInfo<std::tuple<Isa, int>>& info) {
+      return absl::StrCat(IsaName(std::get<0>(info.param)), "_",
+                          std::get<1>(info.param), "t");
+    });
 
 TEST_P(Ops, RmsNormIncludingPerHeadView) {
   Rng rng(6);
