@@ -29,11 +29,13 @@
 #ifndef MOESERVE_KERNELS_BACKEND_H_
 #define MOESERVE_KERNELS_BACKEND_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/fp8_expert.h"
@@ -137,6 +139,41 @@ inline int64_t GroupedExpertWorkspaceElems(int64_t pairs, int64_t ffn,
                                            int64_t hidden) {
   return pairs * (3 * ffn + hidden);
 }
+
+// ---- Graphs of ops (issue 30 item 3: CUDA graphs for the dense sub-steps).
+//
+// A graph region is a fixed sequence of ops, enqueued by a `body` callback on
+// one stream, that a backend may record once and replay as one launch
+// (CUDA: stream capture into a cudaGraph_t, cudaGraphInstantiate once per
+// key, cudaGraphLaunch after). The key names the region and everything the
+// recorded ops bake in: the caller guarantees that two calls with equal keys
+// enqueue the same ops with the same by-value arguments and the same device
+// pointers (values that change from call to call, e.g. positions and KV
+// slots, must be read by the kernels from device memory that an earlier op
+// on the stream refreshes).
+struct GraphKey {
+  const void* owner = nullptr;  // whose graph (DropGraphs(owner) frees them)
+  int64_t segment = 0;          // which region of the owner's
+  std::array<int64_t, 4> shape = {};  // the shape it was recorded at
+
+  friend bool operator==(const GraphKey&, const GraphKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const GraphKey& k) {
+    return H::combine(std::move(h), k.owner, k.segment, k.shape);
+  }
+};
+
+// What Backend::RunGraph did with the body.
+enum class GraphRun {
+  kEager,     // ran the body's ops as ordinary launches (graphs off)
+  kCaptured,  // recorded the body (its ops did not run), then launched it
+  kReplayed,  // launched the recorded graph; the body was not called
+};
+
+// The smallest power of two >= v (1 for v <= 1): the bucket a graph-mode
+// step pads a by-value extent to (MoeModel: the block-table stride), so
+// that one recorded graph serves every value in the bucket.
+int64_t GraphBucket(int64_t v);
 
 class Backend {
  public:
@@ -325,6 +362,36 @@ class Backend {
   // x F32[n, V] (V >= 1), out I32[n].
   virtual absl::Status Argmax(Stream& s, const Tensor& x,
                               const Tensor& out) = 0;
+
+  // ---- Graph regions (see GraphKey). The defaults run every body eagerly:
+  // the CPU and null devices have no launch cost to save.
+  //
+  // Turns recording on or off; returns whether graphs are now on (false on
+  // a backend without them). Off by default (CUDA: --cuda_graphs,
+  // BackendOptions::cuda_graphs).
+  virtual bool SetGraphs(bool on) {
+    (void)on;
+    return false;
+  }
+  virtual bool graphs_enabled() const { return false; }
+
+  // Runs `body` (which enqueues ops on `s` only, with no sync, no
+  // allocation and no copy to or from host memory) as the graph `key`:
+  // with graphs off, calls it and returns kEager; else the first call with
+  // `key` records the body (calling it once; its ops do not run then) and
+  // launches the recording (kCaptured), later calls launch the recording
+  // without calling the body (kReplayed). The body's host-side effects
+  // therefore happen only when it is called. A body that returns an error
+  // leaves nothing recorded and RunGraph returns that error. A backend that
+  // cannot record a body runs it eagerly (kEager) from then on for that key.
+  // Not reentrant on one stream (no RunGraph inside a body).
+  virtual absl::StatusOr<GraphRun> RunGraph(
+      Stream& s, const GraphKey& key, absl::FunctionRef<absl::Status()> body);
+
+  // Frees every graph recorded for `owner` (its buffers moved, or it is
+  // being destroyed). REQUIRES: none of them is in flight (the owner's
+  // stream synchronized).
+  virtual void DropGraphs(const void* owner) { (void)owner; }
 };
 
 }  // namespace moeserve::kernels

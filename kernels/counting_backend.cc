@@ -2,10 +2,23 @@
 
 #include <utility>
 
+#include "base/mutex.h"
+
 namespace moeserve::kernels {
+
+using base::MutexLock;
+
 namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
+
+// The body a RunGraph on this thread is running: its backend and the ops it
+// has enqueued so far.
+struct BodySink {
+  const void* backend = nullptr;
+  int64_t ops = 0;
+};
+thread_local BodySink* t_sink = nullptr;
 
 }  // namespace
 
@@ -56,7 +69,10 @@ BackendCounts BackendCounts::Minus(const BackendCounts& e) const {
           bytes_to_host - e.bytes_to_host,
           allocations - e.allocations,
           allocated_bytes - e.allocated_bytes,
-          streams_and_events - e.streams_and_events};
+          streams_and_events - e.streams_and_events,
+          graph_launches - e.graph_launches,
+          graph_captures - e.graph_captures,
+          captured_ops - e.captured_ops};
 }
 
 BackendCounts CountingBackend::counts() const {
@@ -66,7 +82,75 @@ BackendCounts CountingBackend::counts() const {
       c.copies_to_device.load(kRelaxed), c.copies_to_host.load(kRelaxed),
       c.copies_on_device.load(kRelaxed), c.bytes_to_device.load(kRelaxed),
       c.bytes_to_host.load(kRelaxed),    c.allocations.load(kRelaxed),
-      c.allocated_bytes.load(kRelaxed),  c.streams_and_events.load(kRelaxed)};
+      c.allocated_bytes.load(kRelaxed),  c.streams_and_events.load(kRelaxed),
+      c.graph_launches.load(kRelaxed),   c.graph_captures.load(kRelaxed),
+      c.captured_ops.load(kRelaxed)};
+}
+
+Stream& CountingBackend::Launch(Stream& s) {
+  if (t_sink != nullptr && t_sink->backend == this) {
+    ++t_sink->ops;
+  } else {
+    counters_->launches.fetch_add(1, kRelaxed);
+  }
+  return Inner(s);
+}
+
+bool CountingBackend::SetGraphs(bool on) {
+  const bool inner_on = inner_->SetGraphs(on);
+  simulating_.store(options_.simulate_graphs && on && !inner_on);
+  return inner_on || simulating_.load();
+}
+
+bool CountingBackend::graphs_enabled() const {
+  return simulating_.load() || inner_->graphs_enabled();
+}
+
+absl::StatusOr<GraphRun> CountingBackend::RunGraph(
+    Stream& s, const GraphKey& key, absl::FunctionRef<absl::Status()> body) {
+  BodySink sink{this, 0};
+  BodySink* const outer = t_sink;
+  t_sink = &sink;
+  absl::StatusOr<GraphRun> run;
+  if (simulating_.load() && !inner_->graphs_enabled()) {
+    // The inner backend runs the body eagerly; counted as a recording the
+    // first time, as a replay after.
+    absl::Status st = body();
+    if (st.ok()) {
+      MutexLock lock(&mu_);
+      run = recorded_.insert(key).second ? GraphRun::kCaptured
+                                         : GraphRun::kReplayed;
+    } else {
+      run = st;
+    }
+  } else {
+    run = inner_->RunGraph(Inner(s), key, body);
+  }
+  t_sink = outer;
+  Counters& c = *counters_;
+  if (!run.ok() || *run == GraphRun::kEager) {
+    // What ran was ordinary launches.
+    c.launches.fetch_add(sink.ops, kRelaxed);
+    return run;
+  }
+  if (*run == GraphRun::kCaptured) {
+    c.graph_captures.fetch_add(1, kRelaxed);
+    c.captured_ops.fetch_add(sink.ops, kRelaxed);
+  }
+  c.graph_launches.fetch_add(1, kRelaxed);
+  c.launches.fetch_add(1, kRelaxed);
+  return run;
+}
+
+void CountingBackend::DropGraphs(const void* owner) {
+  {
+    MutexLock lock(&mu_);
+    for (auto it = recorded_.begin(); it != recorded_.end();) {
+      auto at = it++;
+      if (at->owner == owner) recorded_.erase(at);
+    }
+  }
+  inner_->DropGraphs(owner);
 }
 
 Stream& CountingBackend::Inner(Stream& s) {

@@ -5,6 +5,22 @@
 // counts can be read on a machine without a GPU; a caller diffs two
 // snapshots around a decode step and divides by the layers it ran.
 //
+// Graph regions (Backend::RunGraph) count what really runs: a launched
+// graph (recorded or replayed) is one launch, whatever it holds; the ops a
+// body enqueues while being recorded do not run then and are counted in
+// captured_ops, not launches; a body run eagerly (graphs off) counts its
+// ops as launches as usual. So the counts around a CUDA backend with
+// --cuda_graphs show the launches a step really makes.
+//
+// With CountingBackendOptions::simulate_graphs, on a backend without graphs
+// (CPU, null) and after SetGraphs(true), it counts as a recording backend
+// would: a key's first call is a recording (the body's ops go to
+// captured_ops, one launch), later calls a replay (one launch). The body is
+// still run eagerly every time on the inner backend, so results are the
+// inner backend's own; only the counts change. That shows without a GPU
+// what MoeModel's graph mode leaves per decode step (launches, and that
+// nothing recorded syncs, copies or allocates).
+//
 // Streams and events it creates wrap the inner backend's; pass only those
 // to it. Borrows the inner backend (must outlive this one and everything it
 // created). Thread-safe as the inner backend is; the counters are atomics.
@@ -16,6 +32,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
+#include "base/mutex.h"
 #include "kernels/backend.h"
 
 namespace moeserve::kernels {
@@ -32,14 +50,27 @@ struct BackendCounts {
   int64_t allocations = 0;  // Allocate, AllocateHost
   int64_t allocated_bytes = 0;
   int64_t streams_and_events = 0;  // CreateStream/CopyStream/Event
+  // Graph regions: launches of recorded graphs (also counted in launches),
+  // recordings made, and the ops those recordings hold (not in launches).
+  int64_t graph_launches = 0;
+  int64_t graph_captures = 0;
+  int64_t captured_ops = 0;
 
   // The counts from `earlier` to this snapshot.
   BackendCounts Minus(const BackendCounts& earlier) const;
 };
 
+struct CountingBackendOptions {
+  // Count graph regions as a recording backend would on an inner backend
+  // without graphs (see above), once SetGraphs(true) is called.
+  bool simulate_graphs = false;
+};
+
 class CountingBackend final : public Backend {
  public:
-  explicit CountingBackend(Backend* inner) : inner_(inner) {}
+  explicit CountingBackend(Backend* inner,
+                           const CountingBackendOptions& options = {})
+      : inner_(inner), options_(options) {}
 
   BackendCounts counts() const;
 
@@ -111,12 +142,20 @@ class CountingBackend final : public Backend {
   absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
   absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
 
+  bool SetGraphs(bool on) override;
+  bool graphs_enabled() const override;
+  absl::StatusOr<GraphRun> RunGraph(
+      Stream& s, const GraphKey& key,
+      absl::FunctionRef<absl::Status()> body) override;
+  void DropGraphs(const void* owner) override;
+
  private:
   struct Counters {
     std::atomic<int64_t> launches{0}, syncs{0}, copies_to_device{0},
         copies_to_host{0}, copies_on_device{0}, bytes_to_device{0},
         bytes_to_host{0}, allocations{0}, allocated_bytes{0},
-        streams_and_events{0};
+        streams_and_events{0}, graph_launches{0}, graph_captures{0},
+        captured_ops{0};
   };
   class CountingStream;
   class CountingEvent;
@@ -128,12 +167,16 @@ class CountingBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<Stream>> Wrap(
       absl::StatusOr<std::unique_ptr<Stream>> inner);
   void CountAllocation(int64_t bytes);
-  Stream& Launch(Stream& s) {
-    counters_->launches.fetch_add(1, std::memory_order_relaxed);
-    return Inner(s);
-  }
+  // Counts one op: into the body being run by RunGraph on this thread, if
+  // any, else as a launch.
+  Stream& Launch(Stream& s);
 
   Backend* const inner_;
+  const CountingBackendOptions options_;
+  std::atomic<bool> simulating_{false};  // simulate_graphs and SetGraphs(true)
+  base::Mutex mu_;
+  // Simulated graphs: the keys recorded so far.
+  absl::flat_hash_set<GraphKey> recorded_ ABSL_GUARDED_BY(mu_);
   // Shared with the streams and events, which count their syncs.
   const std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
 };
