@@ -11,8 +11,17 @@
 // m >= lt_min_m (cublaslt_gemm.h; within ~1e-5 relative of the fp32
 // reference). If cuBLASLt has no algorithm for a shape, the GEMV runs.
 //
-// Owns: the cuBLASLt handle and plan cache (one per backend). Each stream it
-// creates owns its cuBLASLt scratch (CudaStream).
+// Graph regions (Backend::RunGraph, issue 30 item 3; off unless
+// CudaBackendOptions::graphs or SetGraphs(true)): stream capture in
+// thread-local mode, one cudaGraphInstantiate per key, cudaGraphLaunch
+// after (cuda_backend_graphs.cc). A region whose capture fails (an op the
+// capture does not support) runs eagerly from then on, with one line on
+// stderr. cuBLASLt GEMMs recorded in a graph count in lt_gemm_count() when
+// recorded, not when replayed.
+//
+// Owns: the cuBLASLt handle and plan cache (one per backend), and the
+// recorded graphs (keyed by GraphKey, freed by DropGraphs or with the
+// backend). Each stream it creates owns its cuBLASLt scratch (CudaStream).
 //
 // Thread safety: as Backend. A CudaBackend is bound to the device that was
 // current when Create() ran.
@@ -33,6 +42,9 @@
 namespace moeserve::kernels::cuda {
 
 class CudaStream;
+// The recorded graphs (cuda_backend_graphs.cc).
+class CudaGraphCache;
+std::shared_ptr<CudaGraphCache> NewCudaGraphCache();
 
 struct CudaBackendOptions {
   // MatMul uses cuBLASLt when it has m >= lt_min_m rows, the GEMV below.
@@ -44,6 +56,12 @@ struct CudaBackendOptions {
   // MiB a stream.
   int64_t lt_workspace_bytes = int64_t{32} << 20;
   int64_t lt_split_elems = int64_t{8} << 20;
+  // Graph regions recorded and replayed (Backend::RunGraph); SetGraphs
+  // changes it later. Off: every region runs eagerly, as before.
+  bool graphs = false;
+  // At most this many recorded graphs (all owners); past it new keys run
+  // eagerly. <= 0: no limit.
+  int64_t max_graphs = 8192;
 };
 
 class CudaBackend final : public Backend {
@@ -142,6 +160,16 @@ class CudaBackend final : public Backend {
   absl::Status Softmax(Stream& s, const Tensor& x, const Tensor& out) override;
   absl::Status Argmax(Stream& s, const Tensor& x, const Tensor& out) override;
 
+  // Graph regions (cuda_backend_graphs.cc).
+  bool SetGraphs(bool on) override;
+  bool graphs_enabled() const override;
+  absl::StatusOr<GraphRun> RunGraph(
+      Stream& s, const GraphKey& key,
+      absl::FunctionRef<absl::Status()> body) override;
+  void DropGraphs(const void* owner) override;
+  // Graphs recorded and held now (all owners).
+  int64_t graph_count() const;
+
   // ---- Not in the Backend interface (ExpertFfnInt4 is; it runs on this
   // op's launcher). CPU side: the scalar reference
   // kernels/cpu/reference_ops.h QuantizeInt4 / MatMulInt4Reference.
@@ -170,6 +198,9 @@ class CudaBackend final : public Backend {
   const std::unique_ptr<LtGemm> lt_;  // Null when options_.lt_min_m == 0.
   std::atomic<int64_t> lt_gemms_{0};
   std::atomic<int64_t> lt_fallbacks_{0};
+  std::atomic<bool> graphs_on_{options_.graphs};
+  // Declared last: its graphs are destroyed first.
+  const std::shared_ptr<CudaGraphCache> graphs_ = NewCudaGraphCache();
 };
 
 }  // namespace moeserve::kernels::cuda
