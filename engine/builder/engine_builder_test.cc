@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -183,6 +184,48 @@ TEST_F(EngineBuilderTest, HostSlowTierNeedsPackedExperts) {
   EXPECT_TRUE(BuildEngine(Model(/*packed=*/false), spec).ok());
   const std::vector<EngineSpec> specs = {spec};
   EXPECT_FALSE(NeedsPackedExperts(specs));
+}
+
+// Hybrid execution (issue 32): --cpu_moe_layers is checked against the
+// model, the host pool is built on a fast tier in backend memory, and the
+// output does not change.
+TEST_F(EngineBuilderTest, CpuMoeLayersAreCheckedAndKeepTheOutput) {
+  EngineSpec spec;
+  spec.expert_cache_ratio = 0.5;
+  absl::StatusOr<BuiltEngine> plain = BuildEngine(Model(), spec);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const std::vector<int32_t> expected = Generate(*plain);
+  const int layers = packed_->num_layers();
+
+  spec.cpu_moe_layers = layers + 1;
+  absl::StatusOr<BuiltEngine> built = BuildEngine(Model(), spec);
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(built.status().message(), HasSubstr("cpu_moe_layers"));
+  EXPECT_THAT(built.status().message(),
+              HasSubstr(absl::StrCat("[0, ", layers, "]")));
+
+  spec.cpu_moe_layers = -1;
+  built = BuildEngine(Model(), spec);
+  ASSERT_FALSE(built.ok());
+  EXPECT_THAT(built.status().message(), HasSubstr("cpu_moe_layers"));
+
+  for (bool in_backend_memory : {false, true}) {
+    spec.cpu_moe_layers = 1;
+    spec.host_expert_threads = 1;
+    spec.fast_tier_in_backend_memory = in_backend_memory;
+    built = BuildEngine(Model(), spec);
+    ASSERT_TRUE(built.ok()) << built.status();
+    // On the device path the host pool exists and was timed at start.
+    EXPECT_EQ(built->residency->host_compute() != nullptr, in_backend_memory);
+    if (in_backend_memory) {
+      EXPECT_GT(built->residency->expert_costs().host_seconds_first_row, 0);
+    }
+    EXPECT_EQ(Generate(*built), expected);
+    // Layer 0 never moves: every expert of it was computed in place.
+    const ResidencyStats stats = built->residency->stats();
+    EXPECT_GT(stats.inplace, 0u);
+  }
 }
 
 TEST(PolicyConfigTextTest, SortedKeyValuePairs) {

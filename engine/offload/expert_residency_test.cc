@@ -14,12 +14,14 @@
 #include "engine/offload/test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "metrics/registry.h"
 
 namespace moeserve::engine {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using testing::LoadFixture;
 using testing::LruTestPolicy;
 
@@ -734,6 +736,113 @@ TEST_F(ResidencyTest, InPlaceFromTheDiskTierReadsTheBlob) {
   (*r)->EndStep();
   EXPECT_EQ((*r)->stats().inplace, 1u);
   EXPECT_EQ((*r)->stats().misses, 1u);
+}
+
+// Hybrid execution (EnableHybrid): on a fast tier in a backend's memory
+// (the CPU backend standing in for a GPU), in-place compute needs the host
+// pool; with it, ComputeInPlace is allowed, ComputesOnHost is final for the
+// layer, several in-place experts are held at once, the host's measured
+// seconds are the costs (no ratio), and cpu_moe_layers keeps a layer's
+// experts out of the fast tier.
+TEST_F(ResidencyTest, HybridHostComputeOnABackendFastTier) {
+  kernels::cpu::CpuBackend device({.num_threads = 1});
+  InPlaceTestPolicy policy;
+  policy.inplace = {{1, 2}, {1, 5}};
+  auto made = ExpertResidency::Create(weights_.get(), host_.get(), 3 * blob_,
+                                      LinkOptions{.inplace_compute_ratio = 8},
+                                      &policy, nullptr, "test", &device);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ExpertResidency& r = **made;
+  EXPECT_EQ(r.host_compute(), nullptr);
+  // Out of range, and a second call, are refused by name.
+  ExpertResidency::HybridOptions bad;
+  bad.cpu_moe_layers = weights_->num_layers() + 1;
+  absl::Status st = r.EnableHybrid(std::move(bad));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("cpu_moe_layers"));
+  ExpertResidency::HybridOptions options;
+  options.host = std::make_unique<kernels::cpu::CpuBackend>(
+      kernels::cpu::CpuBackendOptions{.num_threads = 1});
+  options.cpu_moe_layers = 1;
+  ASSERT_TRUE(r.EnableHybrid(std::move(options)).ok());
+  EXPECT_EQ(r.EnableHybrid({}).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_NE(r.host_compute(), nullptr);
+  const ExpertCosts start = r.expert_costs();
+  EXPECT_GT(start.host_seconds_first_row, 0);
+  EXPECT_GE(start.host_seconds_per_row, 0);
+  EXPECT_GT(start.HostSeconds(8), start.HostSeconds(1) - 1e-12);
+
+  // Layer 0 is a host layer: never loaded, prefetched or pinned.
+  EXPECT_FALSE(r.Prefetch({0, 1}));
+  EXPECT_FALSE(r.Pin({0, 1}));
+  EXPECT_EQ(r.PrefetchBatch(std::vector<ExpertId>{{0, 1}, {0, 3}}, 0), 0);
+  r.BeginStep({.step = 0});
+  r.BeginLayer(0, std::vector<int>{1, 3}, std::vector<int>{1, 2}, nullptr, 0);
+  EXPECT_TRUE(r.ComputesOnHost({0, 1}));
+  EXPECT_TRUE(r.ComputesOnHost({0, 3}));
+  // Both held at once (the hybrid path acquires the layer's host experts
+  // together): each its own bytes.
+  absl::StatusOr<const std::byte*> a = r.Acquire({0, 1});
+  absl::StatusOr<const std::byte*> b = r.Acquire({0, 3});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(Same(*a, {0, 1}));
+  EXPECT_TRUE(Same(*b, {0, 3}));
+  r.RecordHostCompute({0, 1}, 1, 0.004);
+  r.RecordHostCompute({0, 3}, 2, 0.002);
+  r.Release({0, 3});
+  r.Release({0, 1});
+  r.EndLayer(0);
+  // Layer 1: the policy's in-place experts go to the host, the other one
+  // is a miss on the device side.
+  r.BeginLayer(1, std::vector<int>{2, 4, 5}, std::vector<int>{1, 1, 1}, nullptr,
+               0);
+  EXPECT_THAT(policy.answers, ElementsAre(true, true));
+  EXPECT_TRUE(r.ComputesOnHost({1, 2}));
+  EXPECT_FALSE(r.ComputesOnHost({1, 4}));
+  for (int e : {2, 5}) {
+    absl::StatusOr<const std::byte*> p = r.Acquire({1, e});
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(Same(*p, {1, e}));
+    r.RecordHostCompute({1, e}, 1, 0.001);
+    r.Release({1, e});
+  }
+  absl::StatusOr<const std::byte*> p = r.Acquire({1, 4});
+  ASSERT_TRUE(p.ok()) << p.status();
+  r.Release({1, 4});
+  r.EndLayer(1);
+  r.EndStep();
+  r.WaitIdle();
+  const ResidencyStats stats = r.stats();
+  EXPECT_EQ(stats.inplace, 4u);
+  EXPECT_EQ(stats.misses, 1u);
+  EXPECT_EQ(stats.link_transfers, 1u);
+  // The recorded seconds, not 8x anything: 4 + 2 + 1 + 1 ms.
+  EXPECT_NEAR(stats.inplace_seconds, 0.008, 1e-3);
+  EXPECT_EQ(stats.inplace_wait_seconds, 0);
+  EXPECT_FALSE(r.IsResident({0, 1}));
+  EXPECT_FALSE(r.IsResident({1, 2}));
+}
+
+// On a host fast tier the static placement needs no host pool (the fast
+// tier's own CPU computes in place), and a host pool is refused.
+TEST_F(ResidencyTest, CpuMoeLayersOnAHostFastTier) {
+  InPlaceTestPolicy policy;
+  policy.inplace = {{0, 2}};
+  auto made = ExpertResidency::Create(weights_.get(), host_.get(), 3 * blob_,
+                                      {}, &policy, nullptr, "test");
+  ASSERT_TRUE(made.ok()) << made.status();
+  ExpertResidency::HybridOptions with_host;
+  with_host.host = std::make_unique<kernels::cpu::CpuBackend>(
+      kernels::cpu::CpuBackendOptions{.num_threads = 1});
+  EXPECT_EQ((*made)->EnableHybrid(std::move(with_host)).code(),
+            absl::StatusCode::kInvalidArgument);
+  ExpertResidency::HybridOptions placement;
+  placement.cpu_moe_layers = 1;
+  EXPECT_TRUE((*made)->EnableHybrid(std::move(placement)).ok());
+  EXPECT_EQ((*made)->host_compute(), nullptr);
+  RunLayer(made->get(), 0, {2, 3});
+  EXPECT_EQ((*made)->stats().inplace, 2u);
+  EXPECT_EQ((*made)->stats().misses, 0u);
 }
 
 TEST_F(ResidencyTest, RefusesAnInPlaceRatioBelowOne) {
