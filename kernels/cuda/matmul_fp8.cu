@@ -67,9 +67,9 @@ __device__ __forceinline__ Fp8Row RowOf(uintptr_t base, const Fp8GemvSpec& p,
   return r;
 }
 
-// blockIdx.y: the group; blockIdx.z: M of its rows; blockIdx.x:
-// kQuantRowsPerBlock weight rows. x staged `chunk` columns at a time in rows
-// of `stride` floats.
+// blockIdx.y: the group; blockIdx.z: M of its rows; blockIdx.x: tiles of
+// kQuantRowsPerBlock weight rows, grid-strided. x staged `chunk` columns at
+// a time in rows of `stride` floats.
 template <int M>
 __global__ void __launch_bounds__(kQuantThreads)
     GemvFp8Kernel(QuantGroupTable table, Fp8GemvSpec p, const float* x,
@@ -85,105 +85,117 @@ __global__ void __launch_bounds__(kQuantThreads)
   extern __shared__ float4 quant_smem[];
   float* xs = reinterpret_cast<float*>(quant_smem);
   const int lane = threadIdx.x & 31;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kQuantRowsPerBlock +
-                     (threadIdx.x >> 5) * kR;
-  // Rows past n compute row n - 1 again and are not written: no branch.
-  Fp8Row row[kR];
-#pragma unroll
-  for (int i = 0; i < kR; ++i) row[i] = RowOf(base, p, min(j0 + i, p.n - 1));
   const bool vec =
       p.k % 16 == 0 && p.a.tile_cols % 16 == 0 && (base + p.a.q) % 16 == 0 &&
       (p.split == p.n || (p.b.tile_cols % 16 == 0 && (base + p.b.q) % 16 == 0));
-  float acc[kR][M];
+  const int64_t tiles = (p.n + kQuantRowsPerBlock - 1) / kQuantRowsPerBlock;
+  // All of k in one chunk (decode): x is staged once for every tile of the
+  // block (tiles grid-strided: gridDim.x may be below `tiles`).
+  const bool one_chunk = p.k <= chunk;
+  bool staged = false;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t j0 = tile * kQuantRowsPerBlock + (threadIdx.x >> 5) * kR;
+    // Rows past n compute row n - 1 again and are not written: no branch.
+    Fp8Row row[kR];
 #pragma unroll
-  for (int i = 0; i < kR; ++i) {
+    for (int i = 0; i < kR; ++i) row[i] = RowOf(base, p, min(j0 + i, p.n - 1));
+    float acc[kR][M];
 #pragma unroll
-    for (int t = 0; t < M; ++t) acc[i][t] = 0.f;
-  }
-  for (int64_t c0 = 0; c0 < p.k; c0 += chunk) {
-    const int cw = static_cast<int>(min(chunk, p.k - c0));
-    if (vec) {
-      const int64_t vbase = c0 / 16, vend = (c0 + cw) / 16;
-      int64_t v = vbase + lane;
-      uint4 cur[kR];
-      // The first weights are in flight while x is staged.
-      if (v < vend) {
+    for (int i = 0; i < kR; ++i) {
 #pragma unroll
-        for (int i = 0; i < kR; ++i) {
-          cur[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v);
-        }
-      }
-      __syncthreads();  // The previous chunk is consumed.
-      QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
-      __syncthreads();
-      for (; v < vend; v += 32) {
-        uint4 nxt[kR];
-        const bool more = v + 32 < vend;
-        if (more) {
-#pragma unroll
-          for (int i = 0; i < kR; ++i) {
-            nxt[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v + 32);
-          }
-        }
-        const int c = static_cast<int>(v - vbase) * 16;  // In the chunk.
-        const float* xv = xs + QuantPad(c);  // 16 columns, one 32-block.
-        float sc[kR];
-#pragma unroll
-        for (int i = 0; i < kR; ++i) {
-          sc[i] = row[i].s[static_cast<uint32_t>(v * 16) / row[i].tile_cols];
-        }
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          float w[kR][4];
+      for (int t = 0; t < M; ++t) acc[i][t] = 0.f;
+    }
+    for (int64_t c0 = 0; c0 < p.k; c0 += chunk) {
+      const int cw = static_cast<int>(min(chunk, p.k - c0));
+      if (vec) {
+        const int64_t vbase = c0 / 16, vend = (c0 + cw) / 16;
+        int64_t v = vbase + lane;
+        uint4 cur[kR];
+        // The first weights are in flight while x is staged.
+        if (v < vend) {
 #pragma unroll
           for (int i = 0; i < kR; ++i) {
-            const uint32_t word = q == 0   ? cur[i].x
-                                  : q == 1 ? cur[i].y
-                                  : q == 2 ? cur[i].z
-                                           : cur[i].w;
-            Decode4(word, w[i]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) w[i][e] = __fmul_rn(w[i][e], sc[i]);
+            cur[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v);
           }
-#pragma unroll
-          for (int t = 0; t < M; ++t) {
-            const float4 a =
-                *reinterpret_cast<const float4*>(xv + t * stride + 4 * q);
-            const float xe[4] = {a.x, a.y, a.z, a.w};
+        }
+        if (!(one_chunk && staged)) {
+          __syncthreads();  // The previous chunk is consumed.
+          QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
+          __syncthreads();
+          staged = true;
+        }
+        for (; v < vend; v += 32) {
+          uint4 nxt[kR];
+          const bool more = v + 32 < vend;
+          if (more) {
 #pragma unroll
             for (int i = 0; i < kR; ++i) {
+              nxt[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v + 32);
+            }
+          }
+          const int c = static_cast<int>(v - vbase) * 16;  // In the chunk.
+          const float* xv = xs + QuantPad(c);  // 16 columns, one 32-block.
+          float sc[kR];
 #pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                acc[i][t] = __fmaf_rn(xe[e], w[i][e], acc[i][t]);
+          for (int i = 0; i < kR; ++i) {
+            sc[i] = row[i].s[static_cast<uint32_t>(v * 16) / row[i].tile_cols];
+          }
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            float w[kR][4];
+#pragma unroll
+            for (int i = 0; i < kR; ++i) {
+              const uint32_t word = q == 0   ? cur[i].x
+                                    : q == 1 ? cur[i].y
+                                    : q == 2 ? cur[i].z
+                                             : cur[i].w;
+              Decode4(word, w[i]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) w[i][e] = __fmul_rn(w[i][e], sc[i]);
+            }
+#pragma unroll
+            for (int t = 0; t < M; ++t) {
+              const float4 a =
+                  *reinterpret_cast<const float4*>(xv + t * stride + 4 * q);
+              const float xe[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+              for (int i = 0; i < kR; ++i) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  acc[i][t] = __fmaf_rn(xe[e], w[i][e], acc[i][t]);
+                }
               }
             }
           }
+          if (more) {
+#pragma unroll
+            for (int i = 0; i < kR; ++i) cur[i] = nxt[i];
+          }
         }
-        if (more) {
-#pragma unroll
-          for (int i = 0; i < kR; ++i) cur[i] = nxt[i];
+      } else {
+        if (!(one_chunk && staged)) {
+          __syncthreads();  // The previous chunk is consumed.
+          QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
+          __syncthreads();
+          staged = true;
         }
-      }
-    } else {
-      __syncthreads();
-      QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
-      __syncthreads();
-      for (int64_t c = c0 + lane; c < c0 + cw; c += 32) {
-        const int pc = QuantPad(static_cast<int>(c - c0));
+        for (int64_t c = c0 + lane; c < c0 + cw; c += 32) {
+          const int pc = QuantPad(static_cast<int>(c - c0));
 #pragma unroll
-        for (int i = 0; i < kR; ++i) {
-          const float w =
-              __fmul_rn(Decode1(row[i].q[c]),
-                        row[i].s[static_cast<uint32_t>(c) / row[i].tile_cols]);
+          for (int i = 0; i < kR; ++i) {
+            const float w = __fmul_rn(
+                Decode1(row[i].q[c]),
+                row[i].s[static_cast<uint32_t>(c) / row[i].tile_cols]);
 #pragma unroll
-          for (int t = 0; t < M; ++t) {
-            acc[i][t] = __fmaf_rn(xs[t * stride + pc], w, acc[i][t]);
+            for (int t = 0; t < M; ++t) {
+              acc[i][t] = __fmaf_rn(xs[t * stride + pc], w, acc[i][t]);
+            }
           }
         }
       }
     }
+    QuantWriteRows<kR, M>(acc, lane, rows, j0, p.n, out + first * p.n, p.n);
   }
-  QuantWriteRows<kR, M>(acc, lane, rows, j0, p.n, out + first * p.n, p.n);
 }
 
 template <int M>
@@ -192,10 +204,11 @@ int Launch(const QuantGroupTable& table, int used, int64_t max_count,
   const int64_t chunk = QuantChunkCols<M>();
   const int stride = QuantRowStride(p.k < chunk ? p.k : chunk);
   const size_t smem = sizeof(float) * M * stride;
-  const dim3 grid(static_cast<unsigned>((p.n + kQuantRowsPerBlock - 1) /
-                                        kQuantRowsPerBlock),
-                  static_cast<unsigned>(used),
-                  static_cast<unsigned>((max_count + M - 1) / M));
+  const int64_t passes = (max_count + M - 1) / M;
+  const dim3 grid(
+      static_cast<unsigned>(QuantBlocksX(
+          (p.n + kQuantRowsPerBlock - 1) / kQuantRowsPerBlock, used, passes)),
+      static_cast<unsigned>(used), static_cast<unsigned>(passes));
   GemvFp8Kernel<M>
       <<<grid, kQuantThreads, smem, stream>>>(table, p, x, out, chunk, stride);
   return cudaGetLastError();

@@ -63,9 +63,9 @@ __device__ __forceinline__ Int4Row RowOf(uintptr_t base, const Int4GemvSpec& p,
   return r;
 }
 
-// blockIdx.y: the group; blockIdx.z: M of its rows; blockIdx.x:
-// kQuantRowsPerBlock weight rows. x staged `chunk` columns at a time in rows
-// of `stride` floats.
+// blockIdx.y: the group; blockIdx.z: M of its rows; blockIdx.x: tiles of
+// kQuantRowsPerBlock weight rows, grid-strided. x staged `chunk` columns at
+// a time in rows of `stride` floats.
 template <int M>
 __global__ void __launch_bounds__(kQuantThreads)
     GemvInt4Kernel(QuantGroupTable table, Int4GemvSpec p, const float* x,
@@ -81,132 +81,144 @@ __global__ void __launch_bounds__(kQuantThreads)
   extern __shared__ float4 quant_smem[];
   float* xs = reinterpret_cast<float*>(quant_smem);
   const int lane = threadIdx.x & 31;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kQuantRowsPerBlock +
-                     (threadIdx.x >> 5) * kR;
-  // Rows past n compute row n - 1 again and are not written: no branch.
-  Int4Row row[kR];
-#pragma unroll
-  for (int i = 0; i < kR; ++i) row[i] = RowOf(base, p, min(j0 + i, p.n - 1));
   const bool vec = p.group % 32 == 0 && (base + p.a.q) % 16 == 0 &&
                    (p.split == p.n || (base + p.b.q) % 16 == 0);
   const uint32_t group = static_cast<uint32_t>(p.group);
-  float acc[kR][M];
+  const int64_t tiles = (p.n + kQuantRowsPerBlock - 1) / kQuantRowsPerBlock;
+  // All of k in one chunk (decode): x is staged once for every tile of the
+  // block (tiles grid-strided: gridDim.x may be below `tiles`).
+  const bool one_chunk = p.k <= chunk;
+  bool staged = false;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t j0 = tile * kQuantRowsPerBlock + (threadIdx.x >> 5) * kR;
+    // Rows past n compute row n - 1 again and are not written: no branch.
+    Int4Row row[kR];
 #pragma unroll
-  for (int i = 0; i < kR; ++i) {
+    for (int i = 0; i < kR; ++i) row[i] = RowOf(base, p, min(j0 + i, p.n - 1));
+    float acc[kR][M];
 #pragma unroll
-    for (int t = 0; t < M; ++t) acc[i][t] = 0.f;
-  }
-  for (int64_t c0 = 0; c0 < p.k; c0 += chunk) {
-    const int cw = static_cast<int>(min(chunk, p.k - c0));
-    if (vec) {
-      const int64_t vbase = c0 / 32, vend = (c0 + cw) / 32;
-      int64_t v = vbase + lane;
-      uint4 cur[kR];
-      // The first weights are in flight while x is staged.
-      if (v < vend) {
+    for (int i = 0; i < kR; ++i) {
 #pragma unroll
-        for (int i = 0; i < kR; ++i) {
-          cur[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v);
-        }
-      }
-      __syncthreads();  // The previous chunk is consumed.
-      QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
-      __syncthreads();
-      for (; v < vend; v += 32) {
-        uint4 nxt[kR];
-        const bool more = v + 32 < vend;
-        if (more) {
-#pragma unroll
-          for (int i = 0; i < kR; ++i) {
-            nxt[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v + 32);
-          }
-        }
-        const uint32_t gi = static_cast<uint32_t>(v * 32) / group;
-        float sc[kR], mz[kR];
-#pragma unroll
-        for (int i = 0; i < kR; ++i) {
-          sc[i] = Scale(row[i].s[gi], p.f16_scales);
-          const int z = row[i].z != nullptr ? row[i].z[gi] : 8;
-          mz[i] = kMagic + static_cast<float>(z);
-        }
-        // Column (v - vbase) * 32 of the chunk: QuantPad gives 36 a vector.
-        const float* xv = xs + static_cast<int>(v - vbase) * 36;
-        float part[kR][M];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          float w[kR][8];
+      for (int t = 0; t < M; ++t) acc[i][t] = 0.f;
+    }
+    for (int64_t c0 = 0; c0 < p.k; c0 += chunk) {
+      const int cw = static_cast<int>(min(chunk, p.k - c0));
+      if (vec) {
+        const int64_t vbase = c0 / 32, vend = (c0 + cw) / 32;
+        int64_t v = vbase + lane;
+        uint4 cur[kR];
+        // The first weights are in flight while x is staged.
+        if (v < vend) {
 #pragma unroll
           for (int i = 0; i < kR; ++i) {
-            const uint32_t word = q == 0   ? cur[i].x
-                                  : q == 1 ? cur[i].y
-                                  : q == 2 ? cur[i].z
-                                           : cur[i].w;
-            const uint32_t lo = word & 0x0f0f0f0fu;
-            const uint32_t hi = (word >> 4) & 0x0f0f0f0fu;
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-              w[i][2 * b] = __fsub_rn(Magic(lo, b), mz[i]);
-              w[i][2 * b + 1] = __fsub_rn(Magic(hi, b), mz[i]);
-            }
+            cur[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v);
           }
-#pragma unroll
-          for (int t = 0; t < M; ++t) {
-            const float4 a =
-                *reinterpret_cast<const float4*>(xv + t * stride + 8 * q);
-            const float4 c =
-                *reinterpret_cast<const float4*>(xv + t * stride + 8 * q + 4);
-            const float xe[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+        }
+        if (!(one_chunk && staged)) {
+          __syncthreads();  // The previous chunk is consumed.
+          QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
+          __syncthreads();
+          staged = true;
+        }
+        for (; v < vend; v += 32) {
+          uint4 nxt[kR];
+          const bool more = v + 32 < vend;
+          if (more) {
 #pragma unroll
             for (int i = 0; i < kR; ++i) {
+              nxt[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v + 32);
+            }
+          }
+          const uint32_t gi = static_cast<uint32_t>(v * 32) / group;
+          float sc[kR], mz[kR];
 #pragma unroll
-              for (int e = 0; e < 8; ++e) {
-                part[i][t] = (q == 0 && e == 0)
-                                 ? __fmul_rn(xe[0], w[i][0])
-                                 : __fmaf_rn(xe[e], w[i][e], part[i][t]);
+          for (int i = 0; i < kR; ++i) {
+            sc[i] = Scale(row[i].s[gi], p.f16_scales);
+            const int z = row[i].z != nullptr ? row[i].z[gi] : 8;
+            mz[i] = kMagic + static_cast<float>(z);
+          }
+          // Column (v - vbase) * 32 of the chunk: QuantPad gives 36 a vector.
+          const float* xv = xs + static_cast<int>(v - vbase) * 36;
+          float part[kR][M];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            float w[kR][8];
+#pragma unroll
+            for (int i = 0; i < kR; ++i) {
+              const uint32_t word = q == 0   ? cur[i].x
+                                    : q == 1 ? cur[i].y
+                                    : q == 2 ? cur[i].z
+                                             : cur[i].w;
+              const uint32_t lo = word & 0x0f0f0f0fu;
+              const uint32_t hi = (word >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+              for (int b = 0; b < 4; ++b) {
+                w[i][2 * b] = __fsub_rn(Magic(lo, b), mz[i]);
+                w[i][2 * b + 1] = __fsub_rn(Magic(hi, b), mz[i]);
+              }
+            }
+#pragma unroll
+            for (int t = 0; t < M; ++t) {
+              const float4 a =
+                  *reinterpret_cast<const float4*>(xv + t * stride + 8 * q);
+              const float4 c =
+                  *reinterpret_cast<const float4*>(xv + t * stride + 8 * q + 4);
+              const float xe[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+              for (int i = 0; i < kR; ++i) {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                  part[i][t] = (q == 0 && e == 0)
+                                   ? __fmul_rn(xe[0], w[i][0])
+                                   : __fmaf_rn(xe[e], w[i][e], part[i][t]);
+                }
               }
             }
           }
-        }
 #pragma unroll
-        for (int i = 0; i < kR; ++i) {
+          for (int i = 0; i < kR; ++i) {
 #pragma unroll
-          for (int t = 0; t < M; ++t) {
-            acc[i][t] = __fmaf_rn(part[i][t], sc[i], acc[i][t]);
+            for (int t = 0; t < M; ++t) {
+              acc[i][t] = __fmaf_rn(part[i][t], sc[i], acc[i][t]);
+            }
+          }
+          if (more) {
+#pragma unroll
+            for (int i = 0; i < kR; ++i) cur[i] = nxt[i];
           }
         }
-        if (more) {
-#pragma unroll
-          for (int i = 0; i < kR; ++i) cur[i] = nxt[i];
+      } else {
+        if (!(one_chunk && staged)) {
+          __syncthreads();  // The previous chunk is consumed.
+          QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
+          __syncthreads();
+          staged = true;
         }
-      }
-    } else {
-      __syncthreads();
-      QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
-      __syncthreads();
-      for (int64_t b = c0 / 2 + lane; b < (c0 + cw) / 2; b += 32) {
-        const int c =
-            static_cast<int>(2 * b - c0);  // Even: c, c + 1 pad alike.
-        const uint32_t gi = static_cast<uint32_t>(2 * b) / group;
+        for (int64_t b = c0 / 2 + lane; b < (c0 + cw) / 2; b += 32) {
+          const int c =
+              static_cast<int>(2 * b - c0);  // Even: c, c + 1 pad alike.
+          const uint32_t gi = static_cast<uint32_t>(2 * b) / group;
 #pragma unroll
-        for (int i = 0; i < kR; ++i) {
-          const uint32_t byte = row[i].q[b];
-          const float s = Scale(row[i].s[gi], p.f16_scales);
-          const int z = row[i].z != nullptr ? row[i].z[gi] : 8;
-          const float mz = kMagic + static_cast<float>(z);
-          const float w0 = __fmul_rn(
-              __fsub_rn(__uint_as_float(0x4B000000u | (byte & 0xfu)), mz), s);
-          const float w1 = __fmul_rn(
-              __fsub_rn(__uint_as_float(0x4B000000u | (byte >> 4)), mz), s);
+          for (int i = 0; i < kR; ++i) {
+            const uint32_t byte = row[i].q[b];
+            const float s = Scale(row[i].s[gi], p.f16_scales);
+            const int z = row[i].z != nullptr ? row[i].z[gi] : 8;
+            const float mz = kMagic + static_cast<float>(z);
+            const float w0 = __fmul_rn(
+                __fsub_rn(__uint_as_float(0x4B000000u | (byte & 0xfu)), mz), s);
+            const float w1 = __fmul_rn(
+                __fsub_rn(__uint_as_float(0x4B000000u | (byte >> 4)), mz), s);
 #pragma unroll
-          for (int t = 0; t < M; ++t) {
-            const float* xr = xs + t * stride + QuantPad(c);
-            acc[i][t] = __fmaf_rn(xr[1], w1, __fmaf_rn(xr[0], w0, acc[i][t]));
+            for (int t = 0; t < M; ++t) {
+              const float* xr = xs + t * stride + QuantPad(c);
+              acc[i][t] = __fmaf_rn(xr[1], w1, __fmaf_rn(xr[0], w0, acc[i][t]));
+            }
           }
         }
       }
     }
+    QuantWriteRows<kR, M>(acc, lane, rows, j0, p.n, out + first * p.n, p.n);
   }
-  QuantWriteRows<kR, M>(acc, lane, rows, j0, p.n, out + first * p.n, p.n);
 }
 
 template <int M>
@@ -215,10 +227,11 @@ int Launch(const QuantGroupTable& table, int used, int64_t max_count,
   const int64_t chunk = QuantChunkCols<M>();
   const int stride = QuantRowStride(p.k < chunk ? p.k : chunk);
   const size_t smem = sizeof(float) * M * stride;
-  const dim3 grid(static_cast<unsigned>((p.n + kQuantRowsPerBlock - 1) /
-                                        kQuantRowsPerBlock),
-                  static_cast<unsigned>(used),
-                  static_cast<unsigned>((max_count + M - 1) / M));
+  const int64_t passes = (max_count + M - 1) / M;
+  const dim3 grid(
+      static_cast<unsigned>(QuantBlocksX(
+          (p.n + kQuantRowsPerBlock - 1) / kQuantRowsPerBlock, used, passes)),
+      static_cast<unsigned>(used), static_cast<unsigned>(passes));
   GemvInt4Kernel<M>
       <<<grid, kQuantThreads, smem, stream>>>(table, p, x, out, chunk, stride);
   return cudaGetLastError();

@@ -106,6 +106,26 @@ __device__ __forceinline__ void QuantWriteRows(float (&acc)[R][M], int lane,
   }
 }
 
+// Blocks along x for `tiles` tiles of weight rows in a launch of `used`
+// groups x `passes` row passes: at most 4 per SM over the whole grid (each
+// block stages x once and grid-strides over its tiles), at least 1.
+inline int64_t QuantBlocksX(int64_t tiles, int used, int64_t passes) {
+  static const int sms = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) !=
+            cudaSuccess ||
+        v <= 0) {
+      cudaGetLastError();  // Not the next launch's error.
+      v = 132;
+    }
+    return v;
+  }();
+  const int64_t per_group = used * passes;
+  const int64_t want = (int64_t{4} * sms + per_group - 1) / per_group;
+  return want < 1 ? 1 : want < tiles ? want : tiles;
+}
+
 // Fills `table` with the next groups with rows from groups[*g] on; returns
 // how many it took (0: none left) and their largest row count.
 inline int QuantNextTable(const QuantGroup* groups, int64_t num_groups,
