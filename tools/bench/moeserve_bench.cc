@@ -116,6 +116,14 @@ MOESERVE_ENGINE_SETTING_FLAG(double, link_latency_us);
 MOESERVE_ENGINE_SETTING_FLAG(double, inplace_compute_ratio);
 MOESERVE_ENGINE_SETTING_FLAG(int, num_speculative_tokens);
 MOESERVE_ENGINE_SETTING_FLAG(std::string, draft_model_dir);
+MOESERVE_ENGINE_SETTING_FLAG(int, cpu_moe_layers);
+MOESERVE_ENGINE_SETTING_FLAG(int, host_expert_threads);
+ABSL_FLAG(bool, hybrid_on_cpu, false,
+          "Policy mode, --backend=cpu: put the fast tier in the backend's "
+          "memory (as on a GPU), so that in-place experts (--cpu_moe_layers, "
+          "utility, cpu_cold) run the hybrid path: a host CPU pool of their "
+          "own (--host_expert_threads), rows copied down and up, measured "
+          "rather than charged --inplace_compute_ratio.");
 ABSL_FLAG(std::string, policy_config, "",
           "Policy mode: k=v,... passed to every policy.");
 ABSL_FLAG(int, num_requests, 8, "Policy mode: requests per run.");
@@ -273,6 +281,9 @@ int PolicyMain(int threads) {
   o.link_latency_us = settings->link.latency_us;
   o.inplace_compute_ratio = settings->link.inplace_compute_ratio;
   o.slow_tier = settings->slow_tier;
+  o.cpu_moe_layers = settings->cpu_moe_layers;
+  o.host_expert_threads = settings->host_expert_threads;
+  o.fast_tier_in_backend_memory = absl::GetFlag(FLAGS_hybrid_on_cpu);
   o.policy_config = absl::GetFlag(FLAGS_policy_config);
   o.num_requests = absl::GetFlag(FLAGS_num_requests);
   o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
@@ -548,6 +559,8 @@ const moeserve::base::ProgramHelp& Help() {
                  {"Policy mode: memory tiers and link",
                   {"expert_cache_ratio", "expert_cache_mb", "slow_tier",
                    "link_gbps", "link_latency_us", "inplace_compute_ratio"}},
+                 {"Policy mode: hybrid CPU/GPU execution",
+                  {"cpu_moe_layers", "host_expert_threads", "hybrid_on_cpu"}},
                  {"Policy mode: load",
                   {"num_requests", "concurrency", "max_new_tokens",
                    "warmup_tokens", "policy_repeats", "max_seconds"}},

@@ -219,6 +219,9 @@ absl::StatusOr<PolicyResult> RunOne(
   spec.link = {.gbps = o.link_gbps,
                .latency_us = o.link_latency_us,
                .inplace_compute_ratio = o.inplace_compute_ratio};
+  spec.cpu_moe_layers = o.cpu_moe_layers;
+  spec.host_expert_threads = o.host_expert_threads;
+  spec.fast_tier_in_backend_memory = o.fast_tier_in_backend_memory;
   spec.max_num_seqs = concurrency;
   // On a device backend the builder puts the slots in device memory and the
   // link copies on the device (the all-host fast tier is the CPU's case).
@@ -306,6 +309,13 @@ absl::StatusOr<PolicyResult> RunOne(
     r.hit_rate = double(r.hits) / acquires;
     r.hit_loading_share = double(r.hits_loading) / acquires;
     r.inplace_share = double(r.inplace) / acquires;
+  }
+  {
+    // The hybrid path's host compute, as the residency timed it at start.
+    const engine::ExpertCosts costs = stack->expert_costs();
+    r.host_expert_us = 1e6 * costs.host_seconds_first_row;
+    r.host_expert_us_per_row = 1e6 * costs.host_seconds_per_row;
+    r.inplace_seconds = after.inplace_seconds - before.inplace_seconds;
   }
   {
     const OracleHits oracle = BeladyHits(accesses, r.slots, /*warm=*/true);
@@ -484,6 +494,20 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,
   if (o.link_gbps > 0) {
     report.miss_transfer_us =
         o.link_latency_us + report.expert_blob_bytes / (o.link_gbps * 1e3);
+  }
+  report.hybrid = o.fast_tier_in_backend_memory || o.cpu_moe_layers > 0 ||
+                  report.fast_tier_on_device;
+  if (report.hybrid) {
+    // What the host's CPU kernels read experts from: its memory bandwidth
+    // (512 MiB, the host pool's threads), beside the link's.
+    const int host_threads =
+        o.host_expert_threads > 0
+            ? o.host_expert_threads
+            : std::max(
+                  1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+    report.host_read_gbps =
+        MeasureReadBandwidthGbps(512ull << 20, host_threads, 3);
+    report.host_read_threads = host_threads;
   }
   {
     absl::StatusOr<ExpertComputeTiming> t =
@@ -691,6 +715,27 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                          "%.1fx", rep.miss_transfer_us / rep.expert_compute_us)
                          .c_str()
                    : "n/a");
+  if (rep.hybrid) {
+    double first = 0, per_row = 0;
+    for (const PolicyResult& r : rep.results) {
+      if (r.host_expert_us > 0) {
+        first = r.host_expert_us;
+        per_row = r.host_expert_us_per_row;
+        break;
+      }
+    }
+    std::fprintf(out,
+                 "hybrid: cpu_moe_layers %d, host expert pool %d threads; "
+                 "host memory read %.1f GB/s (%d threads, measured here); "
+                 "host expert compute %.1f us at 1 row + %.2f us per further "
+                 "row (timed at engine start, this run's kernels)%s\n",
+                 o.cpu_moe_layers, rep.host_read_threads, rep.host_read_gbps,
+                 rep.host_read_threads, first, per_row,
+                 o.fast_tier_in_backend_memory && !rep.fast_tier_on_device
+                     ? "; the CPU backend stands in for the device "
+                       "(--hybrid_on_cpu): both sides share this CPU"
+                     : "");
+  }
   std::fprintf(
       out, "prompts: %s\n",
       rep.synthetic_prompts
@@ -880,6 +925,13 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
                      {"event_gbps", rep.copy_probe.event_gbps},
                      {"wall_gbps", rep.copy_probe.wall_gbps}};
   j["expert_compute_us"] = rep.expert_compute_us;
+  if (rep.hybrid) {
+    j["hybrid"] = {{"cpu_moe_layers", o.cpu_moe_layers},
+                   {"fast_tier_in_backend_memory",
+                    o.fast_tier_in_backend_memory || rep.fast_tier_on_device},
+                   {"host_read_gbps", rep.host_read_gbps},
+                   {"host_read_threads", rep.host_read_threads}};
+  }
   j["expert_compute_samples"] = rep.expert_compute_samples;
   j["workload"] = {
       {"num_requests", o.num_requests},
@@ -929,6 +981,9 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
         {"hit_loading_share", r.hit_loading_share},
         {"inplace", r.inplace},
         {"inplace_share", r.inplace_share},
+        {"inplace_seconds", r.inplace_seconds},
+        {"host_expert_us", r.host_expert_us},
+        {"host_expert_us_per_row", r.host_expert_us_per_row},
         {"trace_accesses", r.trace_accesses},
         {"oracle_hits", r.oracle_hits},
         {"oracle_hit_rate", r.oracle_hit_rate},

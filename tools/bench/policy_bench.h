@@ -81,10 +81,16 @@ struct PolicyBenchOptions {
   double link_latency_us = 0;
   double inplace_compute_ratio = 8;  // LinkOptions::inplace_compute_ratio
   std::string slow_tier = "host";    // "host" or "disk".
-  std::string policy_config;         // "k=v,..." passed to every policy.
-  int num_requests = 8;              // Prompts cycle through a fixed list.
-  int max_new_tokens = 48;           // Every request generates exactly this.
-  int warmup_tokens = 4;             // Untimed warm-up request per engine.
+  // Hybrid execution (EngineSpec::cpu_moe_layers, host_expert_threads), and
+  // the fast tier in the backend's memory on the CPU backend too (the
+  // hybrid path without a GPU: EngineSpec::fast_tier_in_backend_memory).
+  int cpu_moe_layers = 0;
+  int host_expert_threads = 0;
+  bool fast_tier_in_backend_memory = false;
+  std::string policy_config;  // "k=v,..." passed to every policy.
+  int num_requests = 8;       // Prompts cycle through a fixed list.
+  int max_new_tokens = 48;    // Every request generates exactly this.
+  int warmup_tokens = 4;      // Untimed warm-up request per engine.
   // Each (ratio, concurrency) group runs its policies round-robin this many
   // times (fresh engine each time); the run with the median tokens/s of each
   // policy is reported. Interleaving spreads background load evenly.
@@ -133,6 +139,13 @@ struct PolicyResult {
   double hit_rate = 0;
   double hit_loading_share = 0;  // hits_loading / the same.
   double inplace_share = 0;      // inplace / the same.
+  // Seconds the in-place experts took (measured on the hybrid path;
+  // inplace_compute_ratio x measured on a host fast tier).
+  double inplace_seconds = 0;
+  // The hybrid path's host compute of one expert, timed at engine start
+  // (ExpertCosts::host_seconds_*), in us; 0 without host compute.
+  double host_expert_us = 0;
+  double host_expert_us_per_row = 0;
   // Belady's MIN on this run's access trace at `slots` (warm start).
   uint64_t trace_accesses = 0;
   uint64_t oracle_hits = 0;
@@ -177,10 +190,15 @@ struct PolicyReport {
   PolicyBenchOptions options;
   std::string model_name;
   int layers = 0, experts = 0, top_k = 0;
-  uint64_t expert_blob_bytes = 0;     // One padded expert (one transfer).
-  uint64_t all_expert_bytes = 0;      // Unpadded, all layers.
-  double miss_transfer_us = 0;        // latency + blob / link; 0: no emulation.
-  double expert_compute_us = 0;       // ExpertFfn, one token, measured here.
+  uint64_t expert_blob_bytes = 0;  // One padded expert (one transfer).
+  uint64_t all_expert_bytes = 0;   // Unpadded, all layers.
+  double miss_transfer_us = 0;     // latency + blob / link; 0: no emulation.
+  double expert_compute_us = 0;    // ExpertFfn, one token, measured here.
+  // Hybrid execution in this run (cpu_moe_layers, a device fast tier or
+  // --hybrid_on_cpu): the host's memory read bandwidth, measured here.
+  bool hybrid = false;
+  double host_read_gbps = 0;
+  int host_read_threads = 0;
   int expert_compute_samples = 0;     // Distinct experts it cycled over.
   CopyProbe copy_probe;               // Plain pinned copies of one blob.
   std::vector<int> prompt_lengths;    // Tokens per request (BOS included).
