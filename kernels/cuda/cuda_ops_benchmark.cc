@@ -6,6 +6,14 @@
 //   BM_MatMul       y = x W^T, Args {m, k, n, path}
 //   BM_ExpertFfn    one SwiGLU expert, Args {m, hidden, ffn, path}
 //   BM_MatMulInt4   int4 weights (group 128), Args {m, k, n}
+//   BM_QuantGemv    one [n, k] matrix in each expert format, Args {m, k, n,
+//                   format}: 0 bf16 (MatMul's GEMV), 1 int4 g128 bf16
+//                   scales symmetric (MatMulInt4), 2 int4 g128 fp16 scales +
+//                   zeros (GPTQ/AWQ), 3 fp8 e4m3 with 128x128 scale blocks;
+//                   the label gives the bytes read (weights, scales, zeros)
+//   BM_ExpertFfnQuant  one SwiGLU expert in each format (same numbering:
+//                   ExpertFfn, ExpertFfnInt4 x2, ExpertFfnFp8), Args {m,
+//                   hidden, ffn, format}
 // path: 0 = default (GEMV below 16 rows, cuBLASLt from 16), 1 = GEMV only,
 // 2 = cuBLASLt only. Counters: GB/s = weight bytes read per op / time per op
 // (the number to hold against BM_DeviceCopy), TFLOP/s = 2 m n k / time.
@@ -15,6 +23,8 @@
 // 1408) and Mixtral (hidden 4096, ffn 14336, 8 kv heads x 128).
 //
 //   bazel run --config=opt //kernels/cuda:cuda_ops_benchmark
+//   # Issue 31's figure, Mixtral w1 at m = 1, int4 vs bf16 (and fp8):
+//   ... --benchmark_filter='BM_QuantGemv/1/4096/14336/'
 //
 // Without a CUDA device it prints "no CUDA device" and exits 0.
 #include <algorithm>
@@ -32,6 +42,10 @@
 #include "benchmark/benchmark.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_stream.h"
+#include "kernels/cuda/launchers.h"
+#include "kernels/fp8_expert.h"
+#include "kernels/int4_expert.h"
 #include "kernels/tensor.h"
 
 namespace moeserve::kernels::cuda {
@@ -142,6 +156,13 @@ void SetCounters(benchmark::State& state, double bytes, double flops) {
       flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// "<name>, <MB> MB read": the bytes behind the GB/s counter.
+std::string BytesLabel(const char* name, double bytes) {
+  char mb[32];
+  std::snprintf(mb, sizeof(mb), "%.1f", bytes / 1e6);
+  return absl::StrCat(name, ", ", mb, " MB read");
+}
+
 void BM_DeviceCopy(benchmark::State& state) {
   CudaBackend& b = *g_env->backend[0];
   Stream& s = *g_env->stream[0];
@@ -231,8 +252,175 @@ void BM_MatMulInt4(benchmark::State& state) {
         group, Tensor(y->data(), DType::kF32, {m, n}, Device::kCuda));
   });
   SetCounters(state, wq_bytes + scale_bytes, 2.0 * m * n * k);
-  state.SetLabel("int4 g128");
+  state.SetLabel(BytesLabel("int4 g128", wq_bytes + scale_bytes));
 }
+
+enum Format : int { kBf16 = 0, kInt4 = 1, kInt4F16Zeros = 2, kFp8 = 3 };
+const char* const kFormatName[] = {"bf16", "int4 g128 bf16 sym",
+                                   "int4 g128 fp16+zeros", "fp8 128x128"};
+constexpr int64_t kQuantGroup = 128;
+
+int64_t Align256(int64_t v) { return (v + 255) / 256 * 256; }
+
+// One [n, k] matrix of a format in one block: weights, then scales, then
+// zeros, each 256-byte aligned; `read` is the bytes the op reads.
+struct MatrixParts {
+  int64_t scales = 0, zeros = 0, total = 0, read = 0;
+};
+MatrixParts PartsOf(Format f, int64_t k, int64_t n) {
+  MatrixParts p;
+  int64_t q = 2 * n * k, s = 0, z = 0;
+  if (f == kInt4 || f == kInt4F16Zeros) {
+    q = n * k / 2;
+    s = n * (k / kQuantGroup) * 2;
+    if (f == kInt4F16Zeros) z = n * (k / kQuantGroup);
+  } else if (f == kFp8) {
+    q = n * k;
+    s = ((n + 127) / 128) * ((k + 127) / 128) * 4;
+  }
+  p.scales = Align256(q);
+  p.zeros = p.scales + Align256(s);
+  p.total = p.zeros + Align256(z);
+  p.read = q + s + z;
+  return p;
+}
+
+void BM_QuantGemv(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  const Format f = static_cast<Format>(state.range(3));
+  // The GEMV-only backend: bf16 at m < 16 runs the same kind of kernel.
+  CudaBackend& b = *g_env->backend[kGemvOnly];
+  Stream& s = *g_env->stream[kGemvOnly];
+  absl::StatusOr<Strm> raw = RawStream(&b, s);
+  if (!raw.ok()) {
+    return state.SkipWithError(std::string(raw.status().message()).c_str());
+  }
+  const MatrixParts parts = PartsOf(f, k, n);
+  absl::Status st;
+  auto w = Rotation::Make(b, s, parts.total);
+  if (!w.ok())
+    return state.SkipWithError(std::string(w.status().message()).c_str());
+  auto x = DeviceF32(b, s, m * k, &st);
+  auto y = st.ok() ? DeviceF32(b, s, m * n, &st) : nullptr;
+  if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  const Tensor tx(x->data(), DType::kF32, {m, k}, Device::kCuda);
+  const Tensor ty(y->data(), DType::kF32, {m, n}, Device::kCuda);
+  TimeOps(state, b, s, [&]() -> absl::Status {
+    char* block = static_cast<char*>((*w)->Next());
+    const auto* q = reinterpret_cast<const uint8_t*>(block);
+    switch (f) {
+      case kBf16:
+        return b.MatMul(s, tx,
+                        Tensor(block, DType::kBF16, {n, k}, Device::kCuda),
+                        Tensor(), ty);
+      case kInt4:
+        return b.MatMulInt4(s, tx,
+                            Tensor(block, DType::kI4, {n, k}, Device::kCuda),
+                            Tensor(block + parts.scales, DType::kBF16,
+                                   {n, k / kQuantGroup}, Device::kCuda),
+                            kQuantGroup, ty);
+      case kInt4F16Zeros:
+        return FromCuda(
+            LaunchMatMulInt4(
+                static_cast<const float*>(x->data()), m, k, q,
+                reinterpret_cast<const uint16_t*>(block + parts.scales),
+                /*f16_scales=*/true,
+                reinterpret_cast<const uint8_t*>(block + parts.zeros),
+                kQuantGroup, n, static_cast<float*>(y->data()), *raw),
+            "int4");
+      case kFp8:
+        return FromCuda(
+            LaunchMatMulFp8(
+                static_cast<const float*>(x->data()), m, k, q,
+                reinterpret_cast<const float*>(block + parts.scales), 128, 128,
+                n, static_cast<float*>(y->data()), *raw),
+            "fp8");
+    }
+    return absl::InvalidArgumentError("format");
+  });
+  SetCounters(state, parts.read, 2.0 * m * n * k);
+  state.SetLabel(BytesLabel(kFormatName[f], parts.read));
+}
+
+void QuantGemvArgs(benchmark::internal::Benchmark* b) {
+  // Mixtral w1 (w3), w2; Qwen1.5-MoE gate+up.
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{4096, 14336},
+                      std::pair<int64_t, int64_t>{14336, 4096},
+                      std::pair<int64_t, int64_t>{2048, 2816}}) {
+    for (int64_t m : {1, 4, 8}) {
+      for (int f = kBf16; f <= kFp8; ++f) b->Args({m, k, n, f});
+    }
+  }
+}
+BENCHMARK(BM_QuantGemv)
+    ->Apply(QuantGemvArgs)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_ExpertFfnQuant(benchmark::State& state) {
+  const int64_t m = state.range(0), hidden = state.range(1),
+                ffn = state.range(2);
+  const Format f = static_cast<Format>(state.range(3));
+  CudaBackend& b = *g_env->backend[kDefault];
+  Stream& s = *g_env->stream[kDefault];
+  int64_t bytes = 3 * ffn * hidden * 2, read = bytes;
+  absl::StatusOr<Int4ExpertLayout> int4 = Int4ExpertLayoutWithOptions(
+      hidden, ffn, kQuantGroup, kQuantGroup,
+      {f == kInt4F16Zeros ? Int4ScaleType::kF16 : Int4ScaleType::kBf16,
+       f == kInt4F16Zeros});
+  absl::StatusOr<Fp8ExpertLayout> fp8 =
+      MakeFp8ExpertLayout(hidden, ffn, 128, 128);
+  if (!int4.ok() || !fp8.ok()) return state.SkipWithError("layout");
+  if (f == kInt4 || f == kInt4F16Zeros) bytes = read = int4->bytes;
+  if (f == kFp8) bytes = read = fp8->bytes;
+  absl::Status st;
+  auto w = Rotation::Make(b, s, bytes);
+  if (!w.ok())
+    return state.SkipWithError(std::string(w.status().message()).c_str());
+  auto x = DeviceF32(b, s, m * hidden, &st);
+  auto out = st.ok() ? DeviceF32(b, s, m * hidden, &st) : nullptr;
+  const int64_t ws_elems = ExpertFfnWorkspaceElems(m, ffn);
+  auto ws = st.ok() ? DeviceF32(b, s, ws_elems, &st) : nullptr;
+  if (!st.ok()) return state.SkipWithError(std::string(st.message()).c_str());
+  const Tensor tx(x->data(), DType::kF32, {m, hidden}, Device::kCuda);
+  const Tensor tws(ws->data(), DType::kF32, {ws_elems}, Device::kCuda);
+  const Tensor tout(out->data(), DType::kF32, {m, hidden}, Device::kCuda);
+  TimeOps(state, b, s, [&]() -> absl::Status {
+    void* blob = (*w)->Next();
+    switch (f) {
+      case kBf16:
+        return b.ExpertFfn(
+            s, tx,
+            Tensor(blob, DType::kBF16, {3 * ffn * hidden}, Device::kCuda), ffn,
+            tws, tout);
+      case kInt4:
+      case kInt4F16Zeros:
+        return b.ExpertFfnInt4(
+            s, tx, Tensor(blob, DType::kU8, {int4->bytes}, Device::kCuda),
+            *int4, tws, tout);
+      case kFp8:
+        return b.ExpertFfnFp8(
+            s, tx, Tensor(blob, DType::kU8, {fp8->bytes}, Device::kCuda), *fp8,
+            tws, tout);
+    }
+    return absl::InvalidArgumentError("format");
+  });
+  SetCounters(state, read, 2.0 * m * 3 * ffn * hidden);
+  state.SetLabel(BytesLabel(kFormatName[f], read));
+}
+
+void ExpertQuantArgs(benchmark::internal::Benchmark* b) {
+  for (auto [hidden, ffn] : {std::pair<int64_t, int64_t>{4096, 14336},
+                             std::pair<int64_t, int64_t>{2048, 1408}}) {
+    for (int64_t m : {1, 4}) {
+      for (int f = kBf16; f <= kFp8; ++f) b->Args({m, hidden, ffn, f});
+    }
+  }
+}
+BENCHMARK(BM_ExpertFfnQuant)
+    ->Apply(ExpertQuantArgs)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // (k, n): Qwen1.5-MoE expert gate+up, down, attention q/o; Mixtral expert
 // w1 (w3), w2, attention q/o, k/v.
