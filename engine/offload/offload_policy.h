@@ -191,8 +191,9 @@ class ResidencyControl {
   // ready meanwhile (then it is an ordinary hit). Counted as `inplace`, not
   // as a hit or a miss; moves no bytes on the link. Holds for this layer
   // only. Returns false, and changes nothing, when the control cannot
-  // compute in place (a device fast tier; `id` not routed this layer or
-  // resident; outside OnRoute). Default: false.
+  // compute in place (a device fast tier without host compute, see
+  // ExpertResidency::EnableHybrid; `id` not routed this layer or resident;
+  // outside OnRoute). Default: false.
   virtual bool ComputeInPlace(ExpertId id) {
     (void)id;
     return false;
