@@ -422,6 +422,7 @@ absl::StatusOr<const std::byte*> ExpertResidency::AcquireInPlace(ExpertId id) {
   const Clock::time_point start = Clock::now();
   const std::byte* blob = nullptr;
   int scratch = -1;
+  std::byte* dst = nullptr;
   if (!slow_->HostArena().empty()) {
     blob = slow_->HostBlob(id);
   } else {
@@ -448,8 +449,9 @@ absl::StatusOr<const std::byte*> ExpertResidency::AcquireInPlace(ExpertId id) {
         scratch = static_cast<int>(scratch_.size()) - 1;
       }
       scratch_used_[scratch] = true;
+      // The blob itself never moves (the vector holds pointers to it).
+      dst = scratch_[scratch].get();
     }
-    std::byte* dst = scratch_[scratch].get();
     if (absl::Status s = slow_->Read(id, dst); !s.ok()) {
       MutexLock lock(&inplace_mu_);
       scratch_used_[scratch] = false;
