@@ -67,6 +67,25 @@ __device__ __forceinline__ Fp8Row RowOf(uintptr_t base, const Fp8GemvSpec& p,
   return r;
 }
 
+// One step of a lane on the vector path: the 16 bytes of vector v of each of
+// its rows and their scale, loaded a step ahead of their use.
+struct Fp8Step {
+  uint4 q[kR];
+  float s[kR];
+};
+
+__device__ __forceinline__ Fp8Step LoadFp8Step(const Fp8Row (&row)[kR],
+                                               int64_t v) {
+  Fp8Step st;
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    st.q[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v);
+    st.s[i] =
+        __ldg(row[i].s + static_cast<uint32_t>(v * 16) / row[i].tile_cols);
+  }
+  return st;
+}
+
 // blockIdx.y: the group; blockIdx.z: M of its rows; blockIdx.x: tiles of
 // kQuantRowsPerBlock weight rows, grid-strided. x staged `chunk` columns at
 // a time in rows of `stride` floats.
@@ -110,14 +129,9 @@ __global__ void __launch_bounds__(kQuantThreads)
       if (vec) {
         const int64_t vbase = c0 / 16, vend = (c0 + cw) / 16;
         int64_t v = vbase + lane;
-        uint4 cur[kR];
         // The first weights are in flight while x is staged.
-        if (v < vend) {
-#pragma unroll
-          for (int i = 0; i < kR; ++i) {
-            cur[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v);
-          }
-        }
+        Fp8Step cur;
+        if (v < vend) cur = LoadFp8Step(row, v);
         if (!(one_chunk && staged)) {
           __syncthreads();  // The previous chunk is consumed.
           QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
@@ -125,33 +139,24 @@ __global__ void __launch_bounds__(kQuantThreads)
           staged = true;
         }
         for (; v < vend; v += 32) {
-          uint4 nxt[kR];
+          Fp8Step nxt;
           const bool more = v + 32 < vend;
-          if (more) {
-#pragma unroll
-            for (int i = 0; i < kR; ++i) {
-              nxt[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v + 32);
-            }
-          }
+          if (more) nxt = LoadFp8Step(row, v + 32);
           const int c = static_cast<int>(v - vbase) * 16;  // In the chunk.
           const float* xv = xs + QuantPad(c);  // 16 columns, one 32-block.
-          float sc[kR];
-#pragma unroll
-          for (int i = 0; i < kR; ++i) {
-            sc[i] = row[i].s[static_cast<uint32_t>(v * 16) / row[i].tile_cols];
-          }
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             float w[kR][4];
 #pragma unroll
             for (int i = 0; i < kR; ++i) {
-              const uint32_t word = q == 0   ? cur[i].x
-                                    : q == 1 ? cur[i].y
-                                    : q == 2 ? cur[i].z
-                                             : cur[i].w;
+              const uint32_t word = q == 0   ? cur.q[i].x
+                                    : q == 1 ? cur.q[i].y
+                                    : q == 2 ? cur.q[i].z
+                                             : cur.q[i].w;
               Decode4(word, w[i]);
 #pragma unroll
-              for (int e = 0; e < 4; ++e) w[i][e] = __fmul_rn(w[i][e], sc[i]);
+              for (int e = 0; e < 4; ++e)
+                w[i][e] = __fmul_rn(w[i][e], cur.s[i]);
             }
 #pragma unroll
             for (int t = 0; t < M; ++t) {
@@ -167,10 +172,7 @@ __global__ void __launch_bounds__(kQuantThreads)
               }
             }
           }
-          if (more) {
-#pragma unroll
-            for (int i = 0; i < kR; ++i) cur[i] = nxt[i];
-          }
+          if (more) cur = nxt;
         }
       } else {
         if (!(one_chunk && staged)) {

@@ -63,6 +63,27 @@ __device__ __forceinline__ Int4Row RowOf(uintptr_t base, const Int4GemvSpec& p,
   return r;
 }
 
+// One step of a lane on the vector path: the 16 bytes of vector v of each of
+// its rows and their group's scale bits and zero point (sz = scale | zero <<
+// 16), loaded a step ahead of their use.
+struct Int4Step {
+  uint4 q[kR];
+  uint32_t sz[kR];
+};
+
+__device__ __forceinline__ Int4Step LoadInt4Step(const Int4Row (&row)[kR],
+                                                 int64_t v, uint32_t group) {
+  Int4Step st;
+  const uint32_t g = static_cast<uint32_t>(v * 32) / group;
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    st.q[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v);
+    const uint32_t z = row[i].z != nullptr ? __ldg(row[i].z + g) : 8u;
+    st.sz[i] = __ldg(row[i].s + g) | (z << 16);
+  }
+  return st;
+}
+
 // blockIdx.y: the group; blockIdx.z: M of its rows; blockIdx.x: tiles of
 // kQuantRowsPerBlock weight rows, grid-strided. x staged `chunk` columns at
 // a time in rows of `stride` floats.
@@ -106,14 +127,9 @@ __global__ void __launch_bounds__(kQuantThreads)
       if (vec) {
         const int64_t vbase = c0 / 32, vend = (c0 + cw) / 32;
         int64_t v = vbase + lane;
-        uint4 cur[kR];
         // The first weights are in flight while x is staged.
-        if (v < vend) {
-#pragma unroll
-          for (int i = 0; i < kR; ++i) {
-            cur[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v);
-          }
-        }
+        Int4Step cur;
+        if (v < vend) cur = LoadInt4Step(row, v, group);
         if (!(one_chunk && staged)) {
           __syncthreads();  // The previous chunk is consumed.
           QuantStageX<M>(xg, p.k, rows, c0, cw, stride, xs);
@@ -121,21 +137,15 @@ __global__ void __launch_bounds__(kQuantThreads)
           staged = true;
         }
         for (; v < vend; v += 32) {
-          uint4 nxt[kR];
+          Int4Step nxt;
           const bool more = v + 32 < vend;
-          if (more) {
-#pragma unroll
-            for (int i = 0; i < kR; ++i) {
-              nxt[i] = __ldg(reinterpret_cast<const uint4*>(row[i].q) + v + 32);
-            }
-          }
-          const uint32_t gi = static_cast<uint32_t>(v * 32) / group;
+          if (more) nxt = LoadInt4Step(row, v + 32, group);
           float sc[kR], mz[kR];
 #pragma unroll
           for (int i = 0; i < kR; ++i) {
-            sc[i] = Scale(row[i].s[gi], p.f16_scales);
-            const int z = row[i].z != nullptr ? row[i].z[gi] : 8;
-            mz[i] = kMagic + static_cast<float>(z);
+            sc[i] =
+                Scale(static_cast<uint16_t>(cur.sz[i] & 0xffffu), p.f16_scales);
+            mz[i] = kMagic + static_cast<float>(cur.sz[i] >> 16);
           }
           // Column (v - vbase) * 32 of the chunk: QuantPad gives 36 a vector.
           const float* xv = xs + static_cast<int>(v - vbase) * 36;
@@ -145,10 +155,10 @@ __global__ void __launch_bounds__(kQuantThreads)
             float w[kR][8];
 #pragma unroll
             for (int i = 0; i < kR; ++i) {
-              const uint32_t word = q == 0   ? cur[i].x
-                                    : q == 1 ? cur[i].y
-                                    : q == 2 ? cur[i].z
-                                             : cur[i].w;
+              const uint32_t word = q == 0   ? cur.q[i].x
+                                    : q == 1 ? cur.q[i].y
+                                    : q == 2 ? cur.q[i].z
+                                             : cur.q[i].w;
               const uint32_t lo = word & 0x0f0f0f0fu;
               const uint32_t hi = (word >> 4) & 0x0f0f0f0fu;
 #pragma unroll
@@ -182,10 +192,7 @@ __global__ void __launch_bounds__(kQuantThreads)
               acc[i][t] = __fmaf_rn(part[i][t], sc[i], acc[i][t]);
             }
           }
-          if (more) {
-#pragma unroll
-            for (int i = 0; i < kR; ++i) cur[i] = nxt[i];
-          }
+          if (more) cur = nxt;
         }
       } else {
         if (!(one_chunk && staged)) {
