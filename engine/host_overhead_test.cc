@@ -87,10 +87,12 @@ TEST(HostOverheadTest, CountsADecodeStepAndChangesNoToken) {
 }
 
 // The counts of one decode step of `batch` sequences (after a warm-up step
-// of the same shape), straight on MoeModel with every expert resident.
-kernels::BackendCounts DecodeStepCounts(const ModelWeights& weights,
-                                        kernels::CountingBackend& counting,
-                                        MoeModel& model, int batch) {
+// of the same shape, whose counts go to `warmup` if given), straight on
+// MoeModel with every expert resident.
+kernels::BackendCounts DecodeStepCounts(
+    const ModelWeights& weights, kernels::CountingBackend& counting,
+    MoeModel& model, int batch, kernels::BackendCounts* warmup = nullptr,
+    std::vector<float>* last_logits = nullptr) {
   auto cache = KvCache::Create(weights.config(), 64, 16);
   EXPECT_TRUE(cache.ok());
   std::vector<BlockTable> tables(batch);
@@ -116,7 +118,11 @@ kernels::BackendCounts DecodeStepCounts(const ModelWeights& weights,
     }
     before = counting.counts();
     EXPECT_TRUE(model.Forward(decode, cache->get(), &logits).ok());
+    if (step == 0 && warmup != nullptr) {
+      *warmup = counting.counts().Minus(before);
+    }
   }
+  if (last_logits != nullptr) *last_logits = logits;
   return counting.counts().Minus(before);
 }
 
@@ -169,6 +175,57 @@ TEST(HostOverheadTest, LaunchesPerLayerDoNotGrowWithRoutedExperts) {
   EXPECT_LE(four.syncs, layers + 1);
   // One upload of the step's metadata, one routing table per layer.
   EXPECT_LE(four.copies_to_device, layers + 1);
+}
+
+// Graph mode (issue 30 item 3) counted without a GPU: the counting wrapper
+// simulates a backend that records the dense segments (the CPU still runs
+// every op, so the logits are the eager ones). A warm decode step launches
+// one graph per dense segment (layers + 1) instead of their ops, records
+// nothing new, and syncs, copies and allocates exactly as the eager step.
+TEST(HostOverheadTest, GraphModeLaunchesOneGraphPerDenseSegment) {
+  const testing::Golden golden = testing::ReadGolden("mixtral_tiny");
+  std::unique_ptr<ModelWeights> weights =
+      *ModelWeights::Load(testing::Runfile(golden.model_dir));
+  const int layers = static_cast<int>(weights->config().num_hidden_layers);
+  kernels::cpu::CpuBackend cpu({.num_threads = 1});
+  kernels::CountingBackend eager(&cpu);
+  kernels::CountingBackend graphs(&cpu, {.simulate_graphs = true});
+  ASSERT_TRUE(graphs.SetGraphs(true));
+  ResidentExperts resident(weights.get());
+  std::unique_ptr<MoeModel> eager_model =
+      *MoeModel::Create(weights.get(), &eager, &resident);
+  std::unique_ptr<MoeModel> graph_model =
+      *MoeModel::Create(weights.get(), &graphs, &resident);
+  for (int batch : {1, 4}) {
+    SCOPED_TRACE(batch);
+    std::vector<float> want, got;
+    const kernels::BackendCounts e =
+        DecodeStepCounts(*weights, eager, *eager_model, batch, nullptr, &want);
+    kernels::BackendCounts warm;
+    const kernels::BackendCounts g =
+        DecodeStepCounts(*weights, graphs, *graph_model, batch, &warm, &got);
+    std::printf(
+        "%s, graph mode (simulated), batch %d, per decode step: %ld launches "
+        "(%ld graphs holding %ld ops, recorded in the warm-up step) vs %ld "
+        "eager; %ld syncs vs %ld\n",
+        golden.model_dir.c_str(), batch, static_cast<long>(g.launches),
+        static_cast<long>(g.graph_launches),
+        static_cast<long>(warm.captured_ops), static_cast<long>(e.launches),
+        static_cast<long>(g.syncs), static_cast<long>(e.syncs));
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(e.graph_launches, 0);
+    EXPECT_EQ(warm.graph_captures, layers + 1);
+    EXPECT_EQ(g.graph_captures, 0);
+    EXPECT_EQ(g.graph_launches, layers + 1);
+    // The segments' ops became one launch each; the routed experts' ops
+    // are launched as before.
+    EXPECT_EQ(g.launches, e.launches - warm.captured_ops + (layers + 1));
+    EXPECT_LT(g.launches, e.launches);
+    EXPECT_EQ(g.syncs, e.syncs);
+    EXPECT_EQ(g.copies_to_device, e.copies_to_device);
+    EXPECT_EQ(g.copies_to_host, e.copies_to_host);
+    EXPECT_EQ(g.allocations, 0);
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "engine/architecture.h"
 #include "engine/host_experts.h"
+#include "engine/internal/dense_graphs.h"
 #include "engine/internal/scratch_buffer.h"
 
 namespace moeserve::engine {
@@ -99,7 +100,13 @@ MoeModel::MoeModel(const ModelWeights* weights, kernels::Backend* backend,
       stream_(std::move(stream)),
       scratch_(std::make_unique<Scratch>()) {}
 
-MoeModel::~MoeModel() = default;
+MoeModel::~MoeModel() {
+  if (!graph_pointers_.empty()) {
+    // No recorded graph may be in flight when it is destroyed.
+    stream_->Synchronize().IgnoreError();
+    backend_->DropGraphs(this);
+  }
+}
 
 absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
     const ModelWeights* weights, kernels::Backend* backend,
@@ -321,17 +328,28 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
     }
     s.max_blocks = std::max<int64_t>(s.max_blocks, seq.block_table->size());
   }
+  const int64_t n = static_cast<int64_t>(s.ids.size());
+  const int64_t rows = static_cast<int64_t>(s.last_rows.size());
+  // Graphs (internal/dense_graphs.h): decode and verify steps, keyed by
+  // their shape, with the block-table stride padded to its bucket.
+  const std::optional<std::array<int64_t, 4>> graph_shape =
+      backend_->graphs_enabled()
+          ? DenseGraphShape(n, s.num_seqs, rows, s.max_blocks)
+          : std::nullopt;
+  graph_step_ = graph_shape.has_value();
+  if (graph_step_) graph_shape_ = *graph_shape;
+  router_ready_ = -1;
+  s.max_blocks = BlockTableStride(graph_step_, s.max_blocks);
   s.block_tables.assign(s.num_seqs * s.max_blocks, 0);
   for (int64_t i = 0; i < s.num_seqs; ++i) {
     std::copy(batch[i].block_table->begin(), batch[i].block_table->end(),
               s.block_tables.begin() + i * s.max_blocks);
   }
-  const int64_t n = static_cast<int64_t>(s.ids.size());
   s.num_tokens = n;
   const int64_t d = c.hidden_size;
   kernels::Stream& st = *stream_;
-  const int64_t rows = static_cast<int64_t>(s.last_rows.size());
   MOESERVE_RETURN_IF_ERROR(ReserveScratch(n, s.num_seqs, rows, s.max_blocks));
+  if (graph_step_) MOESERVE_RETURN_IF_ERROR(CheckGraphPointers(cache));
 
   // One upload of the step's metadata.
   s.meta_host.clear();
@@ -374,14 +392,24 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   active_experts_->EndStep();
   MOESERVE_RETURN_IF_ERROR(status);
   Tensor x = F32(s.x, {n, d});
-  // Final norm and lm_head on the rows that want logits only.
   Tensor last = F32(s.last, {rows, d});
-  MOESERVE_RETURN_IF_ERROR(
-      backend_->GatherRows(st, x, I32(s.meta, s.off_last_rows, {rows}), last));
-  MOESERVE_RETURN_IF_ERROR(
-      backend_->RmsNorm(st, last, final_norm_, c.rms_norm_eps, last));
   Tensor out = F32(s.logits, {rows, c.vocab_size});
-  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, last, lm_head_, {}, out));
+  // The last dense segment: the last layer's tail, then the final norm and
+  // lm_head on the rows that want logits only.
+  const int layers = c.num_hidden_layers;
+  MOESERVE_RETURN_IF_ERROR(Dense(layers, [&]() -> absl::Status {
+    if (layers > 0) {
+      MOESERVE_RETURN_IF_ERROR(LayerTail(layers - 1, n));
+    } else {
+      MOESERVE_RETURN_IF_ERROR(
+          backend_->Embedding(st, I32(s.meta, 0, {n}), embedding_, x));
+    }
+    MOESERVE_RETURN_IF_ERROR(backend_->GatherRows(
+        st, x, I32(s.meta, s.off_last_rows, {rows}), last));
+    MOESERVE_RETURN_IF_ERROR(
+        backend_->RmsNorm(st, last, final_norm_, c.rms_norm_eps, last));
+    return backend_->MatMul(st, last, lm_head_, {}, out);
+  }));
   logits->resize(rows * c.vocab_size);
   MOESERVE_RETURN_IF_ERROR(
       backend_->CopyToHost(st, logits->data(), out.raw(), out.nbytes()));
@@ -448,7 +476,7 @@ absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
   return backend_->Add(st, x, proj, x);
 }
 
-absl::Status MoeModel::MoeBlock(int layer, int64_t n) {
+absl::Status MoeModel::RouterInputs(int layer, int64_t n) {
   const ModelConfig& c = config();
   Scratch& s = *scratch_;
   kernels::Stream& st = *stream_;
@@ -459,23 +487,78 @@ absl::Status MoeModel::MoeBlock(int layer, int64_t n) {
       backend_->RmsNorm(st, x, layers_[layer].post_norm, c.rms_norm_eps, h));
   Tensor moe_out = F32(s.moe_out, {n, d});
   MOESERVE_RETURN_IF_ERROR(backend_->Zero(st, moe_out.raw(), moe_out.nbytes()));
-  MOESERVE_RETURN_IF_ERROR(RoutedExperts(layer, n));
+  return EnqueueRouter(layer, h, static_cast<int>(c.num_experts_per_tok),
+                       c.norm_topk_prob, s.route);
+}
+
+absl::Status MoeModel::LayerTail(int layer, int64_t n) {
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  const int64_t d = c.hidden_size;
   if (layers_[layer].shared_up.valid()) {
     MOESERVE_RETURN_IF_ERROR(SharedExpert(layer, n));
   }
-  return backend_->Add(st, x, moe_out, x);
+  Tensor x = F32(s.x, {n, d});
+  return backend_->Add(*stream_, x, F32(s.moe_out, {n, d}), x);
 }
 
+// Per layer: one dense segment up to the router's top-k (the previous
+// layer's tail, attention, the router's inputs), then the routed experts,
+// which read the routing on the host (Route copies the top-k RouterInputs
+// left in scratch and waits: the layer's one sync).
 absl::Status MoeModel::RunLayers(int64_t n) {
   const ModelConfig& c = config();
   Scratch& s = *scratch_;
-  Tensor x = F32(s.x, {n, c.hidden_size});
-  MOESERVE_RETURN_IF_ERROR(
-      backend_->Embedding(*stream_, I32(s.meta, 0, {n}), embedding_, x));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    MOESERVE_RETURN_IF_ERROR(Attention(l, n, cache_));
-    MOESERVE_RETURN_IF_ERROR(MoeBlock(l, n));
+    MOESERVE_RETURN_IF_ERROR(Dense(l, [&]() -> absl::Status {
+      if (l == 0) {
+        MOESERVE_RETURN_IF_ERROR(
+            backend_->Embedding(*stream_, I32(s.meta, 0, {n}), embedding_,
+                                F32(s.x, {n, c.hidden_size})));
+      } else {
+        MOESERVE_RETURN_IF_ERROR(LayerTail(l - 1, n));
+      }
+      MOESERVE_RETURN_IF_ERROR(Attention(l, n, cache_));
+      return RouterInputs(l, n);
+    }));
+    // Set here, not in the body: a replayed graph does not call it.
+    router_ready_ = l;
+    MOESERVE_RETURN_IF_ERROR(RoutedExperts(l, n));
   }
+  return absl::OkStatus();
+}
+
+absl::Status MoeModel::Dense(int64_t segment,
+                             absl::FunctionRef<absl::Status()> body) {
+  if (!graph_step_) return body();
+  return backend_
+      ->RunGraph(*stream_, kernels::GraphKey{this, segment, graph_shape_}, body)
+      .status();
+}
+
+absl::Status MoeModel::CheckGraphPointers(KvCache* cache) {
+  Scratch& s = *scratch_;
+  std::vector<const void*> now;
+  for (const ScratchBuffer* buf :
+       {&s.x, &s.h, &s.q, &s.k, &s.v, &s.attn, &s.proj, &s.moe_out, &s.shared_a,
+        &s.shared_b, &s.shared_out, &s.shared_gate, &s.last, &s.logits, &s.meta,
+        &s.route.logits, &s.route.topk}) {
+    now.push_back(buf->data());
+  }
+  now.push_back(cache);
+  for (int l = 0; l < config().num_hidden_layers; ++l) {
+    const kernels::PagedKvCache pages = cache->layer(l);
+    now.push_back(pages.k_pool.raw());
+    now.push_back(pages.v_pool.raw());
+  }
+  if (now == graph_pointers_) return absl::OkStatus();
+  if (!graph_pointers_.empty()) {
+    // Recorded against buffers that have moved: none may be in flight when
+    // they go (the previous step normally ended with a wait already).
+    MOESERVE_RETURN_IF_ERROR(stream_->Synchronize());
+    backend_->DropGraphs(this);
+  }
+  graph_pointers_ = std::move(now);
   return absl::OkStatus();
 }
 
@@ -504,8 +587,8 @@ std::vector<int> MoeModel::PredictExperts(int layer, const float* hidden,
   return experts;
 }
 
-absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
-                             RouteBuffers& r) {
+absl::Status MoeModel::EnqueueRouter(int layer, const Tensor& h, int k,
+                                     bool normalize, RouteBuffers& r) {
   const int64_t n = h.dim(0), E = config().num_experts;
   if (r.logits.bytes() < n * E * 4 || r.topk.bytes() < 2 * n * k * 4 ||
       r.host.bytes() < 2 * n * k * 4) {
@@ -517,8 +600,19 @@ absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
   kernels::Stream& st = *stream_;
   MOESERVE_RETURN_IF_ERROR(
       backend_->MatMul(st, h, layers_[layer].router, {}, logits));
-  MOESERVE_RETURN_IF_ERROR(
-      backend_->RouterTopK(st, logits, k, normalize, weights, ids));
+  return backend_->RouterTopK(st, logits, k, normalize, weights, ids);
+}
+
+absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,
+                             RouteBuffers& r) {
+  const int64_t n = h.dim(0);
+  kernels::Stream& st = *stream_;
+  if (&r == &scratch_->route && router_ready_ == layer) {
+    // RouterInputs enqueued this layer's router (in its dense segment).
+    router_ready_ = -1;
+  } else {
+    MOESERVE_RETURN_IF_ERROR(EnqueueRouter(layer, h, k, normalize, r));
+  }
   // Routing is read on the host: it decides which experts to fetch. One
   // copy of weights and ids (adjacent) into pinned memory, and the layer's
   // one wait.

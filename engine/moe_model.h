@@ -22,6 +22,16 @@
 // and the logits. The expert provider must hand out blobs in the same
 // device's memory (ExpertProvider::device()).
 //
+// Graphs (issue 30 item 3): when the backend has graphs on
+// (Backend::SetGraphs, --cuda_graphs), a decode or verify step of at most
+// kMaxGraphTokens tokens runs each dense run between two host waits (the
+// previous layer's shared expert and residual, attention, norm, router
+// matmul and top-k; internal/dense_graphs.h) as one recorded graph per
+// (segment, shape), replayed in later steps of the same shape; the routed
+// experts run eagerly between them. Same ops, same arguments: the logits are
+// bit for bit those of the eager pass. Prefill runs eagerly. A no-op on
+// backends without graphs.
+//
 // Ownership: borrows the weights, backend and expert provider (all must
 // outlive the model); owns its compute stream, the device copy of the
 // weights and its scratch buffers. Thread-safety: Forward() is not reentrant
@@ -29,11 +39,13 @@
 #ifndef MOESERVE_ENGINE_MOE_MODEL_H_
 #define MOESERVE_ENGINE_MOE_MODEL_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "engine/expert_provider.h"
 #include "engine/kv_cache.h"
@@ -112,7 +124,15 @@ class MoeModel final : public RouterProbe {
   // them wanting logits.
   absl::Status ReserveScratch(int64_t n, int64_t num_seqs, int64_t rows,
                               int64_t max_blocks);
+  // The layers: per layer a dense segment (Dense), then the routed
+  // experts. The last layer's tail is in Forward's final segment.
   absl::Status RunLayers(int64_t n);
+  // Runs `body` (ops on stream_ only) as dense segment `segment` of this
+  // step: a graph region in a graph step, else directly.
+  absl::Status Dense(int64_t segment, absl::FunctionRef<absl::Status()> body);
+  // In a graph step: drops the recorded graphs when a pointer they bake in
+  // (scratch, KV pools) has changed since the last graph step.
+  absl::Status CheckGraphPointers(KvCache* cache);
   // Views of scratch memory on the backend's device (offsets in elements).
   kernels::Tensor F32(const ScratchBuffer& buf,
                       std::initializer_list<int64_t> shape,
@@ -121,10 +141,18 @@ class MoeModel final : public RouterProbe {
                       std::initializer_list<int64_t> shape) const;
   // `layer`'s router on h [n, d]: top-k weights and expert ids, copied to
   // the host vectors of `buffers` (resized to n * k).
+  // Enqueues the router matmul and top-k into `buffers` (no copy, no wait).
+  absl::Status EnqueueRouter(int layer, const kernels::Tensor& h, int k,
+                             bool normalize, RouteBuffers& buffers);
   absl::Status Route(int layer, const kernels::Tensor& h, int k, bool normalize,
                      RouteBuffers& buffers);
   absl::Status Attention(int layer, int64_t n, KvCache* cache);
-  absl::Status MoeBlock(int layer, int64_t n);
+  // The dense head of a MoE block: post-attention norm into h, moe_out
+  // zeroed, the router's matmul and top-k into scratch route (Route then
+  // only copies them to the host).
+  absl::Status RouterInputs(int layer, int64_t n);
+  // The dense tail of a MoE block: the shared expert, then x += moe_out.
+  absl::Status LayerTail(int layer, int64_t n);
   absl::Status RoutedExperts(int layer, int64_t n);
   // Groups the layer's routing (scratch route.host_ids/host_weights, n
   // tokens of k choices) by expert into scratch expert_begin and
@@ -156,6 +184,14 @@ class MoeModel final : public RouterProbe {
   ExpertProvider* active_experts_ = nullptr;
   RoutingFilter* routing_ = nullptr;
   int64_t step_ = 0;
+  // Graphs: whether the step in progress runs its dense segments as graphs,
+  // and its key shape; the pointers the recorded graphs bake in (empty: no
+  // graph recorded since the last drop); the layer whose router output
+  // RouterInputs left in scratch route (-1: none).
+  bool graph_step_ = false;
+  std::array<int64_t, 4> graph_shape_ = {};
+  std::vector<const void*> graph_pointers_;
+  int router_ready_ = -1;
 };
 
 }  // namespace moeserve::engine
