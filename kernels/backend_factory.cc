@@ -56,7 +56,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   }
   if (options.name == "cuda") {
 #ifdef MOESERVE_WITH_CUDA
-    return CreateCudaBackend(options.cuda_device);
+    absl::StatusOr<std::unique_ptr<Backend>> cuda =
+        CreateCudaBackend(options.cuda_device);
+    if (cuda.ok() && options.cuda_graphs) (*cuda)->SetGraphs(true);
+    return cuda;
 #else
     return absl::FailedPreconditionError(
         "backend 'cuda': this build has no CUDA backend (the CUDA toolkit "

@@ -20,6 +20,9 @@ struct BackendOptions {
   std::string name = "cpu";  // "cpu", "cuda" or "null"
   int cpu_threads = 1;       // CPU backend: threads running kernels
   int cuda_device = 0;       // CUDA backend: device ordinal
+  // CUDA backend: record the engine's dense sub-steps as CUDA graphs and
+  // replay them (Backend::SetGraphs; issue 30 item 3). Ignored elsewhere.
+  bool cuda_graphs = false;
 };
 
 // InvalidArgument for an unknown name; FailedPrecondition for "cuda" in a

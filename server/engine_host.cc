@@ -73,7 +73,8 @@ absl::StatusOr<std::unique_ptr<EngineHost>> EngineHost::Create(
       host->backend_,
       kernels::CreateBackend({.name = options.backend,
                               .cpu_threads = std::max(1, threads),
-                              .cuda_device = options.cuda_device}));
+                              .cuda_device = options.cuda_device,
+                              .cuda_graphs = options.cuda_graphs}));
   const engine::SharedModel model = {host->weights_.get(),
                                      host->tokenizer_.get(),
                                      host->backend_.get(), registry};

@@ -63,7 +63,7 @@ const moeserve::base::ProgramHelp& Help() {
           "--http_port=8000",
       .groups =
           {{"Model and compute",
-            {"model_dir", "backend", "cuda_device", "threads"}},
+            {"model_dir", "backend", "cuda_device", "cuda_graphs", "threads"}},
            {"Engines and policies",
             {"policy", "policy_config", "ab", "engines", "engines_config"}},
            {"Memory tiers and link",

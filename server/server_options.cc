@@ -77,6 +77,10 @@ ABSL_FLAG(std::string, backend, "cpu",
           "memory or disk on their own CUDA stream). cuda needs a build with "
           "the CUDA toolkit and a GPU.");
 ABSL_FLAG(int, cuda_device, 0, "CUDA device ordinal (--backend=cuda).");
+ABSL_FLAG(bool, cuda_graphs, false,
+          "--backend=cuda: record each decode step's dense sub-steps "
+          "(attention, norms, router; between two host waits) as CUDA graphs "
+          "per batch shape and replay them. Experimental: off by default.");
 ABSL_FLAG(int, threads, 0,
           "Compute threads (0: every core); at most 4 per core, at most "
           "1024.");
@@ -465,6 +469,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
         "backend", absl::StrCat("must be cpu or cuda, got '", o.backend, "'"));
   }
   o.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  o.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   if (auto st = CheckIntRange("cuda_device", o.cuda_device, 0, 1023);
       !st.ok()) {
     return st;

@@ -63,6 +63,7 @@ struct ServerOptions {
   // Compute (shared by every engine of the process).
   std::string backend = "cpu";  // --backend=cpu|cuda
   int cuda_device = 0;          // --cuda_device
+  bool cuda_graphs = false;     // --cuda_graphs
   int threads = 0;              // --threads (0: every core)
   RequestLimits limits;
   std::string engines_config;  // --engines_config (the path; for logs)

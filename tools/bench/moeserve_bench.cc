@@ -147,6 +147,9 @@ ABSL_FLAG(std::string, backend, "cpu",
           "Policy mode: compute backend, cpu or cuda (expert slots in VRAM, "
           "link copies on CUDA streams). Roofline mode is CPU-only.");
 ABSL_FLAG(int, cuda_device, 0, "Policy mode, --backend=cuda: device ordinal.");
+ABSL_FLAG(bool, cuda_graphs, false,
+          "Policy mode, --backend=cuda: record the dense sub-steps of decode "
+          "steps as CUDA graphs and replay them (off by default).");
 
 // Host-overhead mode (README "Host overhead (null device)"): replaces the
 // other modes when given.
@@ -314,7 +317,8 @@ int PolicyMain(int threads) {
   absl::StatusOr<std::unique_ptr<kernels::Backend>> backend =
       kernels::CreateBackend({.name = backend_name,
                               .cpu_threads = threads,
-                              .cuda_device = absl::GetFlag(FLAGS_cuda_device)});
+                              .cuda_device = absl::GetFlag(FLAGS_cuda_device),
+                              .cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs)});
   if (!backend.ok()) {
     std::fprintf(stderr,
                  "moeserve_bench: --backend=%s: cannot create the %s "
@@ -568,7 +572,7 @@ const moeserve::base::ProgramHelp& Help() {
                  {"Throughput optimizer",
                   {"optimize", "optimize_policy", "optimize_batches",
                    "optimize_max_k", "optimize_profile_tokens"}},
-                 {"Backend", {"backend", "cuda_device"}},
+                 {"Backend", {"backend", "cuda_device", "cuda_graphs"}},
                  {"Output", {"json_out", "plot"}}},
       .version_details = moeserve::kernels::DescribeCompute};
   return *help;

@@ -14,6 +14,7 @@ TARGETS=(
   //kernels/cuda:cuda_ops_differential_test
   //kernels/cuda:cuda_ops_benchmark
   //kernels/cuda:libmoeserve_cuda.so
+  //engine:cuda_graphs_test
   //engine:libmoeserve_spm.so
   //tests:cuda_parity_test
   //tests:policy_invariance_test

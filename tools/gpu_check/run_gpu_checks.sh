@@ -109,6 +109,9 @@ if [[ "$what" == tests || "$what" == all ]]; then
     "$(x grouped_experts_test)" &
   step cuda_parity_test 130 "${run[@]}" "$B/cuda_parity_test" \
     --gtest_filter="${PARITY_FILTER:-*}" "$(x cuda_parity_test)" &
+  # CUDA graphs on vs off (issue 30 item 3): logits bit for bit.
+  step cuda_graphs_test 130 "${run[@]}" "$B/cuda_graphs_test" \
+    "$(x cuda_graphs_test)" &
   step policy_invariance_cuda 130 "${run[@]}" "$B/policy_invariance_test" \
     --gtest_filter="${INVARIANCE_FILTER:-*_cuda}" \
     "$(x policy_invariance_cuda)" &
@@ -140,6 +143,18 @@ if [[ "$what" == bench || "$what" == all ]]; then
     --gen_model=mixtral --gen_layers=2 \
     --policies=on_demand,lru,lfu_static,overlap \
     --max_seconds=50 --json_out="$logs/bench_mixtral.json"
+  # ms/token at concurrency 1 and 4, every expert resident, with the dense
+  # sub-steps as CUDA graphs (--cuda_graphs) and without (issue 30 item 3).
+  graphs_model=models/demo-fg
+  [[ -e "$graphs_model/config.json" ]] || graphs_model=models/demo
+  for g in false true; do
+    step "bench_graphs_$g" 60 "${run[@]}" "$B/moeserve_bench" \
+      --backend=cuda --cuda_graphs="$g" --model_dir="$graphs_model" \
+      --policies=lru --expert_cache_ratio=1.0 --concurrency=1,4 \
+      --num_requests=8 --max_new_tokens=64 --warmup_tokens=16 \
+      --policy_repeats=1 --max_seconds=40 \
+      --json_out="$logs/bench_graphs_$g.json"
+  done
 fi
 
 if [[ "$what" == whole_model ]]; then
