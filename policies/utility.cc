@@ -279,9 +279,13 @@ void UtilityPolicy::OnStepEnd(const engine::StepStats&) {
 
 void UtilityPolicy::UpdateTaus() {
   const engine::ExpertCosts costs = control_->expert_costs();
+  // On the hybrid path the host's compute of one expert is timed when the
+  // engine starts: the in-place cost until in-place experts are measured.
+  const double inplace_seconds = costs.inplace_compute_seconds > 0
+                                     ? costs.inplace_compute_seconds
+                                     : costs.HostSeconds(1);
   const bool measured = costs.link_seconds > 0 &&
-                        costs.fast_compute_seconds > 0 &&
-                        costs.inplace_compute_seconds > 0;
+                        costs.fast_compute_seconds > 0 && inplace_seconds > 0;
   if (!inplace_refused_ && !measured) {
     std::fill(tau_.begin(), tau_.end(), options_.initial_tau);
     return;
@@ -315,7 +319,7 @@ void UtilityPolicy::UpdateTaus() {
         control_->capacity_slots() - (hot_resident_total - hot_resident[l]);
     p.link_seconds = costs.link_seconds;
     p.fast_seconds = costs.fast_compute_seconds;
-    p.inplace_seconds = costs.inplace_compute_seconds;
+    p.inplace_seconds = inplace_seconds;
     p.draft_seconds = draft;
     p.balance = !inplace_refused_;
     tau_[l] = SolveTau(p);
