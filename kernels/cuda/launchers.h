@@ -35,6 +35,8 @@ int LaunchMatMulBf16(const float* x, int64_t m, int64_t k, const uint16_t* w,
 // rows of k/2 bytes; value = (u - z) * scales[j, c / group] with scales
 // n x k/group bf16 bits (f16_scales false) or fp16 bits (true), z =
 // zeros[j, c / group] (n x k/group bytes) or 8 when zeros is null.
+// LaunchGemvInt4 with one group; 16-byte loads when 32 | group and wq is
+// 16-byte aligned.
 // REQUIRES: group even, k % group == 0.
 int LaunchMatMulInt4(const float* x, int64_t m, int64_t k, const uint8_t* wq,
                      const uint16_t* scales, bool f16_scales,
@@ -45,8 +47,8 @@ int LaunchMatMulInt4(const float* x, int64_t m, int64_t k, const uint8_t* wq,
 // accumulation. wq holds n rows of k e4m3 bytes; scales is the F32 grid
 // [ceil(n / tile_rows), ceil(k / tile_cols)]; value = e4m3(q) *
 // scales[j / tile_rows][c / tile_cols], one fp32 product (bit for bit the
-// CPU's dequantised weight). A warp per weight row; 16-byte loads when
-// 16 | k, 16 | tile_cols and wq, x are 16-byte aligned.
+// CPU's dequantised weight). LaunchGemvFp8 with one group; 16-byte loads
+// when 16 | k, 16 | tile_cols and wq is 16-byte aligned.
 // REQUIRES: tile_rows, tile_cols > 0.
 int LaunchMatMulFp8(const float* x, int64_t m, int64_t k, const uint8_t* wq,
                     const float* scales, int64_t tile_rows, int64_t tile_cols,
