@@ -415,7 +415,6 @@ void ExpertQuantArgs(benchmark::internal::Benchmark* b) {
     for (int f = kBf16; f <= kFp8; ++f) b->Args({1, hidden, ffn, f});
   }
 }
-}
 BENCHMARK(BM_ExpertFfnQuant)
     ->Apply(ExpertQuantArgs)
     ->UseManualTime()
