@@ -538,7 +538,9 @@ absl::Status MoeModel::Dense(int64_t segment,
 
 absl::Status MoeModel::CheckGraphPointers(KvCache* cache) {
   Scratch& s = *scratch_;
-  std::vector<const void*> now;
+  // Reused: no host allocation in a warm step.
+  std::vector<const void*>& now = graph_pointers_now_;
+  now.clear();
   for (const ScratchBuffer* buf :
        {&s.x, &s.h, &s.q, &s.k, &s.v, &s.attn, &s.proj, &s.moe_out, &s.shared_a,
         &s.shared_b, &s.shared_out, &s.shared_gate, &s.last, &s.logits, &s.meta,
@@ -558,7 +560,7 @@ absl::Status MoeModel::CheckGraphPointers(KvCache* cache) {
     MOESERVE_RETURN_IF_ERROR(stream_->Synchronize());
     backend_->DropGraphs(this);
   }
-  graph_pointers_ = std::move(now);
+  graph_pointers_.swap(now);
   return absl::OkStatus();
 }
 

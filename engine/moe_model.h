@@ -190,7 +190,7 @@ class MoeModel final : public RouterProbe {
   // RouterInputs left in scratch route (-1: none).
   bool graph_step_ = false;
   std::array<int64_t, 4> graph_shape_ = {};
-  std::vector<const void*> graph_pointers_;
+  std::vector<const void*> graph_pointers_, graph_pointers_now_;
   int router_ready_ = -1;
 };
 
