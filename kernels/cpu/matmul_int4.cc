@@ -301,40 +301,70 @@ MOESERVE_AVX512BF16 inline __m512bh WeightsBf16(const uint8_t* q,
       idx, _mm512_load_si512(reinterpret_cast<const __m512i*>(table)));
 }
 
+// Sixteen scales (bits of type st; only the lanes in `mask` are read, the
+// others are 0) as fp32, exactly: bf16 by a 16-bit shift, fp16 by vcvtph2ps
+// (exact for every finite code, subnormals included).
+MOESERVE_AVX512BF16 inline __m512 Scales16(const uint16_t* s, __mmask16 mask,
+                                           Int4ScaleType st) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, s);
+  if (st == Int4ScaleType::kF16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // y[MR rows, NR cols] for the prepared x rows xp[0..MR) (row stride k) and
-// the NR weight rows w[j]. REQUIRES: group a multiple of 32.
-template <int MR, int NR>
+// the NR weight rows w[j]: per group, one fp32 partial sum per (row, weight
+// row) by vdpbf16ps, then acc += scale * partial. The scales are decoded 16
+// groups at a time; the sums of the lanes are HorizontalSum4's, the same
+// order for NR = 1 as for each position of NR = 4. REQUIRES: group a
+// multiple of 32.
+template <int MR, int NR, bool kZeros>
 MOESERVE_AVX512BF16 void TileAvx512Bf16(const bf16* xp, int64_t k,
-                                        int64_t group, Int4ScaleType st,
-                                        const Row* w, float* y, int64_t ldy) {
+                                        int64_t group, int64_t groups,
+                                        Int4ScaleType st, const Row* w,
+                                        float* y, int64_t ldy) {
+  static_assert(NR == 4 || NR == 1);
   __m512 acc[MR][NR];
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t g0 = 0, g = 0; g0 < k; g0 += group, ++g) {
-    const uint16_t* table[NR];
-    for (int j = 0; j < NR; ++j) table[j] = kLevelTables.t[ZeroOf(w[j], g)];
-    __m512 part[MR][NR];
-    for (int r = 0; r < MR; ++r)
-      for (int j = 0; j < NR; ++j) part[r][j] = _mm512_setzero_ps();
-    for (int64_t c = g0; c < g0 + group; c += 32) {
+  alignas(64) float scales[NR][16];
+  for (int64_t gb = 0; gb < groups; gb += 16) {
+    const int64_t nb = std::min<int64_t>(16, groups - gb);
+    const auto mask = static_cast<__mmask16>((1u << nb) - 1);
+    for (int j = 0; j < NR; ++j) {
+      _mm512_store_ps(scales[j], Scales16(w[j].s + gb, mask, st));
+    }
+    for (int64_t g = gb; g < gb + nb; ++g) {
+      const uint16_t* table[NR];
       for (int j = 0; j < NR; ++j) {
-        const __m512bh wv = WeightsBf16(w[j].q + c / 2, table[j]);
-        for (int r = 0; r < MR; ++r) {
-          const auto xv = (__m512bh)_mm512_loadu_si512(xp + r * k + c);
-          part[r][j] = _mm512_dpbf16_ps(part[r][j], xv, wv);
+        table[j] = kLevelTables.t[kZeros ? w[j].z[g] : kInt4ImplicitZero];
+      }
+      __m512 part[MR][NR];
+      for (int r = 0; r < MR; ++r)
+        for (int j = 0; j < NR; ++j) part[r][j] = _mm512_setzero_ps();
+      for (int64_t c = g * group; c < (g + 1) * group; c += 32) {
+        for (int j = 0; j < NR; ++j) {
+          const __m512bh wv = WeightsBf16(w[j].q + (c >> 1), table[j]);
+          for (int r = 0; r < MR; ++r) {
+            const auto xv = (__m512bh)_mm512_loadu_si512(xp + r * k + c);
+            part[r][j] = _mm512_dpbf16_ps(part[r][j], xv, wv);
+          }
         }
       }
-    }
-    for (int j = 0; j < NR; ++j) {
-      const __m512 sv = _mm512_set1_ps(ScaleOf(w[j], st, g));
-      for (int r = 0; r < MR; ++r) {
-        acc[r][j] = _mm512_fmadd_ps(part[r][j], sv, acc[r][j]);
+      for (int j = 0; j < NR; ++j) {
+        const __m512 sv = _mm512_set1_ps(scales[j][g - gb]);
+        for (int r = 0; r < MR; ++r) {
+          acc[r][j] = _mm512_fmadd_ps(part[r][j], sv, acc[r][j]);
+        }
       }
     }
   }
   for (int r = 0; r < MR; ++r) {
-    for (int j = 0; j < NR; ++j) {
-      y[r * ldy + j] = _mm512_reduce_add_ps(acc[r][j]);
+    if constexpr (NR == 4) {
+      _mm_storeu_ps(y + r * ldy,
+                    HorizontalSum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    } else {
+      y[r * ldy] = _mm_cvtss_f32(
+          HorizontalSum4(acc[r][0], acc[r][0], acc[r][0], acc[r][0]));
     }
   }
 }
@@ -367,19 +397,23 @@ MOESERVE_AVX512 void RowsAvx512(const float* x, int64_t r0, int64_t r1,
 
 // Rows of x per register tile of the bf16 kernel: 3 x 4 partial sums and
 // 3 x 4 accumulators leave room for the weights in 32 zmm registers.
-template <int NR>
+template <int NR, bool kZeros>
 MOESERVE_AVX512BF16 void RowsAvx512Bf16(const bf16* xp, int64_t r0, int64_t r1,
                                         int64_t k, int64_t group,
                                         Int4ScaleType st, const Row* w,
                                         float* y, int64_t ldy) {
+  const int64_t groups = k / group;
   int64_t r = r0;
   for (; r + 3 <= r1; r += 3) {
-    TileAvx512Bf16<3, NR>(xp + r * k, k, group, st, w, y + r * ldy, ldy);
+    TileAvx512Bf16<3, NR, kZeros>(xp + r * k, k, group, groups, st, w,
+                                  y + r * ldy, ldy);
   }
   if (r + 2 == r1) {
-    TileAvx512Bf16<2, NR>(xp + r * k, k, group, st, w, y + r * ldy, ldy);
+    TileAvx512Bf16<2, NR, kZeros>(xp + r * k, k, group, groups, st, w,
+                                  y + r * ldy, ldy);
   } else if (r + 1 == r1) {
-    TileAvx512Bf16<1, NR>(xp + r * k, k, group, st, w, y + r * ldy, ldy);
+    TileAvx512Bf16<1, NR, kZeros>(xp + r * k, k, group, groups, st, w,
+                                  y + r * ldy, ldy);
   }
 }
 
@@ -391,7 +425,11 @@ void RowsSimd(Isa isa, const float* x, const bf16* xb, int64_t r0, int64_t r1,
               float* y, int64_t ldy) {
   switch (isa) {
     case Isa::kAvx512Bf16:
-      RowsAvx512Bf16<NR>(xb, r0, r1, k, group, st, w, y, ldy);
+      if (w[0].z != nullptr) {
+        RowsAvx512Bf16<NR, true>(xb, r0, r1, k, group, st, w, y, ldy);
+      } else {
+        RowsAvx512Bf16<NR, false>(xb, r0, r1, k, group, st, w, y, ldy);
+      }
       return;
     case Isa::kAvx512:
       RowsAvx512<NR>(x, r0, r1, k, group, st, w, y, ldy);

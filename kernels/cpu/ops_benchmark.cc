@@ -10,7 +10,8 @@
 //   BM_ExpertFfnInt4   the same expert quantized to int4 (int4_expert.h),
 //                      bytes = int4 expert bytes (q + scales [+ zeros]);
 //                      the label names the int4 kernel's ISA and layout
-//                      (draft: bf16 scales; gptq: fp16 scales + zeros)
+//                      (draft: bf16 scales; gptq: fp16 scales + zeros;
+//                      gptq-g32: the same, groups of 32)
 //   BM_ExpertFfnFp8    the same expert quantized to fp8 e4m3 (fp8_expert.h),
 //                      bytes = fp8 expert bytes (q + F32 scales); the label
 //                      names the fp8 kernel's ISA and the scale tile
@@ -32,7 +33,9 @@
 #include "benchmark/benchmark.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_int4.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/fp8_expert.h"
 #include "kernels/int4_expert.h"
@@ -90,11 +93,17 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->UseRealTime();
 
+// Copies to rotate through for a weight of `bytes`: `want` if positive (a
+// model's working set), else enough for kRotateBytes (DRAM).
+int64_t Copies(int64_t bytes, int64_t want) {
+  return want > 0 ? want : std::max<int64_t>(1, kRotateBytes / bytes);
+}
+
 // Copies of a weight matrix of `elems` bf16 to rotate through.
 struct Rotation {
-  explicit Rotation(int64_t elems)
+  explicit Rotation(int64_t elems, int64_t want_copies = 0)
       : elems(elems),
-        copies(std::max<int64_t>(1, kRotateBytes / (elems * 2))),
+        copies(Copies(elems * 2, want_copies)),
         data(RandomBf16(elems * copies)) {}
   bf16* Next() { return data.data() + (i++ % copies) * elems; }
   int64_t elems, copies, i = 0;
@@ -134,12 +143,17 @@ void BM_MatMul(benchmark::State& state) {
   state.SetLabel(backend.name());
 }
 
+// {m, hidden, ffn, threads, isa (-1: default), copies (0: 1 GiB)}.
 void BM_ExpertFfn(benchmark::State& state) {
   const int64_t m = state.range(0), hidden = state.range(1),
-                ffn = state.range(2);
-  CpuBackend backend({Threads(state.range(3)), true});
+                ffn = state.range(2), isa = state.range(4);
+  if (isa >= 0 && !IsaSupported(static_cast<Isa>(isa))) {
+    state.SkipWithError("this CPU lacks the kernel variant");
+    return;
+  }
+  CpuBackend backend(Options(state.range(3), isa));
   auto stream = *backend.CreateStream();
-  Rotation blob(3 * ffn * hidden);
+  Rotation blob(3 * ffn * hidden, state.range(5));
   std::vector<float> x(m * hidden, 0.5f), out(m * hidden);
   std::vector<float> ws(ExpertFfnWorkspaceElems(m, ffn));
   for (auto _ : state) {
@@ -200,30 +214,42 @@ void BM_PagedAttention(benchmark::State& state) {
   state.SetLabel(backend.name());
 }
 
+// {m, hidden, ffn, threads, layout, isa, copies}. Layout 0: the draft's
+// (bf16 scales, no zeros, MakeInt4ExpertLayout's groups); 1: a GPTQ / AWQ
+// checkpoint's (fp16 scales, a zero point per group), same groups; 2: as 1
+// with groups of 32 everywhere (make_quantized.py's demo-fg checkpoints).
+// isa -1: CpuBackend::ExpertFfnInt4 (the default int4 variant); else the
+// same three kernels (MatMulInt4 gate + up, SiluMulRows, MatMulInt4 down) on
+// that int4 variant. copies 0: enough for 1 GiB (DRAM-bound); else that many
+// (192: demo-fg's 6 layers x 32 experts, its working set).
 void BM_ExpertFfnInt4(benchmark::State& state) {
   const int64_t m = state.range(0), hidden = state.range(1),
-                ffn = state.range(2);
-  // Layout 0: the draft's (bf16 scales, no zeros); 1: a GPTQ / AWQ
-  // checkpoint's (fp16 scales, a zero point per group), same groups.
-  const bool checkpoint = state.range(4) == 1;
+                ffn = state.range(2), layout_arg = state.range(4),
+                isa = state.range(5);
+  if (isa >= 0 && !Int4IsaSupported(static_cast<Isa>(isa))) {
+    state.SkipWithError("this CPU lacks the int4 kernel variant");
+    return;
+  }
   CpuBackend backend({Threads(state.range(3)), true});
   auto stream = *backend.CreateStream();
+  ThreadPool pool(Threads(state.range(3)));
   absl::StatusOr<Int4ExpertLayout> layout = MakeInt4ExpertLayout(hidden, ffn);
-  if (layout.ok() && checkpoint) {
-    layout = Int4ExpertLayoutWithOptions(hidden, ffn, layout->group_in,
-                                         layout->group_out,
-                                         {Int4ScaleType::kF16, true});
+  if (layout.ok() && layout_arg != 0) {
+    const bool g32 = layout_arg == 2;
+    layout = Int4ExpertLayoutWithOptions(
+        hidden, ffn, g32 ? 32 : layout->group_in, g32 ? 32 : layout->group_out,
+        {Int4ScaleType::kF16, true});
   }
   if (!layout.ok()) {
     state.SkipWithError(std::string(layout.status().message()).c_str());
     return;
   }
   // One quantized expert, copied to enough 64-byte aligned slots (layout.bytes
-  // is a multiple of 64) to defeat the L3 cache.
+  // is a multiple of 64).
   const int64_t bytes = layout->bytes;
-  const int64_t copies = std::max<int64_t>(1, kRotateBytes / bytes);
-  std::unique_ptr<Buffer> pool = *backend.Allocate(bytes * copies);
-  auto* base = static_cast<std::byte*>(pool->data());
+  const int64_t copies = Copies(bytes, state.range(6));
+  std::unique_ptr<Buffer> slots = *backend.Allocate(bytes * copies);
+  auto* base = static_cast<std::byte*>(slots->data());
   QuantizeExpertInt4(RandomBf16(3 * ffn * hidden).data(), *layout, base);
   for (int64_t c = 1; c < copies; ++c) {
     std::memcpy(base + c * bytes, base, bytes);
@@ -232,17 +258,35 @@ void BM_ExpertFfnInt4(benchmark::State& state) {
   std::vector<float> ws(ExpertFfnWorkspaceElems(m, ffn));
   int64_t i = 0;
   for (auto _ : state) {
-    absl::Status st = backend.ExpertFfnInt4(
-        *stream, Tensor(x.data(), DType::kF32, {m, hidden}),
-        Tensor(base + (i++ % copies) * bytes, DType::kU8, {bytes}), *layout,
-        Tensor(ws.data(), DType::kF32, {int64_t(ws.size())}),
-        Tensor(out.data(), DType::kF32, {m, hidden}));
-    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+    const std::byte* expert = base + (i++ % copies) * bytes;
+    if (isa < 0) {
+      absl::Status st = backend.ExpertFfnInt4(
+          *stream, Tensor(x.data(), DType::kF32, {m, hidden}),
+          Tensor(const_cast<std::byte*>(expert), DType::kU8, {bytes}), *layout,
+          Tensor(ws.data(), DType::kF32, {int64_t(ws.size())}),
+          Tensor(out.data(), DType::kF32, {m, hidden}));
+      if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+      continue;
+    }
+    // As CpuBackend::ExpertFfnInt4.
+    const Int4Matrix up = Int4ExpertPart(expert, *layout, Int4Part::kUp);
+    float* act = ws.data() + m * 2 * ffn;
+    MatMulInt4(pool, static_cast<Isa>(isa), x.data(), m,
+               Int4ExpertPart(expert, *layout, Int4Part::kGate), &up,
+               ws.data());
+    SiluMulRows(pool, ws.data(), 2 * ffn, ws.data() + ffn, 2 * ffn, m, ffn,
+                act);
+    MatMulInt4(pool, static_cast<Isa>(isa), act, m,
+               Int4ExpertPart(expert, *layout, Int4Part::kDown), nullptr,
+               out.data());
   }
   state.SetBytesProcessed(state.iterations() * bytes);
-  state.SetLabel(absl::StrCat(backend.name(), " int4 ",
-                              IsaName(backend.int4_isa()),
-                              checkpoint ? " gptq" : " draft"));
+  const Isa ran = isa < 0 ? backend.int4_isa() : static_cast<Isa>(isa);
+  state.SetLabel(absl::StrCat(pool.num_threads(), "t int4 ", IsaName(ran),
+                              layout_arg == 0   ? " draft"
+                              : layout_arg == 1 ? " gptq"
+                                                : " gptq-g32",
+                              isa < 0 ? " (backend)" : ""));
 }
 
 // Arg tile: 0 = 128 x 128 blocks (the "fp8" method), 1 = per channel,
@@ -322,23 +366,44 @@ void VariantArgs(benchmark::internal::Benchmark* b) {
   b->Args({1, 2048, 2816, 0, static_cast<int64_t>(Isa::kScalar)});
 }
 BENCHMARK(BM_MatMul)->Apply(VariantArgs)->UseRealTime();
-BENCHMARK(BM_ExpertFfn)
-    ->Args({1, 2048, 1408, 0})
-    ->Args({8, 2048, 1408, 0})
-    ->Args({1, 4096, 14336, 0})
-    ->UseRealTime();
-// {m, hidden, ffn, threads, layout}: GB/s of int4 bytes read at decode
-// m = 1, the draft's layout (0) and a checkpoint's (1: fp16 scales + zeros).
-BENCHMARK(BM_ExpertFfnInt4)
-    ->Args({1, 2048, 1408, 0, 0})
-    ->Args({1, 2048, 1408, 0, 1})
-    ->Args({1, 4096, 14336, 1, 0})
-    ->Args({1, 4096, 14336, 1, 1})
-    ->Args({1, 4096, 14336, 0, 0})
-    ->Args({1, 4096, 14336, 0, 1})
-    ->Args({8, 4096, 14336, 0, 0})
-    ->Args({8, 4096, 14336, 0, 1})
-    ->UseRealTime();
+// {m, hidden, ffn, threads, isa, copies}: the Qwen1.5-MoE and Mixtral
+// experts from DRAM; demo-fg's (256 x 96) on one thread with its 192
+// experts' working set (28 MB, about this AMD EPYC's 32 MiB L3) and from
+// DRAM, on the default (fp32) and the AVX512_BF16 variant.
+void ExpertFfnArgs(benchmark::internal::Benchmark* b) {
+  b->Args({1, 2048, 1408, 0, -1, 0});
+  b->Args({8, 2048, 1408, 0, -1, 0});
+  b->Args({1, 4096, 14336, 0, -1, 0});
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx512Bf16}) {
+    const auto i = static_cast<int64_t>(isa);
+    b->Args({1, 256, 96, 1, i, 192});
+    b->Args({1, 256, 96, 1, i, 0});
+    b->Args({1, 4096, 14336, 1, i, 0});
+  }
+}
+BENCHMARK(BM_ExpertFfn)->Apply(ExpertFfnArgs)->UseRealTime();
+// {m, hidden, ffn, threads, layout, isa, copies}: GB/s of int4 bytes read.
+// The backend's default variant at decode m = 1, the draft's layout (0) and
+// a checkpoint's (1: fp16 scales + zeros); then old vs new in one run (issue
+// 31): kAvx512 (fp32, vpermps table) and kAvx512Bf16 (vdpbf16ps) on
+// demo-fg's GPTQ checkpoint (groups of 32) with its working set and from
+// DRAM, and Mixtral's expert at m = 1 (one thread, all cores) and m = 8.
+void ExpertFfnInt4Args(benchmark::internal::Benchmark* b) {
+  b->Args({1, 2048, 1408, 0, 0, -1, 0});
+  b->Args({1, 2048, 1408, 0, 1, -1, 0});
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx512Bf16}) {
+    const auto i = static_cast<int64_t>(isa);
+    b->Args({1, 256, 96, 1, 2, i, 192});
+    b->Args({8, 256, 96, 1, 2, i, 192});
+    b->Args({1, 256, 96, 1, 2, i, 0});
+    b->Args({1, 2048, 1408, 0, 1, i, 0});
+    b->Args({1, 4096, 14336, 1, 0, i, 0});
+    b->Args({1, 4096, 14336, 1, 1, i, 0});
+    b->Args({1, 4096, 14336, 0, 1, i, 0});
+    b->Args({8, 4096, 14336, 0, 1, i, 0});
+  }
+}
+BENCHMARK(BM_ExpertFfnInt4)->Apply(ExpertFfnInt4Args)->UseRealTime();
 // {m, hidden, ffn, threads, tile}: GB/s of fp8 bytes read at decode m = 1
 // (the shapes of BM_ExpertFfn and BM_ExpertFfnInt4), and m = 8.
 BENCHMARK(BM_ExpertFfnFp8)
