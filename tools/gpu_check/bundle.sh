@@ -10,6 +10,7 @@
 set -euo pipefail
 TARGETS=(
   //kernels:grouped_experts_test
+  //kernels/cuda:cuda_graph_region_test
   //kernels/cuda:cuda_memory_test
   //kernels/cuda:cuda_ops_differential_test
   //kernels/cuda:cuda_ops_benchmark

@@ -109,7 +109,10 @@ if [[ "$what" == tests || "$what" == all ]]; then
     "$(x grouped_experts_test)" &
   step cuda_parity_test 130 "${run[@]}" "$B/cuda_parity_test" \
     --gtest_filter="${PARITY_FILTER:-*}" "$(x cuda_parity_test)" &
-  # CUDA graphs on vs off (issue 30 item 3): logits bit for bit.
+  # CUDA graphs (issue 30 item 3): the backend's capture/replay, then the
+  # model with graphs on vs off, logits bit for bit.
+  step cuda_graph_region_test 60 "${run[@]}" "$B/cuda_graph_region_test" \
+    "$(x cuda_graph_region_test)" &
   step cuda_graphs_test 130 "${run[@]}" "$B/cuda_graphs_test" \
     "$(x cuda_graphs_test)" &
   step policy_invariance_cuda 130 "${run[@]}" "$B/policy_invariance_test" \
