@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kQuantThreads)
 template <int M>
 int Launch(const QuantGroupTable& table, int used, int64_t max_count,
            const Fp8GemvSpec& p, const float* x, float* out, Strm stream) {
-  const int64_t chunk = QuantChunkCols<M>();
+  const int64_t chunk = QuantChunkFor<M>(GemvFp8Kernel<M>, p.k);
   const int stride = QuantRowStride(p.k < chunk ? p.k : chunk);
   const size_t smem = sizeof(float) * M * stride;
   const int64_t passes = (max_count + M - 1) / M;

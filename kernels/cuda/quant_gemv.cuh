@@ -44,6 +44,10 @@ constexpr int64_t QuantChunkCols() {
   return M == 1 ? 10240 : M == 2 ? 5120 : M == 4 ? 2048 : 1024;
 }
 
+// M = 1 stages all of k in one chunk up to this many columns (Mixtral's
+// w2, k = 14336: 72 KiB of dynamic shared memory, opted in per launch).
+inline constexpr int64_t kQuantWideCols = 16384;
+
 // Shared-memory index of column c of a staged row: 4 floats of padding after
 // every 32 columns, so the 16-byte x reads of 8 lanes (32 or 16 columns
 // apart) fall in distinct banks.
@@ -54,6 +58,25 @@ __device__ __forceinline__ int QuantPad(int c) { return c + (c >> 5) * 4; }
 __host__ __device__ inline int QuantRowStride(int64_t cw) {
   const int64_t s = cw + ((cw + 31) >> 5) * 4;
   return static_cast<int>((s + 3) / 4 * 4);
+}
+
+// The chunk a launch of `kernel` stages for rows of k columns:
+// QuantChunkCols<M>(), or all of k for M = 1 up to kQuantWideCols when the
+// kernel may take that much dynamic shared memory (asked for at every such
+// launch: the attribute is per device; the call does not touch a stream, so
+// it is allowed while a stream is being captured). The result does not
+// depend on the chunk (see the file comment).
+template <int M, typename Kernel>
+int64_t QuantChunkFor(Kernel* kernel, int64_t k) {
+  const int64_t chunk = QuantChunkCols<M>();
+  if (M != 1 || k <= chunk || k > kQuantWideCols) return chunk;
+  const int bytes = static_cast<int>(sizeof(float) * QuantRowStride(k));
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           bytes) != cudaSuccess) {
+    cudaGetLastError();  // Not the launch's error: the default chunk serves.
+    return chunk;
+  }
+  return k;
 }
 
 // The number of token rows a launch takes together for groups of at most
