@@ -60,7 +60,9 @@ int LaunchMatMulFp8(const float* x, int64_t m, int64_t k, const uint8_t* wq,
 // bit the same whichever launch computes them. Each group (expert) is a base
 // address (its blob; 0 when the offsets below are absolute addresses) and its
 // rows [begin, begin + count) of x [R, k] and out [R, n] (row stride n).
-// Groups go kQuantGroupsPerLaunch to a launch, their table passed by value.
+// Groups go kQuantGroupsPerLaunch to a launch, their table passed by value,
+// one launch for each of the 1, 2, 4 or 8 rows a group's size has a warp
+// take at a time.
 struct QuantGroup {
   const void* base = nullptr;
   int64_t begin = 0;

@@ -250,26 +250,29 @@ int LaunchGemvInt4(const float* x, const Int4GemvSpec& spec,
                    const QuantGroup* groups, int64_t num_groups, float* out,
                    Strm stream) {
   if (spec.n == 0) return cudaSuccess;
-  int64_t g = 0, max_count = 0;
-  QuantGroupTable table;
-  while (const int used =
-             QuantNextTable(groups, num_groups, &g, &table, &max_count)) {
-    int e = cudaSuccess;
-    switch (QuantRowsFor(max_count)) {
-      case 1:
-        e = Launch<1>(table, used, max_count, spec, x, out, stream);
-        break;
-      case 2:
-        e = Launch<2>(table, used, max_count, spec, x, out, stream);
-        break;
-      case 4:
-        e = Launch<4>(table, used, max_count, spec, x, out, stream);
-        break;
-      default:
-        e = Launch<8>(table, used, max_count, spec, x, out, stream);
-        break;
+  // One launch (per 128 groups) for each number of rows taken together.
+  for (const int m : {1, 2, 4, 8}) {
+    int64_t g = 0, max_count = 0;
+    QuantGroupTable table;
+    while (const int used =
+               QuantNextTable(groups, num_groups, m, &g, &table, &max_count)) {
+      int e = cudaSuccess;
+      switch (m) {
+        case 1:
+          e = Launch<1>(table, used, max_count, spec, x, out, stream);
+          break;
+        case 2:
+          e = Launch<2>(table, used, max_count, spec, x, out, stream);
+          break;
+        case 4:
+          e = Launch<4>(table, used, max_count, spec, x, out, stream);
+          break;
+        default:
+          e = Launch<8>(table, used, max_count, spec, x, out, stream);
+          break;
+      }
+      if (e != cudaSuccess) return e;
     }
-    if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }

@@ -149,16 +149,19 @@ inline int64_t QuantBlocksX(int64_t tiles, int used, int64_t passes) {
   return want < 1 ? 1 : want < tiles ? want : tiles;
 }
 
-// Fills `table` with the next groups with rows from groups[*g] on; returns
-// how many it took (0: none left) and their largest row count.
-inline int QuantNextTable(const QuantGroup* groups, int64_t num_groups,
+// Fills `table` with the next groups from groups[*g] on that have rows and
+// take `m` rows at a time (QuantRowsFor(count) == m); returns how many it
+// took (0: none left) and their largest row count. Launching each m apart
+// keeps a group of 1 or 2 rows from paying for 8 (rows are bit for bit the
+// same whatever m: the file comment).
+inline int QuantNextTable(const QuantGroup* groups, int64_t num_groups, int m,
                           int64_t* g, QuantGroupTable* table,
                           int64_t* max_count) {
   int used = 0;
   *max_count = 0;
   for (; *g < num_groups && used < kQuantGroupsPerLaunch; ++*g) {
     const QuantGroup& q = groups[*g];
-    if (q.count <= 0) continue;
+    if (q.count <= 0 || QuantRowsFor(q.count) != m) continue;
     table->base[used] = reinterpret_cast<uintptr_t>(q.base);
     table->begin[used] = static_cast<int32_t>(q.begin);
     table->count[used] = static_cast<int32_t>(q.count);
