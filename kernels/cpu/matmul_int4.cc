@@ -237,15 +237,28 @@ MOESERVE_AVX512 void TileAvx512(const float* xp, int64_t k, int64_t group,
 // zero point, turns 32 nibbles into 32 exact bf16 weights with one vpermw;
 // vdpbf16ps multiplies them with x rounded to bf16 (exact products) into a
 // per-group fp32 partial sum, and each group's partial sums are scaled once:
-// acc += scale * partial (one FMA per group, 16 lanes). A step covers 32
-// columns of a group (16 bytes): the bytes zero-extended to 16 words form
-// the low half of a zmm, the same words shifted right by 4 (the high
-// nibbles) the high half. vpermw reads the low 5 bits of a word; in the low
-// half those are the low nibble plus bit 0 of the high nibble, so each table
-// holds its 16 entries twice. Lane order of a step: words 0..15 = columns
-// c, c+2, ..., c+30, words 16..31 = c+1, c+3, ..., c+31; x is permuted to
-// match (and rounded) once per call (PrepareXBf16). Groups that are not a
-// multiple of 32 columns run the AVX-512F kernel instead (MatMulInt4).
+// acc += scale * partial (one FMA per group, 16 lanes).
+//
+// A step covers 64 columns c..c+63 (32 bytes): the bytes zero-extended to
+// 32 words give the low nibbles (word i = column c+2i) and, shifted right by
+// 4, the high nibbles (column c+2i+1). vpermw reads the low 5 bits of a
+// word: for the low nibbles that is the nibble plus bit 0 of the high one,
+// so each table holds its 16 entries twice. x is rounded to bf16 and
+// permuted to match once per call (PrepareXBf16): per 64 columns the 32 even
+// columns, then the 32 odd ones. fp32 lane l of the product sums columns
+// c+4l .. c+4l+3, so lanes 0-7 hold columns c..c+31 and lanes 8-15 columns
+// c+32..c+63. With groups of 32 a step holds two groups: words 16-31 are
+// looked up in the second group's table (a masked vpermw) and lanes 8-15
+// scaled by its scale. A row whose k is 32 past a multiple of 64 ends with a
+// 32-column step: 16 bytes widened to 16 words, the high nibbles in words
+// 16-31, x as 16 even columns then 16 odd ones. The kernel takes groups of
+// 32, multiples of 64, and one group per row of a multiple of 32
+// (Bf16KernelFits); MatMulInt4 gives any other matrix the AVX-512F kernel.
+
+// Whether the bf16 kernel's steps fit the groups of rows of k columns.
+inline bool Bf16KernelFits(int64_t group, int64_t k) {
+  return group == 32 || group % 64 == 0 || (group == k && k % 32 == 0);
+}
 
 // bf16 bits of a small integer v (|v| <= 128: exact).
 constexpr uint16_t Bf16OfSmallInt(int v) {
@@ -260,7 +273,7 @@ static_assert(Bf16OfSmallInt(1) == 0x3f80 && Bf16OfSmallInt(-16) == 0xc180 &&
               Bf16OfSmallInt(15) == 0x4170 && Bf16OfSmallInt(-3) == 0xc040);
 
 // For every zero point z (0..kInt4MaxZero): the 32 words (n mod 16) - z as
-// bf16 bits, n = 0..31 (the vpermw table of the step above).
+// bf16 bits, n = 0..31 (the vpermw table of the steps above).
 struct LevelTables {
   alignas(64) uint16_t t[kInt4MaxZero + 1][32];
 };
@@ -273,99 +286,257 @@ constexpr LevelTables MakeLevelTables() {
 }
 constexpr LevelTables kLevelTables = MakeLevelTables();
 
-// x rounded to bf16 (nearest even, vcvtneps2bf16) into the step's lane
-// order: every 32 columns c..c+31 as c, c+2, ..., c+30, c+1, ..., c+31.
+#define MOESERVE_INLINE inline __attribute__((always_inline))
+
+MOESERVE_AVX512BF16 MOESERVE_INLINE __m512i Table(const uint16_t* t) {
+  return _mm512_load_si512(reinterpret_cast<const __m512i*>(t));
+}
+
+// x rounded to bf16 (nearest even, vcvtneps2bf16) into the steps' lane
+// order: every 64 columns c..c+63 of a row as c, c+2, ..., c+62, c+1, ...,
+// c+63; a last 32 columns as c, c+2, ..., c+30, c+1, ..., c+31.
 // REQUIRES: k a multiple of 32.
 MOESERVE_AVX512BF16 void PrepareXBf16(const float* x, int64_t m, int64_t k,
                                       bf16* xp) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
                                          22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  for (int64_t i = 0; i < m * k; i += 32) {
-    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
-    // cvtne2ps: the second operand to words 0..15, the first to 16..31.
-    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_permutex2var_ps(a, odd, b),
-                                           _mm512_permutex2var_ps(a, even, b));
-    _mm512_storeu_si512(xp + i, (__m512i)h);
+  for (int64_t r = 0; r < m; ++r) {
+    const float* xr = x + r * k;
+    bf16* o = xp + r * k;
+    int64_t c = 0;
+    for (; c + 64 <= k; c += 64) {
+      const __m512 a = _mm512_loadu_ps(xr + c),
+                   b = _mm512_loadu_ps(xr + c + 16),
+                   d = _mm512_loadu_ps(xr + c + 32),
+                   e = _mm512_loadu_ps(xr + c + 48);
+      // cvtne2ps: the second operand to words 0..15, the first to 16..31.
+      const __m512bh evens =
+          _mm512_cvtne2ps_pbh(_mm512_permutex2var_ps(d, even, e),
+                              _mm512_permutex2var_ps(a, even, b));
+      const __m512bh odds = _mm512_cvtne2ps_pbh(
+          _mm512_permutex2var_ps(d, odd, e), _mm512_permutex2var_ps(a, odd, b));
+      _mm512_storeu_si512(o + c, (__m512i)evens);
+      _mm512_storeu_si512(o + c + 32, (__m512i)odds);
+    }
+    if (c < k) {
+      const __m512 a = _mm512_loadu_ps(xr + c),
+                   b = _mm512_loadu_ps(xr + c + 16);
+      const __m512bh h =
+          _mm512_cvtne2ps_pbh(_mm512_permutex2var_ps(a, odd, b),
+                              _mm512_permutex2var_ps(a, even, b));
+      _mm512_storeu_si512(o + c, (__m512i)h);
+    }
   }
 }
 
-// 32 columns of one weight row as exact bf16 (u - z): the step above.
-MOESERVE_AVX512BF16 inline __m512bh WeightsBf16(const uint8_t* q,
-                                                const uint16_t* table) {
+// The 32-column step: columns c..c+31 of one weight row as exact bf16
+// (u - z), in the lane order above.
+MOESERVE_AVX512BF16 MOESERVE_INLINE __m512bh Weights32(const uint8_t* q,
+                                                       __m512i table) {
   const __m256i b = _mm256_cvtepu8_epi16(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
   const __m512i idx =
       _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
-  return (__m512bh)_mm512_permutexvar_epi16(
-      idx, _mm512_load_si512(reinterpret_cast<const __m512i*>(table)));
+  return (__m512bh)_mm512_permutexvar_epi16(idx, table);
 }
 
 // Sixteen scales (bits of type st; only the lanes in `mask` are read, the
 // others are 0) as fp32, exactly: bf16 by a 16-bit shift, fp16 by vcvtph2ps
 // (exact for every finite code, subnormals included).
-MOESERVE_AVX512BF16 inline __m512 Scales16(const uint16_t* s, __mmask16 mask,
-                                           Int4ScaleType st) {
+MOESERVE_AVX512BF16 MOESERVE_INLINE __m512 Scales16(const uint16_t* s,
+                                                    __mmask16 mask,
+                                                    Int4ScaleType st) {
   const __m256i h = _mm256_maskz_loadu_epi16(mask, s);
   if (st == Int4ScaleType::kF16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// The scales of groups [g, g + 16) of the NR weight rows (those that exist).
+template <int NR>
+MOESERVE_AVX512BF16 MOESERVE_INLINE void DecodeScales(const Row* w, int64_t g,
+                                                      int64_t groups,
+                                                      Int4ScaleType st,
+                                                      float (&out)[NR][16]) {
+  const int64_t n = std::min<int64_t>(16, groups - g);
+  const auto mask = static_cast<__mmask16>((1u << n) - 1);
+  for (int j = 0; j < NR; ++j) {
+    _mm512_store_ps(out[j], Scales16(w[j].s + g, mask, st));
+  }
+}
+
+// Table of group g of weight row w.
+template <bool kZeros>
+MOESERVE_INLINE const uint16_t* TableOf(const Row& w, int64_t g) {
+  return kLevelTables.t[kZeros ? w.z[g] : kInt4ImplicitZero];
+}
+
+// y[0..NR) = the sums of the lanes of acc[0..NR), in HorizontalSum4's order
+// (a lone weight row as position 0 of a quad). By value: an accumulator
+// array passed by reference stays in memory.
+MOESERVE_AVX512BF16 MOESERVE_INLINE void StoreSums(__m512 a0, __m512 a1,
+                                                   __m512 a2, __m512 a3,
+                                                   float* y) {
+  _mm_storeu_ps(y, HorizontalSum4(a0, a1, a2, a3));
+}
+MOESERVE_AVX512BF16 MOESERVE_INLINE void StoreSums(__m512 a, float* y) {
+  *y = _mm_cvtss_f32(HorizontalSum4(a, a, a, a));
+}
+#define MOESERVE_STORE_TILE(acc, y, ldy)                                  \
+  for (int r = 0; r < MR; ++r) {                                          \
+    if constexpr (NR == 4) {                                              \
+      StoreSums(acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * ldy); \
+    } else {                                                              \
+      StoreSums(acc[r][0], y + r * ldy);                                  \
+    }                                                                     \
+  }
+
+// The cache line of nibbles of column c of the NR weight rows pf[j].
+template <int NR>
+MOESERVE_INLINE void Prefetch(const Row* pf, int64_t c) {
+  for (int j = 0; j < NR; ++j) {
+    _mm_prefetch(reinterpret_cast<const char*>(pf[j].q + c / 2), _MM_HINT_T0);
+  }
+}
+
 // y[MR rows, NR cols] for the prepared x rows xp[0..MR) (row stride k) and
-// the NR weight rows w[j]: per group, one fp32 partial sum per (row, weight
-// row) by vdpbf16ps, then acc += scale * partial. The scales are decoded 16
-// groups at a time; the sums of the lanes are HorizontalSum4's, the same
-// order for NR = 1 as for each position of NR = 4. REQUIRES: group a
-// multiple of 32.
+// the NR weight rows w[j], groups of 32: each 64-column step is two groups,
+// scaled as it ends (lanes 0-7 by the first group's scale, 8-15 by the
+// second's); an odd last group is a 32-column step.
 template <int MR, int NR, bool kZeros>
-MOESERVE_AVX512BF16 void TileAvx512Bf16(const bf16* xp, int64_t k,
-                                        int64_t group, int64_t groups,
-                                        Int4ScaleType st, const Row* w,
-                                        float* y, int64_t ldy) {
-  static_assert(NR == 4 || NR == 1);
+MOESERVE_AVX512BF16 void TilePairsBf16(const bf16* xp, int64_t k,
+                                       int64_t groups, Int4ScaleType st,
+                                       const Row* w, float* y, int64_t ldy,
+                                       const Row* pf) {
   __m512 acc[MR][NR];
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
   alignas(64) float scales[NR][16];
   for (int64_t gb = 0; gb < groups; gb += 16) {
-    const int64_t nb = std::min<int64_t>(16, groups - gb);
-    const auto mask = static_cast<__mmask16>((1u << nb) - 1);
-    for (int j = 0; j < NR; ++j) {
-      _mm512_store_ps(scales[j], Scales16(w[j].s + gb, mask, st));
-    }
-    for (int64_t g = gb; g < gb + nb; ++g) {
-      const uint16_t* table[NR];
+    DecodeScales<NR>(w, gb, groups, st, scales);
+    const int64_t g1 = std::min(groups, gb + 16);
+    int64_t g = gb;
+    for (; g + 2 <= g1; g += 2) {
+      const int64_t c = g * 32;
+      if (pf != nullptr && c % 128 == 0) Prefetch<NR>(pf, c);
       for (int j = 0; j < NR; ++j) {
-        table[j] = kLevelTables.t[kZeros ? w[j].z[g] : kInt4ImplicitZero];
-      }
-      __m512 part[MR][NR];
-      for (int r = 0; r < MR; ++r)
-        for (int j = 0; j < NR; ++j) part[r][j] = _mm512_setzero_ps();
-      for (int64_t c = g * group; c < (g + 1) * group; c += 32) {
-        for (int j = 0; j < NR; ++j) {
-          const __m512bh wv = WeightsBf16(w[j].q + (c >> 1), table[j]);
-          for (int r = 0; r < MR; ++r) {
-            const auto xv = (__m512bh)_mm512_loadu_si512(xp + r * k + c);
-            part[r][j] = _mm512_dpbf16_ps(part[r][j], xv, wv);
-          }
+        const __m512i t = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w[j].q + c / 2)));
+        const __m512i h = _mm512_srli_epi16(t, 4);
+        const __m512i lo = Table(TableOf<kZeros>(w[j], g));
+        __m512i wa = _mm512_permutexvar_epi16(t, lo);
+        __m512i wb = _mm512_permutexvar_epi16(h, lo);
+        if constexpr (kZeros) {
+          const __m512i hi = Table(TableOf<kZeros>(w[j], g + 1));
+          wa = _mm512_mask_permutexvar_epi16(wa, 0xffff0000u, t, hi);
+          wb = _mm512_mask_permutexvar_epi16(wb, 0xffff0000u, h, hi);
+        }
+        const __m512 sv = _mm512_mask_broadcastss_ps(
+            _mm512_set1_ps(scales[j][g - gb]), 0xff00,
+            _mm_load_ss(&scales[j][g - gb + 1]));
+        for (int r = 0; r < MR; ++r) {
+          __m512 part = _mm512_dpbf16_ps(
+              _mm512_setzero_ps(), (__m512bh)_mm512_loadu_si512(xp + r * k + c),
+              (__m512bh)wa);
+          part = _mm512_dpbf16_ps(
+              part, (__m512bh)_mm512_loadu_si512(xp + r * k + c + 32),
+              (__m512bh)wb);
+          acc[r][j] = _mm512_fmadd_ps(part, sv, acc[r][j]);
         }
       }
+    }
+    if (g < g1) {  // The odd last group.
+      const int64_t c = g * 32;
+      if (pf != nullptr && c % 128 == 0) Prefetch<NR>(pf, c);
       for (int j = 0; j < NR; ++j) {
+        const __m512bh wv =
+            Weights32(w[j].q + c / 2, Table(TableOf<kZeros>(w[j], g)));
         const __m512 sv = _mm512_set1_ps(scales[j][g - gb]);
         for (int r = 0; r < MR; ++r) {
-          acc[r][j] = _mm512_fmadd_ps(part[r][j], sv, acc[r][j]);
+          const __m512 part = _mm512_dpbf16_ps(
+              _mm512_setzero_ps(), (__m512bh)_mm512_loadu_si512(xp + r * k + c),
+              wv);
+          acc[r][j] = _mm512_fmadd_ps(part, sv, acc[r][j]);
         }
       }
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    if constexpr (NR == 4) {
-      _mm_storeu_ps(y + r * ldy,
-                    HorizontalSum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
-    } else {
-      y[r * ldy] = _mm_cvtss_f32(
-          HorizontalSum4(acc[r][0], acc[r][0], acc[r][0], acc[r][0]));
+  static_assert(NR == 4 || NR == 1);
+  MOESERVE_STORE_TILE(acc, y, ldy)
+}
+
+// The same for groups of a multiple of 64 columns, or one group per row
+// (then a row 32 past a multiple of 64 ends with a 32-column step): per
+// group an fp32 partial sum over its steps, then acc += scale * partial.
+template <int MR, int NR, bool kZeros>
+MOESERVE_AVX512BF16 void TileGroupsBf16(const bf16* xp, int64_t k,
+                                        int64_t group, int64_t groups,
+                                        Int4ScaleType st, const Row* w,
+                                        float* y, int64_t ldy, const Row* pf) {
+  __m512 acc[MR][NR];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NR; ++j) acc[r][j] = _mm512_setzero_ps();
+  alignas(64) float scales[NR][16];
+  for (int64_t g = 0; g < groups; ++g) {
+    if (g % 16 == 0) DecodeScales<NR>(w, g, groups, st, scales);
+    __m512i table[NR];
+    for (int j = 0; j < NR; ++j) table[j] = Table(TableOf<kZeros>(w[j], g));
+    __m512 part[MR][NR];
+    for (int r = 0; r < MR; ++r)
+      for (int j = 0; j < NR; ++j) part[r][j] = _mm512_setzero_ps();
+    const int64_t c1 = (g + 1) * group;
+    int64_t c = g * group;
+    for (; c + 64 <= c1; c += 64) {
+      if (pf != nullptr && c % 128 == 0) Prefetch<NR>(pf, c);
+      for (int j = 0; j < NR; ++j) {
+        const __m512i t = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(w[j].q + c / 2)));
+        const auto wa = (__m512bh)_mm512_permutexvar_epi16(t, table[j]);
+        const auto wb = (__m512bh)_mm512_permutexvar_epi16(
+            _mm512_srli_epi16(t, 4), table[j]);
+        for (int r = 0; r < MR; ++r) {
+          part[r][j] = _mm512_dpbf16_ps(
+              part[r][j], (__m512bh)_mm512_loadu_si512(xp + r * k + c), wa);
+          part[r][j] = _mm512_dpbf16_ps(
+              part[r][j], (__m512bh)_mm512_loadu_si512(xp + r * k + c + 32),
+              wb);
+        }
+      }
     }
+    if (c < c1) {  // One group per row, k 32 past a multiple of 64.
+      if (pf != nullptr && c % 128 == 0) Prefetch<NR>(pf, c);
+      for (int j = 0; j < NR; ++j) {
+        const __m512bh wv = Weights32(w[j].q + c / 2, table[j]);
+        for (int r = 0; r < MR; ++r) {
+          part[r][j] = _mm512_dpbf16_ps(
+              part[r][j], (__m512bh)_mm512_loadu_si512(xp + r * k + c), wv);
+        }
+      }
+    }
+    for (int j = 0; j < NR; ++j) {
+      const __m512 sv = _mm512_set1_ps(scales[j][g % 16]);
+      for (int r = 0; r < MR; ++r) {
+        acc[r][j] = _mm512_fmadd_ps(part[r][j], sv, acc[r][j]);
+      }
+    }
+  }
+  static_assert(NR == 4 || NR == 1);
+  MOESERVE_STORE_TILE(acc, y, ldy)
+}
+
+// With `pf` (the next tile's weight rows; the first row tile of a row block
+// only), one prefetch per weight row and cache line of nibbles, so the
+// short rows of an expert (k = 256: two lines) do not wait on the L3 one
+// tile at a time; the steps are the same either way.
+template <int MR, int NR, bool kZeros>
+MOESERVE_AVX512BF16 void TileAvx512Bf16(const bf16* xp, int64_t k,
+                                        int64_t group, int64_t groups,
+                                        Int4ScaleType st, const Row* w,
+                                        float* y, int64_t ldy, const Row* pf) {
+  if (group == 32) {
+    TilePairsBf16<MR, NR, kZeros>(xp, k, groups, st, w, y, ldy, pf);
+  } else {
+    TileGroupsBf16<MR, NR, kZeros>(xp, k, group, groups, st, w, y, ldy, pf);
   }
 }
 
@@ -401,19 +572,20 @@ template <int NR, bool kZeros>
 MOESERVE_AVX512BF16 void RowsAvx512Bf16(const bf16* xp, int64_t r0, int64_t r1,
                                         int64_t k, int64_t group,
                                         Int4ScaleType st, const Row* w,
-                                        float* y, int64_t ldy) {
+                                        float* y, int64_t ldy, const Row* pf) {
   const int64_t groups = k / group;
   int64_t r = r0;
   for (; r + 3 <= r1; r += 3) {
     TileAvx512Bf16<3, NR, kZeros>(xp + r * k, k, group, groups, st, w,
-                                  y + r * ldy, ldy);
+                                  y + r * ldy, ldy, r == r0 ? pf : nullptr);
   }
+  if (r != r0) pf = nullptr;
   if (r + 2 == r1) {
     TileAvx512Bf16<2, NR, kZeros>(xp + r * k, k, group, groups, st, w,
-                                  y + r * ldy, ldy);
+                                  y + r * ldy, ldy, pf);
   } else if (r + 1 == r1) {
     TileAvx512Bf16<1, NR, kZeros>(xp + r * k, k, group, groups, st, w,
-                                  y + r * ldy, ldy);
+                                  y + r * ldy, ldy, pf);
   }
 }
 
@@ -422,13 +594,13 @@ MOESERVE_AVX512BF16 void RowsAvx512Bf16(const bf16* xp, int64_t r0, int64_t r1,
 template <int NR>
 void RowsSimd(Isa isa, const float* x, const bf16* xb, int64_t r0, int64_t r1,
               int64_t k, int64_t group, Int4ScaleType st, const Row* w,
-              float* y, int64_t ldy) {
+              float* y, int64_t ldy, const Row* pf) {
   switch (isa) {
     case Isa::kAvx512Bf16:
       if (w[0].z != nullptr) {
-        RowsAvx512Bf16<NR, true>(xb, r0, r1, k, group, st, w, y, ldy);
+        RowsAvx512Bf16<NR, true>(xb, r0, r1, k, group, st, w, y, ldy, pf);
       } else {
-        RowsAvx512Bf16<NR, false>(xb, r0, r1, k, group, st, w, y, ldy);
+        RowsAvx512Bf16<NR, false>(xb, r0, r1, k, group, st, w, y, ldy, pf);
       }
       return;
     case Isa::kAvx512:
@@ -448,14 +620,23 @@ void ColsSimd(Isa isa, const float* x, const bf16* xb, int64_t m,
   for (int64_t r0 = 0; r0 < m; r0 += kRowBlock) {
     const int64_t r1 = std::min(m, r0 + kRowBlock);
     int64_t j = j0;
+    Row rows[kTileRows], next[kTileRows];
+    if (j + kTileRows <= j1) {
+      for (int t = 0; t < kTileRows; ++t) next[t] = w.row(j + t);
+    }
     for (; j + kTileRows <= j1; j += kTileRows) {
-      Row rows[kTileRows];
-      for (int t = 0; t < kTileRows; ++t) rows[t] = w.row(j + t);
-      RowsSimd<kTileRows>(isa, x, xb, r0, r1, k, group, st, rows, y + j, n);
+      std::copy(next, next + kTileRows, rows);
+      // The next tile of the thread's range (the bf16 kernel prefetches it).
+      const bool more = j + 2 * kTileRows <= j1;
+      if (more) {
+        for (int t = 0; t < kTileRows; ++t) next[t] = w.row(j + kTileRows + t);
+      }
+      RowsSimd<kTileRows>(isa, x, xb, r0, r1, k, group, st, rows, y + j, n,
+                          more ? next : nullptr);
     }
     for (; j < j1; ++j) {
-      const Row rows[1] = {w.row(j)};
-      RowsSimd<1>(isa, x, xb, r0, r1, k, group, st, rows, y + j, n);
+      const Row lone[1] = {w.row(j)};
+      RowsSimd<1>(isa, x, xb, r0, r1, k, group, st, lone, y + j, n, nullptr);
     }
   }
 }
@@ -502,8 +683,10 @@ void MatMulInt4(ThreadPool& pool, Isa isa, const float* x, int64_t m,
   if (m == 0 || n == 0) return;
   const Stacked w{a, b};
 #if defined(__x86_64__)
-  // The bf16 kernel steps 32 columns of a group at a time.
-  if (isa == Isa::kAvx512Bf16 && a.group % 32 != 0) isa = Isa::kAvx512;
+  // The bf16 kernel's steps fit groups of 32, multiples of 64 and whole rows.
+  if (isa == Isa::kAvx512Bf16 && !Bf16KernelFits(a.group, k)) {
+    isa = Isa::kAvx512;
+  }
   // The AVX-512 kernels read x in their lane order (PermuteForAvx512,
   // PrepareXBf16); the buffers are the calling thread's, read by the pool
   // during this call only.

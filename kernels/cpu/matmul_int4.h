@@ -24,20 +24,27 @@
 //                order. Same semantics as kAvx2 (exact weights, fp32
 //                products and sums); only the summation order differs.
 //   kAvx512Bf16  AVX512_BF16 + AVX-512BW (vdpbf16ps, 32 products per
-//                instruction): 32 nibbles unpacked to 16-bit lanes and
-//                turned into the exact bf16 values (u - z) by one vpermw
-//                from a table per zero point; x is first rounded to bf16
-//                (round to nearest even) and permuted into the unpacking's
-//                lane order, once per call. Products x * (u - z) are exact,
-//                summed in fp32 per group, then each group's sums are scaled
-//                once (acc += scale * partial, fp32 FMA). So each product
+//                instruction): 64 nibbles (32 bytes) at a time widened to
+//                16-bit lanes and turned into the exact bf16 values (u - z)
+//                by vpermw from a table per zero point (with groups of 32
+//                each step spans two groups: a masked vpermw looks the
+//                second one up in its own table); x is first rounded to
+//                bf16 (round to nearest even) and permuted into the
+//                unpacking's lane order, once per call. Products x * (u - z)
+//                are exact, summed in fp32 per group, then each group's sums
+//                are scaled once (acc += scale * partial, fp32 FMA; the
+//                scales decoded exactly, 16 at a time). So each product
 //                carries x's rounding error (<= 2^-8 relative, ~2^-9
 //                typical): results differ from the fp32 variants by ~1e-3 of
 //                the output scale on random data, as MatMulBf16's
 //                kAvx512Bf16, and from the reference fed the same rounded x
-//                by fp32 summation only. Needs groups of a multiple of 32
-//                columns; a matrix with other groups (16, or one group per
-//                row of k not a multiple of 32) runs kAvx512 instead.
+//                by fp32 summation only. Takes groups of 32, multiples of 64
+//                and one group per row of a multiple of 32 (every group the
+//                checkpoints and Int4GroupFor give but 16 and rows not a
+//                multiple of 32); a matrix with other groups runs kAvx512.
+//                The first row tile of a block prefetches the next weight
+//                tile's nibbles (short rows otherwise wait on the L3 tile by
+//                tile).
 // The group columns the SIMD steps do not cover (kAvx2/kAvx512: past the
 // last multiple of 16, only when group = k < 128) take a scalar tail.
 // Within one variant a row's result does not depend on m, on the other rows,

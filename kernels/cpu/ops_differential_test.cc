@@ -448,8 +448,8 @@ TEST(ExpertFfnInt4, QuantizerMatchesReferenceQuantizeInt4) {
 // MatMulInt4 called directly, so every variant this CPU has runs whatever
 // the backend's default; one it lacks is skipped. kScalar, kAvx2 and
 // kAvx512 use the exact weights in fp32: kTolInt4Dot against the double
-// reference. kAvx512Bf16 rounds x to bf16 (where a matrix's groups are a
-// multiple of 32 columns; else it runs kAvx512): kTolBf16ActivationDot
+// reference. kAvx512Bf16 rounds x to bf16 (where its steps fit a matrix's
+// groups; else it runs kAvx512): kTolBf16ActivationDot
 // against the reference, kTolInt4Dot against the reference fed the same
 // rounded x (so the looser bound cannot hide a summation or lane-order bug),
 // and kTolBf16ActivationFfn through a whole expert (x rounded before gate/up,
@@ -505,7 +505,11 @@ void CheckInt4Product(ThreadPool& pool, Isa isa, const Int4Matrix& a,
   const std::vector<float> x = rng.F32(m * k);
   std::vector<float> got(m * n, NAN);
   MatMulInt4(pool, isa, x.data(), m, a, b, got.data());
-  const bool bf16_x = isa == Isa::kAvx512Bf16 && a.group % 32 == 0;
+  // kAvx512Bf16 takes groups of 32, multiples of 64 and one group per row
+  // of a multiple of 32 (matmul_int4.h); kAvx512 runs the others.
+  const bool bf16_x =
+      isa == Isa::kAvx512Bf16 &&
+      (a.group == 32 || a.group % 64 == 0 || (a.group == k && k % 32 == 0));
   EXPECT_TRUE(Close(got, Int4Reference(x, m, a, b, false),
                     bf16_x ? kTolBf16ActivationDot : kTolInt4Dot));
   if (bf16_x) {
@@ -516,18 +520,20 @@ void CheckInt4Product(ThreadPool& pool, Isa isa, const Int4Matrix& a,
 
 // Every shape, group and layout the backend's int4 tests use (the draft's
 // quantized experts, the checkpoint layouts: groups 32, 64, 128, one per
-// row, odd ones), gate + up stacked and down alone, m across the register
-// tiles (1, 2, 3, 4) and the row blocks (16, 17, 33).
+// row, odd ones), plus mixtral_tiny's (k = 32: a lone 32-column step) and
+// a group of 96 in rows of 192 (kAvx512Bf16 hands it to kAvx512); gate + up
+// stacked and down alone, m across the register tiles (1, 2, 3, 4) and the
+// row blocks (16, 17, 33).
 TEST_P(Int4Variant, MatchesReferenceAtEveryTestedLayout) {
   Rng rng(45);
   struct Shape {
     int64_t hidden, ffn, group_in, group_out;
   };
-  const Shape shapes[] = {{256, 96, 128, 32},   {256, 128, 128, 128},
-                          {144, 40, 16, 40},    {40, 52, 40, 52},
-                          {144, 6, 16, 6},      {256, 96, 128, 96},
-                          {256, 128, 64, 32},   {256, 96, 32, 32},
-                          {128, 256, 128, 128}, {144, 6, 144, 6}};
+  const Shape shapes[] = {
+      {256, 96, 128, 32}, {256, 128, 128, 128}, {144, 40, 16, 40},
+      {40, 52, 40, 52},   {144, 6, 16, 6},      {256, 96, 128, 96},
+      {256, 128, 64, 32}, {256, 96, 32, 32},    {128, 256, 128, 128},
+      {144, 6, 144, 6},   {64, 32, 64, 32},     {192, 32, 96, 32}};
   const Int4ExpertOptions options[] = {{Int4ScaleType::kBf16, false},
                                        {Int4ScaleType::kF16, true},
                                        {Int4ScaleType::kF16, false},
