@@ -384,10 +384,13 @@ MOESERVE_AVX512BF16 MOESERVE_INLINE void StoreSums(__m512 a, float* y) {
 }
 #define MOESERVE_STORE_TILE(acc, y, ldy)                                  \
   for (int r = 0; r < MR; ++r) {                                          \
-    if constexpr (NR == 4) {                                              \
-      StoreSums(acc[r][0], acc[r][1], acc[r][2], acc[r][3], y + r * ldy); \
-    } else {                                                              \
+    if constexpr (NR == 1) {                                              \
       StoreSums(acc[r][0], y + r * ldy);                                  \
+    } else {                                                              \
+      for (int q = 0; q < NR; q += 4) {                                   \
+        StoreSums(acc[r][q], acc[r][q + 1], acc[r][q + 2], acc[r][q + 3], \
+                  y + r * ldy + q);                                       \
+      }                                                                   \
     }                                                                     \
   }
 
@@ -461,7 +464,7 @@ MOESERVE_AVX512BF16 void TilePairsBf16(const bf16* xp, int64_t k,
       }
     }
   }
-  static_assert(NR == 4 || NR == 1);
+  static_assert(NR == 1 || NR == 4 || NR == 8);
   MOESERVE_STORE_TILE(acc, y, ldy)
 }
 
@@ -520,7 +523,7 @@ MOESERVE_AVX512BF16 void TileGroupsBf16(const bf16* xp, int64_t k,
       }
     }
   }
-  static_assert(NR == 4 || NR == 1);
+  static_assert(NR == 1 || NR == 4 || NR == 8);
   MOESERVE_STORE_TILE(acc, y, ldy)
 }
 
@@ -574,6 +577,11 @@ MOESERVE_AVX512BF16 void RowsAvx512Bf16(const bf16* xp, int64_t r0, int64_t r1,
                                         Int4ScaleType st, const Row* w,
                                         float* y, int64_t ldy, const Row* pf) {
   const int64_t groups = k / group;
+  if constexpr (NR == 8) {  // One row of x only (ColsSimd).
+    TileAvx512Bf16<1, 8, kZeros>(xp + r0 * k, k, group, groups, st, w,
+                                 y + r0 * ldy, ldy, pf);
+    return;
+  }
   int64_t r = r0;
   for (; r + 3 <= r1; r += 3) {
     TileAvx512Bf16<3, NR, kZeros>(xp + r * k, k, group, groups, st, w,
@@ -589,54 +597,79 @@ MOESERVE_AVX512BF16 void RowsAvx512Bf16(const bf16* xp, int64_t r0, int64_t r1,
   }
 }
 
+// All rows [r0, r1) of x against NR weight rows on the fp32 kernels.
+template <int NR>
+void RowsFp32(Isa isa, const float* x, int64_t r0, int64_t r1, int64_t k,
+              int64_t group, Int4ScaleType st, const Row* w, float* y,
+              int64_t ldy) {
+  if (isa == Isa::kAvx512) {
+    RowsAvx512<NR>(x, r0, r1, k, group, st, w, y, ldy);
+  } else {
+    RowsAvx2<NR>(x, r0, r1, k, group, st, w, y, ldy);
+  }
+}
+
 // All rows [r0, r1) of x against NR weight rows on the kernel of `isa`: x
 // fp32 (kAvx512: permuted) or, for kAvx512Bf16, xb (PrepareXBf16).
 template <int NR>
 void RowsSimd(Isa isa, const float* x, const bf16* xb, int64_t r0, int64_t r1,
               int64_t k, int64_t group, Int4ScaleType st, const Row* w,
               float* y, int64_t ldy, const Row* pf) {
-  switch (isa) {
-    case Isa::kAvx512Bf16:
-      if (w[0].z != nullptr) {
-        RowsAvx512Bf16<NR, true>(xb, r0, r1, k, group, st, w, y, ldy, pf);
-      } else {
-        RowsAvx512Bf16<NR, false>(xb, r0, r1, k, group, st, w, y, ldy, pf);
-      }
-      return;
-    case Isa::kAvx512:
-      RowsAvx512<NR>(x, r0, r1, k, group, st, w, y, ldy);
-      return;
-    default:
-      RowsAvx2<NR>(x, r0, r1, k, group, st, w, y, ldy);
-      return;
+  if (isa == Isa::kAvx512Bf16) {
+    if (w[0].z != nullptr) {
+      RowsAvx512Bf16<NR, true>(xb, r0, r1, k, group, st, w, y, ldy, pf);
+    } else {
+      RowsAvx512Bf16<NR, false>(xb, r0, r1, k, group, st, w, y, ldy, pf);
+    }
+    return;
+  }
+  if constexpr (NR <= kTileRows) {
+    RowsFp32<NR>(isa, x, r0, r1, k, group, st, w, y, ldy);
   }
 }
 
-// Columns [j0, j1) of y for every row of x, on the kernel of `isa`.
-void ColsSimd(Isa isa, const float* x, const bf16* xb, int64_t m,
-              const Stacked& w, int64_t n, float* y, int64_t j0, int64_t j1) {
+// Columns [j0, j1) of y for the rows [r0, r1) of x, TR weight rows a call
+// (the rows left over one at a time).
+template <int TR>
+void ColsTiles(Isa isa, const float* x, const bf16* xb, int64_t r0, int64_t r1,
+               const Stacked& w, int64_t n, float* y, int64_t j0, int64_t j1) {
   const int64_t k = w.k(), group = w.group();
   const Int4ScaleType st = w.scale_type();
+  int64_t j = j0;
+  Row rows[TR], next[TR];
+  if (j + TR <= j1) {
+    for (int t = 0; t < TR; ++t) next[t] = w.row(j + t);
+  }
+  for (; j + TR <= j1; j += TR) {
+    std::copy(next, next + TR, rows);
+    // The next tile of the thread's range (the bf16 kernel prefetches it).
+    const bool more = j + 2 * TR <= j1;
+    if (more) {
+      for (int t = 0; t < TR; ++t) next[t] = w.row(j + TR + t);
+    }
+    RowsSimd<TR>(isa, x, xb, r0, r1, k, group, st, rows, y + j, n,
+                 more ? next : nullptr);
+  }
+  for (; j < j1; ++j) {
+    const Row lone[1] = {w.row(j)};
+    RowsSimd<1>(isa, x, xb, r0, r1, k, group, st, lone, y + j, n, nullptr);
+  }
+}
+
+// Columns [j0, j1) of y for every row of x, on the kernel of `isa`. The bf16
+// kernel takes a lone row of x (decode) against 8 weight rows a tile, which
+// halves its per-tile work; each output's operations are those of a 4-row
+// tile, so the result is the same.
+void ColsSimd(Isa isa, const float* x, const bf16* xb, int64_t m,
+              const Stacked& w, int64_t n, float* y, int64_t j0, int64_t j1) {
   for (int64_t r0 = 0; r0 < m; r0 += kRowBlock) {
     const int64_t r1 = std::min(m, r0 + kRowBlock);
-    int64_t j = j0;
-    Row rows[kTileRows], next[kTileRows];
-    if (j + kTileRows <= j1) {
-      for (int t = 0; t < kTileRows; ++t) next[t] = w.row(j + t);
-    }
-    for (; j + kTileRows <= j1; j += kTileRows) {
-      std::copy(next, next + kTileRows, rows);
-      // The next tile of the thread's range (the bf16 kernel prefetches it).
-      const bool more = j + 2 * kTileRows <= j1;
-      if (more) {
-        for (int t = 0; t < kTileRows; ++t) next[t] = w.row(j + kTileRows + t);
-      }
-      RowsSimd<kTileRows>(isa, x, xb, r0, r1, k, group, st, rows, y + j, n,
-                          more ? next : nullptr);
-    }
-    for (; j < j1; ++j) {
-      const Row lone[1] = {w.row(j)};
-      RowsSimd<1>(isa, x, xb, r0, r1, k, group, st, lone, y + j, n, nullptr);
+    if (isa == Isa::kAvx512Bf16 && r1 - r0 == 1) {
+      const int64_t j8 = j0 + (j1 - j0) / 8 * 8;
+      ColsTiles<8>(isa, x, xb, r0, r1, w, n, y, j0, j8);
+      ColsTiles<kTileRows>(isa, x, xb, r0, r1, w, n, y, j8, j1);
+    } else {
+      ColsTiles<kTileRows>(isa, x, xb, r0, r1, w, n, y, j0, j1);
     }
   }
 }
