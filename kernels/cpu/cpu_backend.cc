@@ -134,7 +134,10 @@ Isa ChooseIsa(const CpuBackendOptions& options) {
 Isa ChooseInt4Isa(const CpuBackendOptions& options) {
   if (!options.use_simd) return Isa::kScalar;
   Isa isa = BestInt4Isa();
-  if (auto want = RequestedIsa(options)) isa = std::min(isa, *want);
+  // A variant asked for by name runs when this CPU has it (avx512bf16: the
+  // int4 kernel with x rounded to bf16, as the bf16 kernels' avx512bf16;
+  // amxbf16 has no int4 kernel of its own and takes that one).
+  if (auto want = RequestedIsa(options)) isa = ClampInt4Isa(*want);
   if (!options.use_avx512) isa = std::min(isa, Isa::kAvx2);
   return isa;
 }

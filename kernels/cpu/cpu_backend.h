@@ -12,8 +12,9 @@
 // variable MOESERVE_CPU_KERNELS (read once per process) if set, else
 // BestIsa(): the best fp32 variant (avx512 on an AVX-512 CPU, else avx2).
 // MOESERVE_CPU_KERNELS=scalar|avx2|avx512|avx512bf16|amxbf16 forces that
-// variant for the bf16 kernels and caps the int4 ones at it (avx512bf16,
-// amxbf16 -> avx512), clamped to what the CPU has (one line on stderr when
+// variant for the bf16 kernels and the int4 ones (amxbf16 -> the int4
+// kernels' avx512bf16; the fp8 ones are capped at avx512), clamped to what
+// the CPU has (one line on stderr when
 // clamped or not understood), so old and new kernels compare in one build.
 // name() shows the bf16 variant: "cpu-avx512-2t".
 //
@@ -46,7 +47,8 @@ struct CpuBackendOptions {
   // has it; false caps them at AVX2 (tests compare both). Default: true.
   bool use_avx512 = true;
   // With use_simd, the bf16 kernels' variant (clamped to what the CPU has,
-  // silently); it also caps the int4 and fp8 kernels. Default: unset
+  // silently); it also picks the int4 kernels' (ClampInt4Isa) and caps
+  // the fp8 ones. Default: unset
   // (MOESERVE_CPU_KERNELS, else BestIsa()).
   std::optional<Isa> isa;
 };

@@ -27,6 +27,8 @@ TEST(KernelEnv, ForcesTheNamedVariantOrIgnoresAnUnknownName) {
   EXPECT_EQ(backend.isa(), want);
   EXPECT_EQ(backend.name(), absl::StrCat("cpu-", IsaName(want), "-2t"));
   if (named.has_value()) {
+    // The named variant where this CPU has an int4 kernel for it.
+    EXPECT_EQ(backend.int4_isa(), ClampInt4Isa(*named));
     EXPECT_LE(backend.int4_isa(), *named);
   } else {
     EXPECT_EQ(backend.int4_isa(), BestInt4Isa());

@@ -56,8 +56,9 @@ namespace moeserve::kernels::cpu {
 // Instruction-set variant of the CPU kernels, in increasing order: each needs
 // the CPU features of the ones before it. kAvx512 (AVX-512F+BW+VL, AVX2, FMA)
 // is also the int4 kernel's AVX-512 level (matmul_int4.h; it needs only
-// AVX-512F); kAvx512Bf16 adds AVX512_BF16 and exists for the bf16 kernels
-// only (the int4 kernels run their kAvx512 code under it). kAmxBf16 adds
+// AVX-512F); kAvx512Bf16 adds AVX512_BF16 (the bf16 kernels' vdpbf16ps
+// variant, and the int4 kernels' own, matmul_int4.h; the fp8 kernels run
+// their kAvx512 code under it). kAmxBf16 adds
 // AMX-TILE + AMX-BF16 and the kernel's permission to use the tile data
 // (arch_prctl, asked once per process: IsaSupported is false without it).
 enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAmxBf16 };

@@ -1155,17 +1155,26 @@ TEST(KernelIsa, NamesClampingAndDefault) {
   EXPECT_EQ(BestIsa(), ClampIsa(Isa::kAvx512));
 }
 
-TEST(KernelIsa, ForcedVariantNamesTheBackendAndCapsInt4) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Bf16, Isa::kAmxBf16}) {
+// A forced variant names the backend and picks the int4 kernel too: the
+// highest int4 variant at or below it that this CPU has (amxbf16 has no
+// int4 kernel of its own: avx512bf16 where the CPU has AVX512_BF16).
+TEST(KernelIsa, ForcedVariantNamesTheBackendAndPicksInt4) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16,
+                  Isa::kAmxBf16}) {
     CpuBackendOptions options;
     options.num_threads = 2;
     options.isa = isa;
     CpuBackend b(options);
     EXPECT_EQ(b.isa(), ClampIsa(isa));
     EXPECT_EQ(b.name(), absl::StrCat("cpu-", IsaName(ClampIsa(isa)), "-2t"));
-    EXPECT_LE(b.int4_isa(), std::min(isa, Isa::kAvx512));
-    EXPECT_LE(b.int4_isa(), BestInt4Isa());
+    EXPECT_EQ(b.int4_isa(), ClampInt4Isa(isa));
+    EXPECT_LE(b.int4_isa(), std::min(isa, Isa::kAvx512Bf16));
+    EXPECT_TRUE(Int4IsaSupported(b.int4_isa()));
   }
+  // The default keeps the int4 kernels' fp32 semantics.
+  EXPECT_EQ(CpuBackend(CpuBackendOptions{2, true}).int4_isa(),
+            IsaFromEnvironment() ? ClampInt4Isa(*IsaFromEnvironment())
+                                 : BestInt4Isa());
 }
 
 // ---- Refusals: bad calls return InvalidArgument, never crash. ----------
