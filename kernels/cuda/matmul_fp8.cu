@@ -200,53 +200,14 @@ __global__ void __launch_bounds__(kQuantThreads)
   }
 }
 
-template <int M>
-int Launch(const QuantGroupTable& table, int used, int64_t max_count,
-           const Fp8GemvSpec& p, const float* x, float* out, Strm stream) {
-  const int64_t chunk = QuantChunkFor<M>(GemvFp8Kernel<M>, p.k);
-  const int stride = QuantRowStride(p.k < chunk ? p.k : chunk);
-  const size_t smem = sizeof(float) * M * stride;
-  const int64_t passes = (max_count + M - 1) / M;
-  const dim3 grid(
-      static_cast<unsigned>(QuantBlocksX(
-          (p.n + kQuantRowsPerBlock - 1) / kQuantRowsPerBlock, used, passes)),
-      static_cast<unsigned>(used), static_cast<unsigned>(passes));
-  GemvFp8Kernel<M>
-      <<<grid, kQuantThreads, smem, stream>>>(table, p, x, out, chunk, stride);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 int LaunchGemvFp8(const float* x, const Fp8GemvSpec& spec,
                   const QuantGroup* groups, int64_t num_groups, float* out,
                   Strm stream) {
-  if (spec.n == 0) return cudaSuccess;
-  // One launch (per 128 groups) for each number of rows taken together.
-  for (const int m : {1, 2, 4, 8}) {
-    int64_t g = 0, max_count = 0;
-    QuantGroupTable table;
-    while (const int used =
-               QuantNextTable(groups, num_groups, m, &g, &table, &max_count)) {
-      int e = cudaSuccess;
-      switch (m) {
-        case 1:
-          e = Launch<1>(table, used, max_count, spec, x, out, stream);
-          break;
-        case 2:
-          e = Launch<2>(table, used, max_count, spec, x, out, stream);
-          break;
-        case 4:
-          e = Launch<4>(table, used, max_count, spec, x, out, stream);
-          break;
-        default:
-          e = Launch<8>(table, used, max_count, spec, x, out, stream);
-          break;
-      }
-      if (e != cudaSuccess) return e;
-    }
-  }
-  return cudaSuccess;
+  return LaunchQuantGroups<Fp8GemvSpec>(
+      GemvFp8Kernel<1>, GemvFp8Kernel<2>, GemvFp8Kernel<4>, GemvFp8Kernel<8>,
+      spec, groups, num_groups, x, out, stream);
 }
 
 int LaunchMatMulFp8(const float* x, int64_t m, int64_t k, const uint8_t* wq,

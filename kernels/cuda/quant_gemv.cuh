@@ -171,6 +171,73 @@ inline int QuantNextTable(const QuantGroup* groups, int64_t num_groups, int m,
   return used;
 }
 
+// A quantized GEMV kernel (one per weight format, templated on the rows M
+// a warp takes at a time): GemvInt4Kernel<M>, GemvFp8Kernel<M>.
+template <typename Spec>
+using QuantGemvKernel = void(QuantGroupTable, Spec, const float*, float*,
+                             int64_t, int);
+
+// One launch of `kernel` (taking M rows at a time) over the `used` groups
+// of `table`: x staged in chunks that fit shared memory (QuantChunkFor),
+// the grid sized by QuantBlocksX.
+template <int M, typename Spec>
+int LaunchQuantTable(QuantGemvKernel<Spec>* kernel,
+                     const QuantGroupTable& table, int used, int64_t max_count,
+                     const Spec& p, const float* x, float* out, Strm stream) {
+  const int64_t chunk = QuantChunkFor<M>(kernel, p.k);
+  const int stride = QuantRowStride(p.k < chunk ? p.k : chunk);
+  const size_t smem = sizeof(float) * M * stride;
+  const int64_t passes = (max_count + M - 1) / M;
+  const dim3 grid(
+      static_cast<unsigned>(QuantBlocksX(
+          (p.n + kQuantRowsPerBlock - 1) / kQuantRowsPerBlock, used, passes)),
+      static_cast<unsigned>(used), static_cast<unsigned>(passes));
+  kernel<<<grid, kQuantThreads, smem, stream>>>(table, p, x, out, chunk,
+                                                stride);
+  return cudaGetLastError();
+}
+
+// Every group with rows through `kernels` (the format's kernel for M = 1,
+// 2, 4, 8): for each M one launch per table of the groups that take M rows
+// at a time (QuantNextTable), so a 1-row expert beside an 8-row one does
+// not do 8 rows of work. The first CUDA error, else cudaSuccess.
+template <typename Spec>
+int LaunchQuantGroups(QuantGemvKernel<Spec>* k1, QuantGemvKernel<Spec>* k2,
+                      QuantGemvKernel<Spec>* k4, QuantGemvKernel<Spec>* k8,
+                      const Spec& spec, const QuantGroup* groups,
+                      int64_t num_groups, const float* x, float* out,
+                      Strm stream) {
+  if (spec.n == 0) return cudaSuccess;
+  for (const int m : {1, 2, 4, 8}) {
+    int64_t g = 0, max_count = 0;
+    QuantGroupTable table;
+    while (const int used =
+               QuantNextTable(groups, num_groups, m, &g, &table, &max_count)) {
+      int e = cudaSuccess;
+      switch (m) {
+        case 1:
+          e = LaunchQuantTable<1>(k1, table, used, max_count, spec, x, out,
+                                  stream);
+          break;
+        case 2:
+          e = LaunchQuantTable<2>(k2, table, used, max_count, spec, x, out,
+                                  stream);
+          break;
+        case 4:
+          e = LaunchQuantTable<4>(k4, table, used, max_count, spec, x, out,
+                                  stream);
+          break;
+        default:
+          e = LaunchQuantTable<8>(k8, table, used, max_count, spec, x, out,
+                                  stream);
+          break;
+      }
+      if (e != cudaSuccess) return e;
+    }
+  }
+  return cudaSuccess;
+}
+
 }  // namespace moeserve::kernels::cuda
 
 #endif  // MOESERVE_KERNELS_CUDA_QUANT_GEMV_CUH_
