@@ -55,6 +55,23 @@ kernels::Backend* CudaBackend(absl::Status* status) {
   return backend->ok() ? backend->value().get() : nullptr;
 }
 
+// The backend of a place ("cpu", "cpu_dev": the CPU backend; "cuda"), or
+// null with `status` saying why there is no GPU.
+kernels::Backend* BackendFor(const std::string& where, absl::Status* status) {
+  if (where == "cuda") return CudaBackend(status);
+  *status = absl::OkStatus();
+  return CpuBackend();
+}
+
+// An engine of `policy` with the test config its registration supplies.
+engine::EngineSpec PolicySpec(const std::string& policy) {
+  engine::EngineSpec spec;
+  spec.name = policy;
+  spec.policy = policy;
+  spec.policy_config = engine::PolicyTestConfig(policy);
+  return spec;
+}
+
 // Runs every prompt at once (so layers route several experts) on `engine`
 // and returns each request's greedy tokens.
 std::vector<std::vector<int32_t>> Generate(const Fixture& f,
@@ -143,18 +160,12 @@ class PolicyInvarianceTest : public ::testing::TestWithParam<Params> {};
 
 TEST_P(PolicyInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
   const auto& [model, policy, budget, slow_link, tier, where] = GetParam();
-  kernels::Backend* backend = CpuBackend();
-  if (where == "cuda") {
-    absl::Status status;
-    backend = CudaBackend(&status);
-    MOESERVE_SKIP_WITHOUT_CUDA(status);
-  }
+  absl::Status status;
+  kernels::Backend* backend = BackendFor(where, &status);
+  MOESERVE_SKIP_WITHOUT_CUDA(status);
   Fixture& f = Load(model);
   const engine::ModelConfig& c = f.weights->config();
-  engine::EngineSpec spec;
-  spec.name = policy;
-  spec.policy = policy;
-  spec.policy_config = engine::PolicyTestConfig(policy);
+  engine::EngineSpec spec = PolicySpec(policy);
   const uint64_t blob = f.weights->expert({0, 0}).bytes;
   // "layer": room for exactly one token's top-k blobs of one layer.
   spec.expert_cache_ratio = budget == "25%" ? 0.25 : 1.0;
@@ -259,18 +270,12 @@ class HybridInvarianceTest : public ::testing::TestWithParam<HybridParams> {};
 
 TEST_P(HybridInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
   const auto& [model, policy, all_layers, tier, where] = GetParam();
-  kernels::Backend* backend = CpuBackend();
-  if (where == "cuda") {
-    absl::Status status;
-    backend = CudaBackend(&status);
-    MOESERVE_SKIP_WITHOUT_CUDA(status);
-  }
+  absl::Status status;
+  kernels::Backend* backend = BackendFor(where, &status);
+  MOESERVE_SKIP_WITHOUT_CUDA(status);
   Fixture& f = Load(model);
   const engine::ModelConfig& c = f.weights->config();
-  engine::EngineSpec spec;
-  spec.name = policy;
-  spec.policy = policy;
-  spec.policy_config = engine::PolicyTestConfig(policy);
+  engine::EngineSpec spec = PolicySpec(policy);
   spec.expert_cache_ratio = 0.25;
   spec.slow_tier = tier;
   spec.draft_budget = "extra";
