@@ -130,7 +130,9 @@ absl::StatusOr<HostOverheadRow> RunCell(const engine::ModelWeights& weights,
   const engine::ModelConfig& c = weights.config();
   const int n = o.decode_steps;
   kernels::NullBackend null_device;
-  kernels::CountingBackend counting(&null_device);
+  kernels::CountingBackend counting(&null_device,
+                                    {.simulate_graphs = o.graphs});
+  if (o.graphs) counting.SetGraphs(true);
   engine::EngineSpec spec;
   spec.name = policy;
   spec.policy = policy;
@@ -312,16 +314,19 @@ void PrintHostOverheadRow(const HostOverheadRow& r, std::FILE* out) {
 }
 
 void PrintHostOverheadReport(const HostOverheadReport& rep, std::FILE* out) {
-  std::fprintf(out,
-               "host overhead on the %s device: %s (%d layers, %d experts, "
-               "top-%d), prompt %d, %d decode steps, median of %d runs\n"
-               "machine: %s, %d logical CPUs, %.1f GiB, %s\n",
-               rep.backend.c_str(), rep.model_name.c_str(), rep.layers,
-               rep.experts, rep.top_k, rep.options.prompt_len,
-               rep.options.decode_steps, rep.options.timed_runs,
-               rep.machine.cpu_model.c_str(), rep.machine.logical_cpus,
-               rep.machine.memory_bytes / double(1ull << 30),
-               rep.machine.simd.c_str());
+  std::fprintf(
+      out,
+      "host overhead on the %s device: %s (%d layers, %d experts, "
+      "top-%d), prompt %d, %d decode steps, median of %d runs%s\n"
+      "machine: %s, %d logical CPUs, %.1f GiB, %s\n",
+      rep.backend.c_str(), rep.model_name.c_str(), rep.layers, rep.experts,
+      rep.top_k, rep.options.prompt_len, rep.options.decode_steps,
+      rep.options.timed_runs,
+      rep.options.graphs ? "; graph mode, counted as a recording backend would "
+                           "(simulated: the ops still run eagerly)"
+                         : "",
+      rep.machine.cpu_model.c_str(), rep.machine.logical_cpus,
+      rep.machine.memory_bytes / double(1ull << 30), rep.machine.simd.c_str());
   for (const HostOverheadRow& r : rep.rows) PrintHostOverheadRow(r, out);
 }
 
@@ -333,6 +338,7 @@ nlohmann::json HostOverheadJson(const HostOverheadReport& rep) {
                   {"memory_bytes", rep.machine.memory_bytes},
                   {"simd", rep.machine.simd}};
   j["backend"] = rep.backend;
+  j["graphs_simulated"] = rep.options.graphs;
   j["model"] = rep.model_name;
   j["layers"] = rep.layers;
   j["moe_layers"] = rep.layers;

@@ -62,6 +62,12 @@ struct HostOverheadOptions {
   int prompt_len = 16;             // Synthetic ids per request.
   int decode_steps = 32;           // N (see the header comment).
   int timed_runs = 3;              // Run pairs timed; the median is kept.
+  // Graph mode (MoeModel's dense segments as Backend::RunGraph regions, as
+  // --cuda_graphs runs them on a GPU), counted as a recording backend would
+  // count it (CountingBackendOptions::simulate_graphs): the launches a
+  // decode step would make with CUDA graphs. The host time still runs every
+  // op eagerly on the null device.
+  bool graphs = false;
   // Called after each cell with the report so far.
   std::function<void(const struct HostOverheadReport&)> on_row_done;
 };

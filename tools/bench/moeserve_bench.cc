@@ -149,7 +149,9 @@ ABSL_FLAG(std::string, backend, "cpu",
 ABSL_FLAG(int, cuda_device, 0, "Policy mode, --backend=cuda: device ordinal.");
 ABSL_FLAG(bool, cuda_graphs, false,
           "Policy mode, --backend=cuda: record the dense sub-steps of decode "
-          "steps as CUDA graphs and replay them (off by default).");
+          "steps as CUDA graphs and replay them (off by default). With "
+          "--host_overhead: count the null device as a recording backend "
+          "would (simulated graphs: the launches graph mode leaves).");
 
 // Host-overhead mode (README "Host overhead (null device)"): replaces the
 // other modes when given.
@@ -401,6 +403,7 @@ int HostOverheadMain() {
   o.slow_tier = settings->slow_tier;
   o.prompt_len = absl::GetFlag(FLAGS_prompt_len);
   o.decode_steps = absl::GetFlag(FLAGS_decode_steps);
+  o.graphs = absl::GetFlag(FLAGS_cuda_graphs);
   o.on_row_done = [](const HostOverheadReport& so_far) {
     PrintHostOverheadRow(so_far.rows.back(), stdout);
     std::fflush(stdout);
