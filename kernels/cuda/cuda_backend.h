@@ -134,18 +134,20 @@ class CudaBackend final : public Backend {
   absl::Status ExpertFfn(Stream& s, const Tensor& x, const Tensor& blob,
                          int64_t ffn, const Tensor& workspace,
                          const Tensor& out) override;
-  // gate and up: two int4 GEMVs (LaunchMatMulInt4) into the workspace, then
-  // SiluMul, then the down GEMV; any layout (bf16 or fp16 scales, zero
-  // points or not) and any even group (the vector path needs 32 | group and
-  // 16-byte aligned bases, else the scalar path runs).
+  // gate and up in one int4 GEMV launch (LaunchGemvInt4 over both
+  // matrices) into the workspace, then SiluMul, then the down GEMV; any
+  // layout (bf16 or fp16 scales, zero points or not) and any even group (the
+  // vector path needs 32 | group and 16-byte aligned bases, else the scalar
+  // path runs). The grouped op runs a layer's int4 experts on the same
+  // kernels (bit for bit).
   absl::Status ExpertFfnInt4(Stream& s, const Tensor& x, const Tensor& blob,
                              const Int4ExpertLayout& layout,
                              const Tensor& workspace,
                              const Tensor& out) override;
-  // gate and up: two fp8 GEMVs (LaunchMatMulFp8) into the workspace, then
-  // SiluMul, then the down GEMV; any tile. cuBLASLt's FP8 GEMM is not used
-  // (it would also need x in FP8): large m runs the same GEMV, 8 rows of x
-  // per pass over the weights.
+  // gate and up in one fp8 GEMV launch (LaunchGemvFp8) into the
+  // workspace, then SiluMul, then the down GEMV; any tile. cuBLASLt's FP8 GEMM
+  // is not used (it would also need x in FP8): large m runs the same GEMV, 8
+  // rows of x per pass over the weights.
   absl::Status ExpertFfnFp8(Stream& s, const Tensor& x, const Tensor& blob,
                             const Fp8ExpertLayout& layout,
                             const Tensor& workspace,
