@@ -6,6 +6,7 @@
 // a hit for every routed expert) and a positive time. Not a performance
 // test: the time and the other counts (syncs: one per MoE layer plus one
 // per link copy today) are printed, not compared with a threshold.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -82,12 +83,20 @@ void CheckRows(const nlohmann::json& j) {
       EXPECT_GE(hit_rate, 0);
       EXPECT_LE(hit_rate, 1);
     }
-    // A layer's routed experts are one grouped op (issue 30 item 2): four
+    // A layer's ready experts are one grouped op (issue 30 item 2): four
     // times the tokens, about twice the experts, under one launch more per
-    // MoE layer (it was 3 per routed expert).
+    // MoE layer (it was 3 per routed expert), plus what the extra misses
+    // add: an expert still loading is computed in a call of its own
+    // (ExpertProvider's contract), and how many are still loading when
+    // reached depends on the link thread's timing (seen: lru 24.8 -> 25.8
+    // launches with 0.9 -> 3.3 misses a layer). The exact counts with every
+    // expert resident are //engine:host_overhead_test's.
     const double one = rows[i - 2].at("launches_per_moe_layer").get<double>();
     const double four = rows[i - 1].at("launches_per_moe_layer").get<double>();
-    EXPECT_LT(four - one, 1.0)
+    const double extra_misses =
+        std::max(0.0, rows[i - 1].at("misses_per_moe_layer").get<double>() -
+                          rows[i - 2].at("misses_per_moe_layer").get<double>());
+    EXPECT_LT(four - one, 1.0 + extra_misses)
         << policy << ": batch 1 " << one << ", batch 4 " << four;
   }
 }
