@@ -21,11 +21,6 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-int64_t FfnOf(int64_t ffn, const kernels::Int4ExpertLayout* int4,
-              const kernels::Fp8ExpertLayout* fp8) {
-  return int4 != nullptr ? int4->ffn : fp8 != nullptr ? fp8->ffn : ffn;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HostExperts>> HostExperts::Create(
@@ -67,10 +62,10 @@ absl::Status HostExperts::Reserve(int64_t n, int64_t routed, int64_t hidden,
       *host_, kernels::GroupedExpertWorkspaceElems(routed, ffn, hidden) * 4);
 }
 
-void HostExperts::Start(const Layer& layer) {
+void HostExperts::Start(const kernels::GroupedExperts& call) {
   {
     MutexLock lock(&mu_);
-    layer_ = layer;
+    call_ = call;
     pending_ = true;
     done_ = false;
   }
@@ -108,46 +103,33 @@ void HostExperts::WorkerLoop() {
 }
 
 absl::Status HostExperts::Run(std::vector<double>* seconds) {
-  const Layer& layer = layer_;
-  const int64_t need = layer.routed * layer.hidden_size * 4;
-  if (out_.bytes() < need ||
-      hidden_.bytes() < layer.n * layer.hidden_size * 4 ||
-      workspace_.bytes() < kernels::GroupedExpertWorkspaceElems(
-                               layer.routed,
-                               FfnOf(layer.ffn, layer.int4, layer.fp8),
-                               layer.hidden_size) *
-                               4) {
-    return absl::InternalError("host expert buffers not reserved");
-  }
+  const kernels::GroupedExperts& call = call_;
   absl::Status first = absl::OkStatus();
-  for (const kernels::ExpertGroup& g : layer.groups) {
+  for (const kernels::ExpertGroup& g : call.groups) {
     const Clock::time_point start = Clock::now();
-    absl::Status s = RunGroup(layer, g, static_cast<float*>(out_.data()),
-                              static_cast<float*>(workspace_.data()));
+    absl::Status s = RunGroup(call, g);
     seconds->push_back(SecondsSince(start));
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
 }
 
-absl::Status HostExperts::RunGroup(const Layer& layer,
-                                   const kernels::ExpertGroup& group,
-                                   float* out, float* workspace) {
-  const int64_t d = layer.hidden_size;
-  const kernels::Device cpu = kernels::Device::kCpu;
-  kernels::GroupedExperts call;
-  call.x = Tensor(hidden_.data(), DType::kF32, {layer.n, d}, cpu);
-  call.rows = Tensor(const_cast<int32_t*>(layer.perm), DType::kI32,
-                     {layer.routed}, cpu);
-  call.groups = std::span<const kernels::ExpertGroup>(&group, 1);
-  call.ffn = layer.ffn;
-  call.int4 = layer.int4;
-  call.fp8 = layer.fp8;
+absl::Status HostExperts::RunGroup(const kernels::GroupedExperts& call,
+                                   const kernels::ExpertGroup& group) {
+  const int64_t n = call.x.dim(0), d = call.x.dim(1);
+  const int64_t routed = call.rows.dim(0);
   const int64_t ws = kernels::GroupedExpertWorkspaceElems(
-      layer.routed, FfnOf(layer.ffn, layer.int4, layer.fp8), d);
+      routed, kernels::GroupedExpertsFfn(call), d);
+  if (call.x.raw() != hidden_.data() || hidden_.bytes() < n * d * 4 ||
+      out_.bytes() < routed * d * 4 || workspace_.bytes() < ws * 4) {
+    return absl::InternalError("host expert buffers not reserved");
+  }
+  const kernels::Device cpu = kernels::Device::kCpu;
+  kernels::GroupedExperts one = call;
+  one.groups = std::span<const kernels::ExpertGroup>(&group, 1);
   MOESERVE_RETURN_IF_ERROR(host_->ExpertFfnGrouped(
-      *stream_, call, Tensor(workspace, DType::kF32, {ws}, cpu),
-      Tensor(out, DType::kF32, {layer.routed, d}, cpu)));
+      *stream_, one, Tensor(workspace_.data(), DType::kF32, {ws}, cpu),
+      Tensor(out_.data(), DType::kF32, {routed, d}, cpu)));
   return stream_->Synchronize();
 }
 
@@ -155,31 +137,28 @@ absl::StatusOr<double> HostExperts::TimeExpert(
     const std::byte* blob, int64_t rows, int64_t hidden_size, int64_t ffn,
     const kernels::Int4ExpertLayout* int4, const kernels::Fp8ExpertLayout* fp8,
     int repeats) {
+  const kernels::Device cpu = kernels::Device::kCpu;
+  std::vector<int32_t> perm(rows);
+  for (int64_t r = 0; r < rows; ++r) perm[r] = static_cast<int32_t>(r);
+  const kernels::ExpertGroup group{blob, 0, rows};
+  kernels::GroupedExperts call;
+  call.rows = Tensor(perm.data(), DType::kI32, {rows}, cpu);
+  call.groups = std::span<const kernels::ExpertGroup>(&group, 1);
+  call.ffn = ffn;
+  call.int4 = int4;
+  call.fp8 = fp8;
   MOESERVE_RETURN_IF_ERROR(
-      Reserve(rows, rows, hidden_size, FfnOf(ffn, int4, fp8)));
+      Reserve(rows, rows, hidden_size, kernels::GroupedExpertsFfn(call)));
+  call.x = Tensor(hidden(), DType::kF32, {rows, hidden_size}, cpu);
   // Any finite input: the kernels' time does not depend on the values.
   float* x = hidden();
   for (int64_t i = 0; i < rows * hidden_size; ++i) {
     x[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
   }
-  std::vector<int32_t> perm(rows);
-  for (int64_t r = 0; r < rows; ++r) perm[r] = static_cast<int32_t>(r);
-  const kernels::ExpertGroup group{blob, 0, rows};
-  Layer layer;
-  layer.n = rows;
-  layer.routed = rows;
-  layer.hidden_size = hidden_size;
-  layer.perm = perm.data();
-  layer.groups = std::span<const kernels::ExpertGroup>(&group, 1);
-  layer.ffn = ffn;
-  layer.int4 = int4;
-  layer.fp8 = fp8;
   double best = 0;
   for (int i = 0; i < std::max(1, repeats); ++i) {
     const Clock::time_point start = Clock::now();
-    MOESERVE_RETURN_IF_ERROR(RunGroup(layer, group,
-                                      static_cast<float*>(out_.data()),
-                                      static_cast<float*>(workspace_.data())));
+    MOESERVE_RETURN_IF_ERROR(RunGroup(call, group));
     const double t = SecondsSince(start);
     best = i == 0 ? t : std::min(best, t);
   }

@@ -63,22 +63,13 @@ class HostExperts {
   // pairs of the groups of the last Start, once Wait returned OK.
   const float* out() const { return static_cast<const float*>(out_.data()); }
 
-  // What one layer's host experts are: as kernels::GroupedExperts, with the
-  // blobs in host memory and the routing table `perm` in host memory
-  // (perm[p]: the token of pair p; the groups' [begin, begin + count)).
-  struct Layer {
-    int64_t n = 0;       // tokens (rows of hidden())
-    int64_t routed = 0;  // pairs (length of perm)
-    int64_t hidden_size = 0;
-    const int32_t* perm = nullptr;
-    std::span<const kernels::ExpertGroup> groups;
-    int64_t ffn = 0;
-    const kernels::Int4ExpertLayout* int4 = nullptr;
-    const kernels::Fp8ExpertLayout* fp8 = nullptr;
-  };
-  // Starts computing `layer` on the worker thread; returns at once. The
-  // groups, perm and blobs must stay valid until Wait returns.
-  void Start(const Layer& layer);
+  // Starts computing `call` on the worker thread; returns at once. As
+  // Backend::ExpertFfnGrouped's call, in host memory: call.x is hidden()
+  // viewed as F32 [n, hidden], call.rows the layer's routing table (pair p's
+  // token), the groups' blobs the slow tier's host bytes; all must stay valid
+  // until Wait returns. Each group's rows land in out() rows [begin, begin +
+  // count).
+  void Start(const kernels::GroupedExperts& call);
   // Blocks until the worker is done; the first error of the layer, if any.
   // `seconds` gets each group's compute seconds, in the groups' order.
   absl::Status Wait(std::vector<double>* seconds);
@@ -96,11 +87,11 @@ class HostExperts {
   HostExperts(kernels::Backend* host, kernels::Backend* device,
               std::unique_ptr<kernels::Stream> stream);
   void WorkerLoop();
-  // Runs layer_ (worker thread).
+  // Runs call_ (worker thread).
   absl::Status Run(std::vector<double>* seconds);
-  // One group on the host stream.
-  absl::Status RunGroup(const Layer& layer, const kernels::ExpertGroup& group,
-                        float* out, float* workspace);
+  // One group of `call` on the host stream, into out() and the workspace.
+  absl::Status RunGroup(const kernels::GroupedExperts& call,
+                        const kernels::ExpertGroup& group);
 
   kernels::Backend* const host_;
   kernels::Backend* const device_;
@@ -118,7 +109,7 @@ class HostExperts {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<double> seconds_ ABSL_GUARDED_BY(mu_);
   // Set by Start before pending_ (under mu_), read by the worker after it.
-  Layer layer_;
+  kernels::GroupedExperts call_;
   std::thread worker_;
 };
 

@@ -63,11 +63,9 @@ TEST_F(HostExpertsTest, RowsEqualTheBackendsGroupedOpLayerAfterLayer) {
     std::memcpy(h.hidden(), x.data(), x.size() * 4);
     const std::vector<kernels::ExpertGroup> groups = {
         {a.data(), 0, 2}, {b.data(), 2, routed - 2}};
-    HostExperts::Layer work;
-    work.n = n;
-    work.routed = routed;
-    work.hidden_size = kHidden;
-    work.perm = perm.data();
+    kernels::GroupedExperts work;
+    work.x = Tensor(h.hidden(), DType::kF32, {n, kHidden}, kCpu);
+    work.rows = Tensor(perm.data(), DType::kI32, {routed}, kCpu);
     work.groups = groups;
     work.ffn = kFfn;
     h.Start(work);
@@ -118,11 +116,10 @@ TEST_F(HostExpertsTest, UnreservedBuffersAndWrongBackendsAreRefused) {
   const std::vector<uint16_t> a = RandomExpert(rng);
   const std::vector<int32_t> perm = {0, 1};
   const std::vector<kernels::ExpertGroup> groups = {{a.data(), 0, 2}};
-  HostExperts::Layer work;
-  work.n = 2;
-  work.routed = 2;
-  work.hidden_size = kHidden;
-  work.perm = perm.data();
+  std::vector<int32_t> rows = perm;
+  kernels::GroupedExperts work;
+  work.x = Tensor((*made)->hidden(), DType::kF32, {2, kHidden}, kCpu);
+  work.rows = Tensor(rows.data(), DType::kI32, {2}, kCpu);
   work.groups = groups;
   work.ffn = kFfn;
   (*made)->Start(work);  // nothing reserved

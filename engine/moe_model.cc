@@ -813,17 +813,17 @@ absl::Status MoeModel::StartHostExperts(int layer, int64_t n, int64_t routed,
     s.host_groups.push_back(
         {*blob, s.expert_begin[e], s.expert_begin[e + 1] - s.expert_begin[e]});
   }
-  HostExperts::Layer work;
-  work.n = n;
-  work.routed = routed;
-  work.hidden_size = d;
-  // The layer's routing table, host side (GroupRouting's perm).
-  work.perm = static_cast<const int32_t*>(s.route_staging.data());
-  work.groups = s.host_groups;
-  work.ffn = c.expert_intermediate_size;
-  work.int4 = active_experts_->int4_layout();
-  work.fp8 = active_experts_->fp8_layout();
-  host->Start(work);
+  // As ComputeHeld's call, in host memory: the tokens copied down above
+  // and the layer's routing table, host side (GroupRouting's perm).
+  const kernels::Device cpu = kernels::Device::kCpu;
+  kernels::GroupedExperts call;
+  call.x = Tensor(host->hidden(), KDType::kF32, {n, d}, cpu);
+  call.rows = Tensor(s.route_staging.data(), KDType::kI32, {routed}, cpu);
+  call.groups = s.host_groups;
+  call.ffn = c.expert_intermediate_size;
+  call.int4 = active_experts_->int4_layout();
+  call.fp8 = active_experts_->fp8_layout();
+  host->Start(call);
   return absl::OkStatus();
 }
 

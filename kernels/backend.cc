@@ -13,9 +13,7 @@ absl::Status Backend::ExpertFfnGrouped(Stream& s, const GroupedExperts& call,
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfnGrouped(device(), call, workspace, out));
   const int64_t hidden = out.dim(1);
-  const int64_t ffn = call.int4 != nullptr  ? call.int4->ffn
-                      : call.fp8 != nullptr ? call.fp8->ffn
-                                            : call.ffn;
+  const int64_t ffn = GroupedExpertsFfn(call);
   const int64_t pairs = call.rows.dim(0);
   float* gathered = workspace.data<float>();
   float* scratch = gathered + pairs * hidden;

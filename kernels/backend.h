@@ -133,6 +133,14 @@ struct GroupedExperts {
   const Fp8ExpertLayout* fp8 = nullptr;
 };
 
+// The intermediate size of `call`'s experts: their int4 or fp8 layout's,
+// else call.ffn (bf16).
+inline int64_t GroupedExpertsFfn(const GroupedExperts& call) {
+  return call.int4 != nullptr  ? call.int4->ffn
+         : call.fp8 != nullptr ? call.fp8->ffn
+                               : call.ffn;
+}
+
 // Elements of the F32 workspace ExpertFfnGrouped needs for R pairs (any
 // grouping): the gathered tokens and the gate/up/activation rows.
 inline int64_t GroupedExpertWorkspaceElems(int64_t pairs, int64_t ffn,

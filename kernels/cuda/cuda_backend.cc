@@ -450,9 +450,7 @@ absl::Status CudaBackend::ExpertFfnGrouped(Stream& s,
   MOESERVE_RETURN_IF_ERROR(
       CheckExpertFfnGrouped(Device::kCuda, call, workspace, out));
   const int64_t pairs = call.rows.dim(0), hidden = out.dim(1);
-  const int64_t ffn = call.int4 != nullptr  ? call.int4->ffn
-                      : call.fp8 != nullptr ? call.fp8->ffn
-                                            : call.ffn;
+  const int64_t ffn = GroupedExpertsFfn(call);
   if (pairs == 0 || call.groups.empty()) return absl::OkStatus();
   const Strm st = cs->get();
   float* gathered = workspace.data<float>();   // [R, hidden]
