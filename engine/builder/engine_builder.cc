@@ -86,14 +86,10 @@ absl::Status EnableHybrid(const EngineSpec& spec,
   ExpertResidency::HybridOptions hybrid;
   hybrid.cpu_moe_layers = spec.cpu_moe_layers;
   if (fast_tier_backend != nullptr) {
-    const int threads =
-        spec.host_expert_threads > 0
-            ? spec.host_expert_threads
-            : std::max(
-                  1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
     MOESERVE_ASSIGN_OR_RETURN(
-        hybrid.host,
-        kernels::CreateBackend({.name = "cpu", .cpu_threads = threads}));
+        hybrid.host, kernels::CreateBackend({.name = "cpu",
+                                             .cpu_threads = HostExpertThreads(
+                                                 spec.host_expert_threads)}));
   } else if (spec.cpu_moe_layers == 0) {
     return absl::OkStatus();
   }
@@ -203,6 +199,11 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
 bool NeedsPackedExperts(std::span<const EngineSpec> specs) {
   return std::any_of(specs.begin(), specs.end(),
                      [](const EngineSpec& s) { return s.slow_tier == "host"; });
+}
+
+int HostExpertThreads(int host_expert_threads) {
+  if (host_expert_threads > 0) return host_expert_threads;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
 }
 
 }  // namespace moeserve::engine

@@ -71,6 +71,11 @@ absl::StatusOr<std::unique_ptr<ExpertResidency>> NewResidency(
 // engine with a host slow tier).
 bool NeedsPackedExperts(std::span<const EngineSpec> specs);
 
+// The threads of an engine's host expert pool (hybrid execution):
+// `host_expert_threads` when > 0, else half this machine's cores (at least
+// one).
+int HostExpertThreads(int host_expert_threads);
+
 }  // namespace moeserve::engine
 
 #endif  // MOESERVE_ENGINE_BUILDER_ENGINE_BUILDER_H_

@@ -510,11 +510,7 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,
   if (report.hybrid) {
     // What the host's CPU kernels read experts from: its memory bandwidth
     // (512 MiB, the host pool's threads), beside the link's.
-    const int host_threads =
-        o.host_expert_threads > 0
-            ? o.host_expert_threads
-            : std::max(
-                  1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+    const int host_threads = engine::HostExpertThreads(o.host_expert_threads);
     report.host_read_gbps =
         MeasureReadBandwidthGbps(512ull << 20, host_threads, 3);
     report.host_read_threads = host_threads;
