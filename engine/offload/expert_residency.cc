@@ -158,14 +158,22 @@ absl::Status ExpertResidency::EnableHybrid(HybridOptions options) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ExpertResidency::ScratchBlob> ExpertResidency::NewScratchBlob()
+    const {
+  const size_t bytes = (slot_bytes_ + 63) / 64 * 64;
+  ScratchBlob blob(static_cast<std::byte*>(std::aligned_alloc(64, bytes)),
+                   &std::free);
+  if (blob == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", bytes, " bytes to compute an expert in place"));
+  }
+  return blob;
+}
+
 absl::Status ExpertResidency::CalibrateHost() {
-  std::unique_ptr<std::byte, void (*)(void*)> read(nullptr, &std::free);
+  ScratchBlob read(nullptr, &std::free);
   if (slow_->HostArena().empty()) {
-    read.reset(static_cast<std::byte*>(
-        std::aligned_alloc(64, (slot_bytes_ + 63) / 64 * 64)));
-    if (read == nullptr) {
-      return absl::ResourceExhaustedError("cannot allocate an expert blob");
-    }
+    MOESERVE_ASSIGN_OR_RETURN(read, NewScratchBlob());
   }
   // The host blob of expert `e` of layer 0 (the disk tier: read first; the
   // read is not timed, it is counted apart as real I/O).
@@ -411,29 +419,31 @@ absl::StatusOr<const std::byte*> ExpertResidency::Acquire(ExpertId id) {
   return memory_->data(*slot);
 }
 
+uint8_t* ExpertResidency::RunningLayerState(ExpertId id) const {
+  if (id.layer != layer_ || id.expert < 0 || id.expert >= num_experts_) {
+    return nullptr;
+  }
+  return &routed_[id.expert];
+}
+
 bool ExpertResidency::InPlaceNow(ExpertId id) const {
   const bool ready = pool_.IsReady(id);
   MutexLock lock(&inplace_mu_);
-  if (id.layer != layer_ || id.expert < 0 || id.expert >= num_experts_) {
-    return false;
-  }
-  const uint8_t r = routed_[id.expert];
-  return r == 3 || (r == 2 && !ready);
+  const uint8_t* r = RunningLayerState(id);
+  return r != nullptr && (*r == 3 || (*r == 2 && !ready));
 }
 
 bool ExpertResidency::ComputesOnHost(ExpertId id) const {
   if (host_ == nullptr) return false;
   const bool ready = pool_.IsReady(id);
   MutexLock lock(&inplace_mu_);
-  if (id.layer != layer_ || id.expert < 0 || id.expert >= num_experts_) {
-    return false;
-  }
+  uint8_t* r = RunningLayerState(id);
+  if (r == nullptr) return false;
   // The answer is final for this layer: the forward pass reads the blob
   // Acquire gives on the side it was told (a load finishing in between
   // must not move it to the device).
-  uint8_t& r = routed_[id.expert];
-  if (r == 2) r = ready ? 1 : 3;
-  return r == 3;
+  if (*r == 2) *r = ready ? 1 : 3;
+  return *r == 3;
 }
 
 absl::StatusOr<const std::byte*> ExpertResidency::AcquireInPlace(ExpertId id) {
@@ -455,14 +465,8 @@ absl::StatusOr<const std::byte*> ExpertResidency::AcquireInPlace(ExpertId id) {
         }
       }
       if (scratch < 0) {
-        const size_t bytes = (slot_bytes_ + 63) / 64 * 64;
-        std::byte* raw = static_cast<std::byte*>(std::aligned_alloc(64, bytes));
-        if (raw == nullptr) {
-          return absl::ResourceExhaustedError(
-              absl::StrCat("cannot allocate ", bytes,
-                           " bytes to compute an expert in place"));
-        }
-        scratch_.emplace_back(raw, &std::free);
+        MOESERVE_ASSIGN_OR_RETURN(ScratchBlob blob, NewScratchBlob());
+        scratch_.push_back(std::move(blob));
         scratch_used_.push_back(false);
         scratch = static_cast<int>(scratch_.size()) - 1;
       }

@@ -368,6 +368,13 @@ class ExpertResidency final : public ExpertProvider,
   bool HostLayer(int layer) const { return layer < cpu_moe_layers_; }
   // Times one expert on host_ for expert_costs() (EnableHybrid).
   absl::Status CalibrateHost();
+  // The routed_ entry of `id` when it belongs to the running layer (between
+  // BeginLayer and EndLayer), else null.
+  uint8_t* RunningLayerState(ExpertId id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(inplace_mu_);
+  // One blob's bytes (64-byte aligned) for a disk read to compute from.
+  using ScratchBlob = std::unique_ptr<std::byte, void (*)(void*)>;
+  absl::StatusOr<ScratchBlob> NewScratchBlob() const;
 
   // One in-place expert between its Acquire and its Release.
   struct InPlaceHold {
@@ -391,8 +398,7 @@ class ExpertResidency final : public ExpertProvider,
   // The in-place experts held now (several at once on the hybrid path).
   std::vector<InPlaceHold> inplace_held_ ABSL_GUARDED_BY(inplace_mu_);
   // The disk tier's in-place reads land here; grown on demand, never shrunk.
-  std::vector<std::unique_ptr<std::byte, void (*)(void*)>> scratch_
-      ABSL_GUARDED_BY(inplace_mu_);
+  std::vector<ScratchBlob> scratch_ ABSL_GUARDED_BY(inplace_mu_);
   std::vector<bool> scratch_used_ ABSL_GUARDED_BY(inplace_mu_);
   int layer_ ABSL_GUARDED_BY(inplace_mu_) = -1;  // BeginLayer to EndLayer
   // The running layer: when its demand loads were submitted, and its
