@@ -589,6 +589,10 @@ std::vector<int> MoeModel::PredictExperts(int layer, const float* hidden,
   return experts;
 }
 
+const Tensor& MoeModel::router_weight(int layer) const {
+  return layers_[layer].router;
+}
+
 absl::Status MoeModel::EnqueueRouter(int layer, const Tensor& h, int k,
                                      bool normalize, RouteBuffers& r) {
   const int64_t n = h.dim(0), E = config().num_experts;

@@ -110,6 +110,13 @@ class MoeModel final : public RouterProbe {
   std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
                                   int k) override;
 
+  // `layer`'s router weight, BF16[num_experts, hidden_size] in the backend's
+  // memory (read-only): for a drafter that applies the target's routers on
+  // its own stream without a wait (the external drafter's cross-model
+  // prediction, engine/spec_decode/cross_model_predictor.h).
+  // REQUIRES: 0 <= layer < config().num_hidden_layers.
+  const kernels::Tensor& router_weight(int layer) const;
+
  private:
   struct LayerWeights;
   struct Scratch;

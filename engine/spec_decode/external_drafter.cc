@@ -6,22 +6,33 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "engine/spec_decode/backend_resident_experts.h"
 #include "engine/spec_decode/drafter_registry.h"
 
 namespace moeserve::engine::spec_decode {
 
-// Every draft expert resident; BeginLayer also goes to the drafter.
+// Every draft expert resident (in the weights' host arena, or copied into
+// the backend's memory); BeginLayer also goes to the drafter, and the draft
+// model's compute stream is kept for the cross-model prediction.
 class ExternalDrafter::HookedExperts final : public ExpertProvider {
  public:
-  HookedExperts(const ModelWeights* weights, ExternalDrafter* drafter)
-      : resident_(weights), drafter_(drafter) {}
+  HookedExperts(std::unique_ptr<ExpertProvider> resident,
+                ExternalDrafter* drafter)
+      : resident_(std::move(resident)), drafter_(drafter) {}
 
-  kernels::Device device() const override { return resident_.device(); }
+  kernels::Stream* stream() const { return stream_; }
+
+  kernels::Device device() const override { return resident_->device(); }
   const kernels::Int4ExpertLayout* int4_layout() const override {
-    return resident_.int4_layout();
+    return resident_->int4_layout();
   }
   const kernels::Fp8ExpertLayout* fp8_layout() const override {
-    return resident_.fp8_layout();
+    return resident_->fp8_layout();
+  }
+  absl::Status AttachCompute(kernels::Backend* backend,
+                             kernels::Stream* stream) override {
+    stream_ = stream;
+    return resident_->AttachCompute(backend, stream);
   }
   void BeginLayer(int layer, std::span<const int> experts,
                   std::span<const int> token_counts, const float* hidden,
@@ -30,17 +41,18 @@ class ExternalDrafter::HookedExperts final : public ExpertProvider {
     drafter_->OnDraftLayer(layer, hidden, n);
   }
   absl::StatusOr<const std::byte*> Acquire(ExpertId id) override {
-    return resident_.Acquire(id);
+    return resident_->Acquire(id);
   }
-  void Release(ExpertId id) override { resident_.Release(id); }
+  void Release(ExpertId id) override { resident_->Release(id); }
 
  private:
-  ResidentExperts resident_;
+  const std::unique_ptr<ExpertProvider> resident_;
   ExternalDrafter* const drafter_;
+  kernels::Stream* stream_ = nullptr;  // the draft model's
 };
 
 absl::StatusOr<std::unique_ptr<ExternalDrafter>> ExternalDrafter::Create(
-    const DrafterContext& context) {
+    const DrafterContext& context, const Options& options) {
   if (context.weights == nullptr || context.backend == nullptr) {
     return absl::InvalidArgumentError(
         "external drafter: needs the target's weights and the backend");
@@ -67,12 +79,30 @@ absl::StatusOr<std::unique_ptr<ExternalDrafter>> ExternalDrafter::Create(
   auto drafter = std::unique_ptr<ExternalDrafter>(
       new ExternalDrafter(context, *std::move(weights)));
   const ModelConfig& c = drafter->weights_->config();
+  // A CPU backend computes from the weights' host arena; any other device
+  // needs the experts in its own memory.
+  std::unique_ptr<ExpertProvider> resident;
+  if (context.backend->device() != kernels::Device::kCpu ||
+      options.experts_in_backend_memory) {
+    MOESERVE_ASSIGN_OR_RETURN(
+        resident,
+        BackendResidentExperts::Create(*drafter->weights_, context.backend));
+    drafter->experts_in_backend_memory_ = true;
+  } else {
+    resident = std::make_unique<ResidentExperts>(drafter->weights_.get());
+  }
   drafter->experts_ =
-      std::make_unique<HookedExperts>(drafter->weights_.get(), drafter.get());
+      std::make_unique<HookedExperts>(std::move(resident), drafter.get());
   MOESERVE_ASSIGN_OR_RETURN(
       drafter->model_,
       MoeModel::Create(drafter->weights_.get(), context.backend,
                        drafter->experts_.get()));
+  if (context.target != nullptr &&
+      context.target->config().hidden_size == c.hidden_size) {
+    drafter->predictor_ = std::make_unique<CrossModelPredictor>(
+        context.target, static_cast<int>(c.num_hidden_layers), context.backend,
+        drafter->experts_->stream());
+  }
   int block_size = 16;
   int64_t num_blocks = 0;
   if (context.kv != nullptr) {
@@ -89,11 +119,7 @@ absl::StatusOr<std::unique_ptr<ExternalDrafter>> ExternalDrafter::Create(
 
 ExternalDrafter::ExternalDrafter(const DrafterContext& context,
                                  std::unique_ptr<ModelWeights> weights)
-    : context_(context), weights_(std::move(weights)) {
-  predict_ =
-      context_.target != nullptr &&
-      context_.target->config().hidden_size == weights_->config().hidden_size;
-}
+    : context_(context), weights_(std::move(weights)) {}
 
 ExternalDrafter::~ExternalDrafter() {
   for (auto& [id, state] : states_) cache_->Release(&state.blocks);
@@ -113,30 +139,7 @@ void ExternalDrafter::Forget(uint64_t sequence_id) {
 }
 
 void ExternalDrafter::OnDraftLayer(int layer, const float* hidden, int64_t n) {
-  if (!predict_ || lookahead_ == nullptr || hidden == nullptr) return;
-  const ModelConfig& target = context_.target->config();
-  const int draft_layers = weights_->config().num_hidden_layers;
-  const int target_layers = target.num_hidden_layers;
-  const int first = layer * target_layers / draft_layers;
-  const int last = (layer + 1) * target_layers / draft_layers;
-  const int64_t d = target.hidden_size;
-  const int top_k = target.num_experts_per_tok;
-  // One call when every row drafts (all chunks of one token), else per row.
-  const bool all_rows = static_cast<int64_t>(predict_rows_.size()) == n;
-  for (int t = first; t < last; ++t) {
-    if (all_rows) {
-      std::vector<int> ids =
-          context_.target->PredictExperts(t, hidden, n, top_k);
-      AddToLookahead(lookahead_, position_, t, target_layers, ids);
-      continue;
-    }
-    for (int64_t row : predict_rows_) {
-      if (row >= n) continue;
-      std::vector<int> ids =
-          context_.target->PredictExperts(t, hidden + row * d, 1, top_k);
-      AddToLookahead(lookahead_, position_, t, target_layers, ids);
-    }
-  }
+  if (predictor_ != nullptr) predictor_->OnDraftLayer(layer, hidden, n);
 }
 
 absl::Status ExternalDrafter::GrowFor(SequenceState* state, int64_t tokens,
@@ -201,7 +204,6 @@ absl::Status ExternalDrafter::Propose(std::span<const DraftInput> inputs,
     max_k = std::max(max_k, in.k);
   }
   lookahead->planned_positions = max_k;
-  lookahead_ = lookahead;
 
   std::vector<int32_t> current(inputs.size());
   std::vector<std::mt19937_64> rngs;
@@ -235,9 +237,10 @@ absl::Status ExternalDrafter::Propose(std::span<const DraftInput> inputs,
       predict_rows_.push_back(row - 1);
     }
     if (batch.empty()) break;
-    position_ = j;
+    if (predictor_ != nullptr) predictor_->BeginPass(predict_rows_);
     status = model_->Forward(batch, cache_.get(), &logits_);
     if (!status.ok()) break;
+    if (predictor_ != nullptr) predictor_->AddTo(lookahead, j);
     for (size_t r = 0; r < rows_of.size(); ++r) {
       const size_t i = rows_of[r];
       SequenceState& state = *states[i];
@@ -262,7 +265,6 @@ absl::Status ExternalDrafter::Propose(std::span<const DraftInput> inputs,
       cache_->Truncate(&states[i]->blocks, 0);
     }
   }
-  lookahead_ = nullptr;
   predict_rows_.clear();
   return status;
 }

@@ -6,10 +6,16 @@
 // Weights: loaded from DrafterContext::draft_model_dir (InvalidArgument
 // naming draft_model_dir when it is empty or does not load), refused with
 // FailedPrecondition when its vocabulary differs from the target's. Every
-// draft expert is resident (the draft is small); its forward pass runs on the
-// engine's backend. Its ExpertProvider is host-resident (ResidentExperts), so
-// the drafter needs a backend that computes on the CPU (MoeModel::Create
-// refuses otherwise, and so does the factory).
+// draft expert is resident (the draft is small) and its forward pass runs on
+// the engine's backend, in that backend's memory: on a CPU backend from the
+// weights' host arena (ResidentExperts); on any other device (CUDA) its
+// experts are copied once into one device arena (BackendResidentExperts),
+// its dense weights into device memory by its MoeModel, and its KV cache is
+// allocated there too. Options::experts_in_backend_memory takes the device
+// path on a CPU backend (tests). None of it is charged to the engine's
+// fast-tier budget (the drafter has no fast_memory_bytes trait: the budget
+// is sized before the draft model is read); it sits beside the target's
+// non-expert weights and KV cache.
 //
 // KV cache: its own, with the target cache's block size and 5/4 of its block
 // count (+1): every speculating sequence holds at most its target length
@@ -31,16 +37,27 @@
 // generator (seeded by draft_seed), returned as q. Forget() releases a
 // sequence's blocks.
 //
-// Lookahead (SP-MoE cross-model expert prediction, seed 003 §4.2.1): at each
-// draft layer i of D, the router input of each sequence's drafting row is
-// fed to the TARGET's routers of target layers [i*L/D, (i+1)*L/D)
-// (MoeModel::PredictExperts, top num_experts_per_tok), filling the
-// lookahead for that draft position and those target layers. Needs the same
-// hidden size as the target; otherwise the lookahead stays empty. The
-// listener is notified after each draft position but the last.
+// Lookahead (SP-MoE cross-model expert prediction, seed 003 §4.2.1;
+// cross_model_predictor.h): at each draft layer i of D, the router input of
+// each sequence's drafting row is fed to the TARGET's routers of target
+// layers [i*L/D, (i+1)*L/D) (top num_experts_per_tok, the computation of
+// MoeModel::PredictExperts), on the draft model's stream in the backend's
+// memory, filling the lookahead for that draft position and those target
+// layers once the position's pass is done. Needs the same hidden size as
+// the target; otherwise the lookahead stays empty. The listener is notified
+// after each draft position but the last.
 //
-// Borrows everything in DrafterContext; owns its weights, model, experts and
-// cache. Thread-compatible (the engine calls it from its step thread).
+// Host<->device waits per draft position (one batched pass over every
+// drafting sequence): one per draft MoE layer (the draft model reads its own
+// routing on the host, as every MoeModel pass does) and one for the logits
+// of the drafting rows (the host chooses the draft tokens with the
+// request's sampler and hands them to the verifier); the prediction adds
+// none (its ids come back in one asynchronous copy covered by the logits'
+// wait). demo-draft: 3 + 1.
+//
+// Borrows everything in DrafterContext; owns its weights, model, experts,
+// predictor and cache. Thread-compatible (the engine calls it from its step
+// thread).
 #ifndef MOESERVE_ENGINE_SPEC_DECODE_EXTERNAL_DRAFTER_H_
 #define MOESERVE_ENGINE_SPEC_DECODE_EXTERNAL_DRAFTER_H_
 
@@ -56,6 +73,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
 #include "engine/moe_model.h"
+#include "engine/spec_decode/cross_model_predictor.h"
 #include "engine/spec_decode/drafter.h"
 
 namespace moeserve::engine::spec_decode {
@@ -65,8 +83,19 @@ class ExternalDrafter final : public Drafter {
   // Draft cache size when the context has no target cache to scale from.
   static constexpr uint64_t kDefaultCacheBytes = 64ull << 20;
 
+  struct Options {
+    // Copy the draft's experts into the backend's memory even on a CPU
+    // backend (the device path without a device: tests). A non-CPU backend
+    // always does. Default: false.
+    bool experts_in_backend_memory = false;
+  };
+
   static absl::StatusOr<std::unique_ptr<ExternalDrafter>> Create(
-      const DrafterContext& context);
+      const DrafterContext& context, const Options& options);
+  static absl::StatusOr<std::unique_ptr<ExternalDrafter>> Create(
+      const DrafterContext& context) {
+    return Create(context, Options());
+  }
   ~ExternalDrafter() override;
 
   std::string_view name() const override { return "external"; }
@@ -78,6 +107,9 @@ class ExternalDrafter final : public Drafter {
   // For tests and metrics.
   const ModelWeights& draft_weights() const { return *weights_; }
   const KvCache& draft_cache() const { return *cache_; }
+  // Whether the draft's experts were copied into the backend's memory
+  // (BackendResidentExperts) rather than read from the weights' host arena.
+  bool experts_in_backend_memory() const { return experts_in_backend_memory_; }
   size_t num_sequences() const { return states_.size(); }
   // Tokens with valid draft keys and values for the sequence (0 if unknown).
   int64_t computed_tokens(uint64_t sequence_id) const;
@@ -104,14 +136,15 @@ class ExternalDrafter final : public Drafter {
   const std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<HookedExperts> experts_;
   std::unique_ptr<MoeModel> model_;
+  // Null without a target of the draft's hidden size. After model_: it is
+  // destroyed first, while model_'s stream still exists.
+  std::unique_ptr<CrossModelPredictor> predictor_;
   std::unique_ptr<KvCache> cache_;
   std::map<uint64_t, SequenceState> states_;
   uint64_t clock_ = 0;
-  bool predict_ = false;  // hidden sizes match and there is a target
+  bool experts_in_backend_memory_ = false;
 
   // Of the Propose() in progress.
-  ExpertLookahead* lookahead_ = nullptr;
-  int position_ = 0;
   std::vector<int64_t> predict_rows_;  // rows of the batch to predict from
   std::vector<float> logits_;
 };

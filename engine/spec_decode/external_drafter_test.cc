@@ -2,7 +2,10 @@
 // models/demo-fg): catch-up after partial acceptance gives the drafts a
 // fresh drafter computes from scratch; Forget frees the draft cache; a
 // draft model with another vocabulary is refused; the cross-model
-// prediction fills the lookahead for every target layer.
+// prediction fills the lookahead for every target layer; the device path
+// (experts in the backend's memory), run on the CPU backend, drafts and
+// predicts exactly as the host path. (On CUDA: //tests:policy_invariance_test's
+// *_external_cuda cases.)
 #include "engine/spec_decode/external_drafter.h"
 
 #include <algorithm>
@@ -74,9 +77,11 @@ struct Target {
   std::unique_ptr<KvCache> kv;
 };
 
-std::unique_ptr<ExternalDrafter> MakeDrafter(const DrafterContext& context) {
+std::unique_ptr<ExternalDrafter> MakeDrafter(
+    const DrafterContext& context,
+    const ExternalDrafter::Options& options = {}) {
   absl::StatusOr<std::unique_ptr<ExternalDrafter>> d =
-      ExternalDrafter::Create(context);
+      ExternalDrafter::Create(context, options);
   EXPECT_TRUE(d.ok()) << d.status();
   return d.ok() ? *std::move(d) : nullptr;
 }
@@ -240,6 +245,51 @@ TEST_P(LookaheadTest, TargetRoutersFillTheLookaheadForEveryTargetLayer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, LookaheadTest,
+                         ::testing::Values("models/demo", "models/demo-fg"),
+                         [](const auto& info) {
+                           return info.param == "models/demo" ? "demo"
+                                                              : "demo_fg";
+                         });
+
+// The device path (what a GPU runs: the draft's experts copied into the
+// backend's memory, served by BackendResidentExperts) with the CPU backend
+// standing in for the device: the same drafts and the same lookahead as the
+// host path, position by position, over rounds of partial acceptance with a
+// catch-up pass (gathered prediction rows) in each.
+class DevicePathTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DevicePathTest, DraftsAndLookaheadMatchTheHostPath) {
+  Target target(GetParam());
+  std::unique_ptr<ExternalDrafter> host = MakeDrafter(target.Context());
+  std::unique_ptr<ExternalDrafter> device =
+      MakeDrafter(target.Context(), {.experts_in_backend_memory = true});
+  ASSERT_NE(host, nullptr);
+  ASSERT_NE(device, nullptr);
+  EXPECT_FALSE(host->experts_in_backend_memory());
+  EXPECT_TRUE(device->experts_in_backend_memory());
+  constexpr int kK = 3;
+  const int32_t vocab =
+      static_cast<int32_t>(target.weights->config().vocab_size);
+  std::vector<std::vector<int32_t>> seqs = {Target::Prompt(6),
+                                            Target::Prompt(7)};
+  for (int round = 0; round < 3; ++round) {
+    ExpertLookahead host_lookahead, device_lookahead;
+    const auto drafts = Draft(host.get(), seqs, kK, &host_lookahead);
+    EXPECT_EQ(drafts, Draft(device.get(), seqs, kK, &device_lookahead))
+        << "round " << round;
+    EXPECT_EQ(host_lookahead.experts, device_lookahead.experts)
+        << "round " << round;
+    EXPECT_EQ(host_lookahead.experts.size(), static_cast<size_t>(kK));
+    // Sequence 0 keeps one draft (a catch-up of two tokens next round),
+    // sequence 1 all of them and a bonus token.
+    seqs[0].push_back(drafts[0][0]);
+    seqs[0].push_back((drafts[0][1] + 1) % vocab);
+    seqs[1].insert(seqs[1].end(), drafts[1].begin(), drafts[1].end());
+    seqs[1].push_back((drafts[1].back() + 3) % vocab);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, DevicePathTest,
                          ::testing::Values("models/demo", "models/demo-fg"),
                          [](const auto& info) {
                            return info.param == "models/demo" ? "demo"
