@@ -94,6 +94,11 @@ ABSL_FLAG(std::string, drafters, "own",
           "(self, int4, ...), none (no speculation, even for self_spec or "
           "quant_draft), or own / an empty entry (the policy's own drafter), "
           "e.g. --drafters=own,none,int4.");
+ABSL_FLAG(bool, spec_baselines, true,
+          "Policy mode: beside every speculative cell (a policy other than "
+          "lru with a drafter) also run lru and lru with the same drafter "
+          "and k, and end with a summary of each speculative cell against "
+          "both, all from this run (the papers' baselines draft too).");
 ABSL_FLAG(std::string, draft_budget, "shared",
           "Policy mode: comma list of EngineSpec::draft_budget values for "
           "cells whose drafter has its own pool in fast memory (int4): "
@@ -278,6 +283,7 @@ int PolicyMain(int threads) {
   o.drafters = absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',');
   o.draft_budgets =
       absl::StrSplit(absl::GetFlag(FLAGS_draft_budget), ',', absl::SkipEmpty());
+  o.spec_baselines = absl::GetFlag(FLAGS_spec_baselines);
   o.num_speculative_tokens = settings->num_speculative_tokens;
   o.ratios = ParseDoubles(absl::GetFlag(FLAGS_expert_cache_ratio));
   o.expert_cache_mb = absl::GetFlag(FLAGS_expert_cache_mb);
@@ -562,7 +568,7 @@ const moeserve::base::ProgramHelp& Help() {
                    "bandwidth_mib", "bandwidth_repeats"}},
                  {"Policy mode: engines and policies",
                   {"policies", "policy_config", "drafters", "draft_budget",
-                   "num_speculative_tokens"}},
+                   "num_speculative_tokens", "spec_baselines"}},
                  {"Policy mode: memory tiers and link",
                   {"expert_cache_ratio", "expert_cache_mb", "slow_tier",
                    "link_gbps", "link_latency_us", "inplace_compute_ratio"}},

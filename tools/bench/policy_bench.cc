@@ -1,5 +1,7 @@
 #include "tools/bench/policy_bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +30,7 @@
 #include "tools/bench/belady.h"
 #include "tools/bench/expert_compute.h"
 #include "tools/bench/prompts.h"
+#include "tools/bench/spec_summary.h"
 #include "tools/bench/stand_in_tokenizer.h"
 
 namespace moeserve::bench {
@@ -103,8 +106,18 @@ struct Cell {
   uint64_t pool_bytes = 0;  // That pool's bytes (0: none).
 };
 
+// Appends `c` unless a cell of the same (policy, drafter, k) is there.
+void AddCell(Cell c, std::vector<Cell>* cells) {
+  const bool seen =
+      std::any_of(cells->begin(), cells->end(), [&c](const Cell& x) {
+        return x.policy == c.policy && x.drafter == c.drafter && x.k == c.k;
+      });
+  if (!seen) cells->push_back(std::move(c));
+}
+
 // Every (policy, drafter entry) of `o`, resolved as EngineSpec would be
-// (policy_bench.h), in policy-major order; duplicates dropped.
+// (policy_bench.h), in policy-major order; duplicates dropped. With
+// spec_baselines, lru and lru + the drafter before each speculative cell.
 absl::StatusOr<std::vector<Cell>> ResolveCells(
     const PolicyBenchOptions& o, const engine::PolicyConfig& config) {
   std::vector<Cell> cells;
@@ -131,11 +144,17 @@ absl::StatusOr<std::vector<Cell>> ResolveCells(
         c.k = o.num_speculative_tokens >= 0 ? o.num_speculative_tokens
                                             : own->num_speculative_tokens;
       }
-      const bool seen =
-          std::any_of(cells.begin(), cells.end(), [&c](const Cell& x) {
-            return x.policy == c.policy && x.drafter == c.drafter && x.k == c.k;
-          });
-      if (!seen) cells.push_back(std::move(c));
+      if (o.spec_baselines && c.policy != "lru" && c.drafter != "none") {
+        // The papers' two baselines, in this run (spec_summary.h).
+        AddCell(Cell{.policy = "lru", .entry = "baseline", .drafter = "none"},
+                &cells);
+        AddCell(Cell{.policy = "lru",
+                     .entry = "baseline",
+                     .drafter = c.drafter,
+                     .k = c.k},
+                &cells);
+      }
+      AddCell(std::move(c), &cells);
     }
   }
   return cells;
@@ -482,6 +501,14 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,
   }
 
   PolicyReport report;
+  {
+    const absl::Time now = absl::Now();
+    report.started_utc =
+        absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", now, absl::UTCTimeZone());
+    report.run_id = absl::StrCat(
+        absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()), "-p",
+        static_cast<int64_t>(getpid()));
+  }
   report.machine = DescribeMachine();
   report.backend = backend->name();
   report.fast_tier_on_device = backend->device() != kernels::Device::kCpu;
@@ -671,6 +698,8 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                  "%d planned runs did not start\n",
                  o.max_seconds, rep.runs_not_started);
   }
+  std::fprintf(out, "run: %s (started %s)\n", rep.run_id.c_str(),
+               rep.started_utc.c_str());
   std::fprintf(out,
                "machine: %s, %d logical CPUs, %.1f GiB, %s; backend %s, %d "
                "CPU kernel threads\n",
@@ -777,6 +806,12 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                     })
           .c_str(),
       o.num_speculative_tokens, absl::StrJoin(o.draft_budgets, ",").c_str());
+  if (o.spec_baselines) {
+    std::fprintf(out,
+                 "spec baselines: on (lru, and lru with the same drafter and "
+                 "k, run beside every speculative cell; drafter entry "
+                 "'baseline'; see the summary at the end)\n");
+  }
   std::fprintf(out,
                "oracle hit: Belady's MIN on the cell's own target access "
                "trace at its slots, starting with the first `slots` "
@@ -873,6 +908,7 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
         OrNa(r.tokens_per_verification, 2).c_str(), OrNa(r.mean_k, 2).c_str(),
         100 * r.draft_share, 100 * r.verify_share);
   }
+  PrintSpecSummary(rep, out);
 }
 
 namespace {
@@ -902,6 +938,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
   const PolicyBenchOptions& o = rep.options;
   nlohmann::json j;
   j["mode"] = "policies";
+  j["run"] = {{"id", rep.run_id}, {"started_utc", rep.started_utc}};
   j["machine"] = {{"cpu_model", rep.machine.cpu_model},
                   {"logical_cpus", rep.machine.logical_cpus},
                   {"memory_bytes", rep.machine.memory_bytes},
@@ -952,6 +989,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
       {"repeats", o.repeats},
       {"drafters", o.drafters},
       {"draft_budgets", o.draft_budgets},
+      {"spec_baselines", o.spec_baselines},
       {"num_speculative_tokens", o.num_speculative_tokens},
       {"greedy", true}};
   j["complete"] = rep.complete;
@@ -1039,6 +1077,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
                                   : nlohmann::json(nullptr);
     j["results"].push_back(std::move(x));
   }
+  j["spec_summary"] = SpecSummaryJson(rep);
   return j;
 }
 

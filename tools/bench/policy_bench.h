@@ -66,6 +66,12 @@ struct PolicyBenchOptions {
   std::vector<std::string> drafters = {"own"};
   // See the header comment: "shared" and/or "extra".
   std::vector<std::string> draft_budgets = {"shared"};
+  // Baselines of every speculative cell (a policy other than lru that
+  // drafts), added to the cells when absent: lru without drafter and lru
+  // with that cell's drafter and k, placed before it (spec_summary.h).
+  // moeserve_bench turns this on (--spec_baselines); off here so that other
+  // callers (the optimiser) run exactly the cells they name.
+  bool spec_baselines = false;
   // The external drafter's model (EngineSpec::draft_model_dir).
   std::string draft_model_dir;
   // EngineSpec::num_speculative_tokens for every drafted cell: > 0 fixed, 0
@@ -181,6 +187,11 @@ struct PolicyResult {
 };
 
 struct PolicyReport {
+  // This run: its start (UTC, "2026-11-28T14:03:07Z") and an id made of the
+  // start time and the process id ("20261128T140307Z-p12345"), printed on
+  // every summary row so rows of two runs cannot be mixed by accident.
+  std::string started_utc;
+  std::string run_id;
   MachineInfo machine;
   std::string backend;  // Backend::name().
   // Expert slots in device memory filled by device copies (a GPU backend);

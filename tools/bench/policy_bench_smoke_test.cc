@@ -2,7 +2,8 @@
 // report: on models/demo (text prompts; 2 requests x 4 tokens, 2 policies,
 // one ratio, link emulation on), with a drafter axis (speculative decoding
 // cells: the speculation columns and accepted <= drafted; the int4 drafter
-// with both draft budgets and the Belady oracle), on a generated
+// with both draft budgets and the Belady oracle), the closing summary of
+// speculative policies against lru and lru + the same drafter, on a generated
 // random-weight model without tokenizer (synthetic prompts; in memory and
 // written to disk give the same tokens), and
 // --backend=cuda (a clear error without a
@@ -154,6 +155,7 @@ TEST(PolicyBenchSmokeTest, DrafterAxisReportsSpeculation) {
   ASSERT_NO_FATAL_FAILURE(
       RunBench(" --model_dir=" + Runfile("models/demo") +
                    " --policies=on_demand,self_spec --drafters=own,self,none "
+                   "--spec_baselines=false "
                    "--num_speculative_tokens=2 --expert_cache_ratio=0.5 "
                    "--link_gbps=20 --link_latency_us=5 --num_requests=2 "
                    "--max_new_tokens=6 --concurrency=2 --threads=2",
@@ -230,6 +232,96 @@ TEST(PolicyBenchSmokeTest, DrafterAxisReportsSpeculation) {
   // on_demand never keeps an expert, and the oracle bounds it.
   EXPECT_EQ(rs[0].at("hits").get<int>(), 0);
   EXPECT_EQ(ExpectOracleBoundsDemandCaching(rs), 2);  // on_demand's cells
+}
+
+// The result of `results` with this (policy, drafter, k, budget, ratio,
+// concurrency), or null; `cell` is a summary row's cell object.
+const nlohmann::json* FindCell(const nlohmann::json& results,
+                               const nlohmann::json& cell, double ratio,
+                               int concurrency) {
+  for (const nlohmann::json& r : results) {
+    if (r.at("policy") == cell.at("policy") &&
+        r.at("drafter") == cell.at("drafter") &&
+        r.at("num_speculative_tokens") == cell.at("num_speculative_tokens") &&
+        r.at("draft_budget") == cell.at("draft_budget") &&
+        r.at("expert_cache_ratio").get<double>() == ratio &&
+        r.at("concurrency").get<int>() == concurrency) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+// --spec_baselines (on by default) runs lru and lru + the same drafter beside
+// each speculative policy, and the summary's ratios are those of the cells
+// of this run: recomputed here from the results, not from figures.
+TEST(PolicyBenchSmokeTest, SpecSummaryComparesWithBaselinesOfTheSameRun) {
+  nlohmann::json j;
+  const std::string out_path = TmpFile("policy_bench_summary.stdout");
+  ASSERT_NO_FATAL_FAILURE(
+      RunBench(" --model_dir=" + Runfile("models/demo") +
+                   " --policies=self_spec,quant_draft --expert_cache_ratio=0.5 "
+                   "--link_gbps=20 --link_latency_us=5 --num_requests=2 "
+                   "--max_new_tokens=6 --concurrency=1,2 --threads=2 > " +
+                   out_path,
+               "policy_bench_summary.json", &j));
+  EXPECT_TRUE(j.at("outputs_identical").get<bool>());
+  EXPECT_TRUE(j["workload"].at("spec_baselines").get<bool>());
+  const std::string run_id = j.at("run").at("id").get<std::string>();
+  EXPECT_FALSE(run_id.empty());
+  EXPECT_FALSE(j["run"].at("started_utc").get<std::string>().empty());
+  // Per concurrency: lru, lru + self k=4, self_spec, lru + int4 adaptive,
+  // quant_draft.
+  const nlohmann::json& rs = j.at("results");
+  ASSERT_EQ(rs.size(), 2u * 5u) << rs.dump();
+  const nlohmann::json& summary = j.at("spec_summary");
+  ASSERT_EQ(summary.size(), 2u * 2u) << summary.dump();
+  for (const nlohmann::json& row : summary) {
+    EXPECT_EQ(row.at("run_id"), run_id);
+    EXPECT_EQ(row.at("model"), "demo");
+    const double ratio = row.at("expert_cache_ratio").get<double>();
+    const int conc = row.at("concurrency").get<int>();
+    const nlohmann::json& policy = row.at("policy");
+    EXPECT_NE(policy.at("policy"), "lru");
+    ASSERT_FALSE(row.at("lru").is_null()) << row.dump();
+    ASSERT_FALSE(row.at("lru_same_drafter").is_null()) << row.dump();
+    EXPECT_EQ(row["lru"].at("drafter"), "none");
+    EXPECT_EQ(row["lru_same_drafter"].at("drafter"), policy.at("drafter"));
+    EXPECT_EQ(row["lru_same_drafter"].at("num_speculative_tokens"),
+              policy.at("num_speculative_tokens"));
+    const nlohmann::json* p = FindCell(rs, policy, ratio, conc);
+    const nlohmann::json* lru = FindCell(rs, row["lru"], ratio, conc);
+    const nlohmann::json* lru_d =
+        FindCell(rs, row["lru_same_drafter"], ratio, conc);
+    ASSERT_TRUE(p != nullptr && lru != nullptr && lru_d != nullptr)
+        << row.dump();
+    auto tps = [](const nlohmann::json* r) {
+      return r->at("tokens_per_s").get<double>();
+    };
+    auto tpot = [](const nlohmann::json* r) {
+      return r->at("tpot_mean_ms").get<double>();
+    };
+    EXPECT_EQ(policy.at("tokens_per_s").get<double>(), tps(p));
+    EXPECT_DOUBLE_EQ(row.at("speedup_vs_lru").get<double>(), tps(p) / tps(lru));
+    EXPECT_DOUBLE_EQ(row.at("speedup_vs_lru_same_drafter").get<double>(),
+                     tps(p) / tps(lru_d));
+    EXPECT_DOUBLE_EQ(row.at("tpot_speedup_vs_lru").get<double>(),
+                     tpot(lru) / tpot(p));
+    EXPECT_DOUBLE_EQ(row.at("tpot_speedup_vs_lru_same_drafter").get<double>(),
+                     tpot(lru_d) / tpot(p));
+  }
+  // The printed summary: headed by the run id, one row per speculative cell
+  // carrying it.
+  const std::string printed = ReadFile(out_path);
+  EXPECT_NE(printed.find("summary: speculative policies vs lru"),
+            std::string::npos)
+      << printed;
+  size_t rows_printed = 0;
+  for (size_t at = printed.find("| " + run_id + " |"); at != std::string::npos;
+       at = printed.find("| " + run_id + " |", at + 1)) {
+    ++rows_printed;
+  }
+  EXPECT_EQ(rows_printed, summary.size()) << printed;
 }
 
 TEST(PolicyBenchSmokeTest, Int4DrafterWithBothBudgets) {
