@@ -324,5 +324,60 @@ std::vector<HybridParams> HybridCases() {
 INSTANTIATE_TEST_SUITE_P(Hybrid, HybridInvarianceTest,
                          ::testing::ValuesIn(HybridCases()), HybridName);
 
+// The policies whose papers draft with a separate model (cutoff: SP-MoE,
+// utility: MoE-SpAc, throughput: SpecMoEOff) with that drafter, their own
+// default: models/demo-draft drafting for demo-fg (the same hidden size, so
+// the lookahead comes from the cross-model prediction). On cuda the draft
+// model's weights, experts and KV cache are in VRAM and its prediction runs
+// on the device (engine/spec_decode/external_drafter.h); cpu and cpu_dev
+// run the same engines on the CPU backend.
+using ExternalParams =
+    std::tuple<std::string /*policy*/, std::string /*backend*/>;
+
+class ExternalDraftInvarianceTest
+    : public ::testing::TestWithParam<ExternalParams> {};
+
+TEST_P(ExternalDraftInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
+  const auto& [policy, where] = GetParam();
+  absl::Status status;
+  kernels::Backend* backend = BackendFor(where, &status);
+  MOESERVE_SKIP_WITHOUT_CUDA(status);
+  Fixture& f = Load("qwen3_demo_fg");
+  engine::EngineSpec spec = PolicySpec(policy);
+  // The test config's int4 drafter out: the policy's own, external.
+  spec.policy_config.erase("drafter");
+  spec.drafter = "external";
+  spec.draft_model_dir = engine::testing::Runfile("models/demo-draft");
+  spec.expert_cache_ratio = 0.25;
+  spec.link = {.gbps = 2.0, .latency_us = 20};
+  spec.fast_tier_in_backend_memory = where != "cpu";
+  absl::StatusOr<engine::BuiltEngine> built = engine::BuildEngine(
+      {f.weights.get(), f.tokenizer.get(), backend, nullptr}, spec);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(Generate(f, built->engine.get()),
+            where == "cuda" ? CudaBaseline(f, backend) : f.baseline);
+  // It did speculate: drafts were proposed and judged.
+  EXPECT_GT(built->engine->stats().spec.draft_tokens, 0u);
+  built->residency->WaitIdle();
+}
+
+std::string ExternalName(const ::testing::TestParamInfo<ExternalParams>& info) {
+  const auto& [policy, where] = info.param;
+  return "qwen3_demo_fg_" + policy + "_external_" + where;
+}
+
+std::vector<ExternalParams> ExternalCases() {
+  std::vector<ExternalParams> cases;
+  for (const char* policy : {"cutoff", "utility", "throughput"}) {
+    for (const char* where : {"cpu", "cpu_dev", "cuda"}) {
+      cases.emplace_back(policy, where);
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(ExternalDraft, ExternalDraftInvarianceTest,
+                         ::testing::ValuesIn(ExternalCases()), ExternalName);
+
 }  // namespace
 }  // namespace moeserve
