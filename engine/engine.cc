@@ -56,12 +56,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
       std::unique_ptr<MoeModel> model,
       MoeModel::Create(weights, backend, engine->experts_.get()));
   const ModelConfig& c = weights->config();
+  // With host attention the pools are host memory of its CPU backend.
+  kernels::Backend* kv_backend = backend;
+  if (options.host_attention != nullptr) {
+    MOESERVE_RETURN_IF_ERROR(
+        model->EnableHostAttention(options.host_attention.get()));
+    kv_backend = options.host_attention.get();
+  }
   MOESERVE_ASSIGN_OR_RETURN(
       engine->kv_,
       KvCache::Create(c,
                       KvCache::BlocksForBytes(c, options.kv_block_size,
                                               options.kv_cache_bytes),
-                      options.kv_block_size, backend));
+                      options.kv_block_size, kv_backend));
   std::unique_ptr<spec_decode::Drafter> drafter;
   if (options.make_drafter) {
     MOESERVE_ASSIGN_OR_RETURN(

@@ -68,6 +68,12 @@ struct EngineOptions {
   int max_waiting_per_caller = 0;
   // Serving metrics go here, labelled policy=name. Null: none.
   metrics::Registry* registry = nullptr;
+  // Host attention (engine/host_attention.h, seed 002 §4.2): non-null, the
+  // KV cache is allocated in host memory by this CPU backend, which also
+  // computes attention (MoeModel::EnableHostAttention); the device holds no
+  // KV cache. Shared with the builder that made it; kept alive by the
+  // engine's options until the model and cache are gone.
+  std::shared_ptr<kernels::Backend> host_attention;
 
   // Speculative decoding. make_drafter null: none. Called once by Create
   // with the engine's target model and KV cache.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "engine/architecture.h"
+#include "engine/host_attention.h"
 #include "engine/host_experts.h"
 #include "engine/internal/dense_graphs.h"
 #include "engine/internal/scratch_buffer.h"
@@ -143,6 +144,12 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
   return model;
 }
 
+absl::Status MoeModel::EnableHostAttention(kernels::Backend* host) {
+  MOESERVE_ASSIGN_OR_RETURN(host_attention_,
+                            HostAttention::Create(host, backend_));
+  return absl::OkStatus();
+}
+
 absl::Status MoeModel::UploadWeights() {
   // Every distinct weight tensor (tied embeddings appear twice).
   std::vector<Tensor*> all = {&embedding_, &final_norm_, &lm_head_};
@@ -262,6 +269,10 @@ absl::Status MoeModel::ReserveScratch(int64_t n, int64_t num_seqs, int64_t rows,
   s.fill.reserve(E);
   s.groups.reserve(E);
   s.held.reserve(E);
+  if (host_attention_ != nullptr) {
+    MOESERVE_RETURN_IF_ERROR(host_attention_->Reserve(
+        n, c.num_attention_heads, c.num_key_value_heads, hd));
+  }
   if (HostExperts* host = experts_->host_compute(); host != nullptr) {
     MOESERVE_RETURN_IF_ERROR(
         host->Reserve(n, pairs, d, c.expert_intermediate_size));
@@ -331,9 +342,10 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   const int64_t n = static_cast<int64_t>(s.ids.size());
   const int64_t rows = static_cast<int64_t>(s.last_rows.size());
   // Graphs (internal/dense_graphs.h): decode and verify steps, keyed by
-  // their shape, with the block-table stride padded to its bucket.
+  // their shape, with the block-table stride padded to its bucket. Not
+  // with host attention: its host round trip is inside the dense segment.
   const std::optional<std::array<int64_t, 4>> graph_shape =
-      backend_->graphs_enabled()
+      backend_->graphs_enabled() && host_attention_ == nullptr
           ? DenseGraphShape(n, s.num_seqs, rows, s.max_blocks)
           : std::nullopt;
   graph_step_ = graph_shape.has_value();
@@ -463,17 +475,54 @@ absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
   const float theta = static_cast<float>(c.rope_theta);
   MOESERVE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, q3, positions, theta));
   MOESERVE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, k3, positions, theta));
-  const kernels::PagedKvCache pages = cache->layer(layer);
-  MOESERVE_RETURN_IF_ERROR(
-      backend_->KvWrite(st, k3, v3, I32(s.meta, s.off_slots, {n}), pages));
-  const kernels::AttentionBatch batch{
-      I32(s.meta, s.off_query_start, {s.num_seqs + 1}), positions,
-      I32(s.meta, s.off_block_tables, {s.num_seqs, s.max_blocks})};
   Tensor attn = F32(s.attn, {n, heads * hd});
-  MOESERVE_RETURN_IF_ERROR(backend_->Attention(st, q3, pages, batch, attn));
+  if (host_attention_ != nullptr) {
+    MOESERVE_RETURN_IF_ERROR(AttendOnHost(layer, n, cache));
+  } else {
+    const kernels::PagedKvCache pages = cache->layer(layer);
+    MOESERVE_RETURN_IF_ERROR(
+        backend_->KvWrite(st, k3, v3, I32(s.meta, s.off_slots, {n}), pages));
+    const kernels::AttentionBatch batch{
+        I32(s.meta, s.off_query_start, {s.num_seqs + 1}), positions,
+        I32(s.meta, s.off_block_tables, {s.num_seqs, s.max_blocks})};
+    MOESERVE_RETURN_IF_ERROR(backend_->Attention(st, q3, pages, batch, attn));
+  }
   Tensor proj = F32(s.proj, {n, d});
   MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, attn, lw.o, {}, proj));
   return backend_->Add(st, x, proj, x);
+}
+
+absl::Status MoeModel::AttendOnHost(int layer, int64_t n, KvCache* cache) {
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  kernels::Stream& st = *stream_;
+  HostAttention& host = *host_attention_;
+  const int64_t hd = c.head_dim;
+  const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  // The roped rows down to pinned memory (three copies, one wait: the
+  // host needs them now).
+  MOESERVE_RETURN_IF_ERROR(
+      backend_->CopyToHost(st, host.q(), s.q.data(), n * heads * hd * 4));
+  MOESERVE_RETURN_IF_ERROR(
+      backend_->CopyToHost(st, host.k(), s.k.data(), n * kv * hd * 4));
+  MOESERVE_RETURN_IF_ERROR(
+      backend_->CopyToHost(st, host.v(), s.v.data(), n * kv * hd * 4));
+  MOESERVE_RETURN_IF_ERROR(st.Synchronize());
+  // The step's metadata, host side (what Forward uploaded into meta).
+  const kernels::Device cpu = kernels::Device::kCpu;
+  const kernels::AttentionBatch batch{
+      Tensor(s.query_start.data(), KDType::kI32, {s.num_seqs + 1}, cpu),
+      Tensor(s.positions.data(), KDType::kI32, {n}, cpu),
+      Tensor(s.block_tables.data(), KDType::kI32, {s.num_seqs, s.max_blocks},
+             cpu)};
+  MOESERVE_RETURN_IF_ERROR(
+      host.Run(n, heads, kv, hd, Tensor(s.slots.data(), KDType::kI32, {n}, cpu),
+               cache->layer(layer), batch));
+  // Up into attn; the output projection follows on the stream (the copy
+  // from pinned memory is complete before the next layer's copies down,
+  // which wait on the same stream).
+  return backend_->CopyToDevice(st, s.attn.data(), host.out(),
+                                n * heads * hd * 4);
 }
 
 absl::Status MoeModel::RouterInputs(int layer, int64_t n) {

@@ -32,10 +32,17 @@
 // bit for bit those of the eager pass. Prefill runs eagerly. A no-op on
 // backends without graphs.
 //
+// Host attention (EnableHostAttention, seed 002 §4.2; engine/
+// host_attention.h): the KV cache lives in host memory and a CPU backend
+// computes attention over it; per layer the device computes norm, q/k/v
+// and RoPE, copies the rows down, the host writes the KV and attends, and
+// the output rows come back up for the output projection. Such a step runs
+// eagerly (no graphs: the host round trip sits inside the dense segment).
+//
 // Ownership: borrows the weights, backend and expert provider (all must
-// outlive the model); owns its compute stream, the device copy of the
-// weights and its scratch buffers. Thread-safety: Forward() is not reentrant
-// (one caller at a time: the scheduler's step loop).
+// outlive the model); owns its compute stream, its HostAttention, the device
+// copy of the weights and its scratch buffers. Thread-safety: Forward() is not
+// reentrant (one caller at a time: the scheduler's step loop).
 #ifndef MOESERVE_ENGINE_MOE_MODEL_H_
 #define MOESERVE_ENGINE_MOE_MODEL_H_
 
@@ -55,6 +62,7 @@
 
 namespace moeserve::engine {
 
+class HostAttention;
 class ScratchBuffer;
 
 // The new tokens of one sequence for one forward pass.
@@ -105,6 +113,13 @@ class MoeModel final : public RouterProbe {
 
   const ModelConfig& config() const { return weights_->config(); }
 
+  // From now on every Forward() computes attention on `host` (a CPU backend,
+  // borrowed: must outlive the model) over a cache whose pools are in host
+  // memory (KvCache::Create with a host backend); FAILED_PRECONDITION from
+  // Forward otherwise. INVALID_ARGUMENT when `host` is not a CPU backend.
+  absl::Status EnableHostAttention(kernels::Backend* host);
+  bool host_attention() const { return host_attention_ != nullptr; }
+
   // RouterProbe (router_probe.h): `layer`'s router applied ahead of time,
   // from inside a Forward() (the expert provider's hooks), same thread.
   std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
@@ -154,6 +169,9 @@ class MoeModel final : public RouterProbe {
   absl::Status Route(int layer, const kernels::Tensor& h, int k, bool normalize,
                      RouteBuffers& buffers);
   absl::Status Attention(int layer, int64_t n, KvCache* cache);
+  // Attention's KV write and attention on the host (q, k, v roped in
+  // scratch): down, HostAttention::Run, up into scratch attn.
+  absl::Status AttendOnHost(int layer, int64_t n, KvCache* cache);
   // The dense head of a MoE block: post-attention norm into h, moe_out
   // zeroed, the router's matmul and top-k into scratch route (Route then
   // only copies them to the host).
@@ -186,6 +204,7 @@ class MoeModel final : public RouterProbe {
   std::unique_ptr<kernels::Buffer> device_weights_;  // non-CPU backends
   kernels::Tensor embedding_, final_norm_, lm_head_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<HostAttention> host_attention_;  // null: on the device
   KvCache* cache_ = nullptr;  // of the Forward() in progress
   // Of the Forward() in progress: its expert provider and routing filter.
   ExpertProvider* active_experts_ = nullptr;
