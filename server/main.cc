@@ -70,7 +70,7 @@ const moeserve::base::ProgramHelp& Help() {
             {"expert_cache_ratio", "expert_cache_mb", "slow_tier", "link_gbps",
              "link_latency_us", "inplace_compute_ratio", "kv_cache_mb"}},
            {"Hybrid CPU/GPU execution",
-            {"cpu_moe_layers", "host_expert_threads"}},
+            {"cpu_moe_layers", "host_expert_threads", "host_attention"}},
            {"Scheduler and request limits",
             {"max_num_seqs", "max_batched_tokens", "max_waiting",
              "max_running_per_caller", "max_waiting_per_caller",

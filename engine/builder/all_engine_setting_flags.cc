@@ -23,4 +23,5 @@ MOESERVE_ENGINE_SETTING_FLAG(int, num_speculative_tokens);
 MOESERVE_ENGINE_SETTING_FLAG(std::string, draft_model_dir);
 MOESERVE_ENGINE_SETTING_FLAG(int, cpu_moe_layers);
 MOESERVE_ENGINE_SETTING_FLAG(int, host_expert_threads);
+MOESERVE_ENGINE_SETTING_FLAG(int, host_attention);
 MOESERVE_ENGINE_SETTING_FLAG(std::string, draft_budget);

@@ -127,7 +127,19 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
   if (absl::Status st = ResolveSpeculation(&built.spec); !st.ok()) {
     return InEngine(spec, st);
   }
+  // On a GPU the expert slots are VRAM owned by the backend; on the CPU
+  // they are plain host RAM filled by SlowTier::Read.
+  kernels::Backend* fast_tier_backend =
+      model.backend->device() == kernels::Device::kCpu &&
+              !spec.fast_tier_in_backend_memory
+          ? nullptr
+          : model.backend;
   built.expert_cache_bytes = ExpertCacheBytes(*model.weights, spec);
+  if (spec.host_attention != 0 && fast_tier_backend != nullptr) {
+    // The device memory the KV cache would take goes to the expert cache.
+    built.kv_bytes_to_experts = spec.kv_cache_bytes;
+    built.expert_cache_bytes += spec.kv_cache_bytes;
+  }
   if (absl::Status st = ChargeDraftMemory(*model.weights, &built); !st.ok()) {
     return InEngine(spec, st);
   }
@@ -142,13 +154,6 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
   options.registry = model.registry;
   options.num_speculative_tokens = built.spec.num_speculative_tokens;
   options.max_speculative_tokens = kMaxSpeculativeTokens / 2;
-  // On a GPU the expert slots are VRAM owned by the backend; on the CPU
-  // they are plain host RAM filled by SlowTier::Read.
-  kernels::Backend* fast_tier_backend =
-      model.backend->device() == kernels::Device::kCpu &&
-              !spec.fast_tier_in_backend_memory
-          ? nullptr
-          : model.backend;
   // The engine's two-tier expert memory: the residency, owning its policy
   // and slow tier; the engine owns the residency.
   absl::StatusOr<std::unique_ptr<ExpertResidency>> residency =
@@ -161,6 +166,14 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
   }
   ExpertResidency* raw_residency = residency->get();
   options.advisor = raw_residency;
+  if (spec.host_attention != 0) {
+    absl::StatusOr<std::unique_ptr<kernels::Backend>> host =
+        kernels::CreateBackend(
+            {.name = "cpu",
+             .cpu_threads = HostExpertThreads(spec.host_expert_threads)});
+    if (!host.ok()) return InEngine(spec, host.status());
+    options.host_attention = *std::move(host);
+  }
   if (built.spec.drafter != "none") {
     const spec_decode::DrafterFactory* factory =
         spec_decode::FindDrafter(built.spec.drafter);

@@ -43,6 +43,9 @@ struct BuiltEngine {
   uint64_t expert_cache_bytes = 0;
   // The drafter's own expert weights in fast memory (int4 pool), or 0.
   uint64_t draft_bytes = 0;
+  // Host attention on a fast tier in device memory: the KV cache bytes the
+  // device does not hold, added to expert_cache_bytes; else 0.
+  uint64_t kv_bytes_to_experts = 0;
   std::unique_ptr<Engine> engine;
   // The engine's fast tier (hit/miss and link statistics). Owned by
   // `engine`; valid while it lives.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/counting_backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "metrics/registry.h"
 
@@ -149,6 +150,8 @@ TEST_F(EngineBuilderTest, EveryBadFieldIsRefusedByName) {
        [](EngineSpec* s) { s->max_batched_tokens = 1 << 30; }},
       {"max_waiting", [](EngineSpec* s) { s->max_waiting = 0; }},
       {"max_waiting", [](EngineSpec* s) { s->max_waiting = 1 << 30; }},
+      {"host_attention", [](EngineSpec* s) { s->host_attention = 2; }},
+      {"host_attention", [](EngineSpec* s) { s->host_attention = -1; }},
   };
   for (const Case& c : cases) {
     EngineSpec spec;
@@ -225,6 +228,55 @@ TEST_F(EngineBuilderTest, CpuMoeLayersAreCheckedAndKeepTheOutput) {
     // Layer 0 never moves: every expert of it was computed in place.
     const ResidencyStats stats = built->residency->stats();
     EXPECT_GT(stats.inplace, 0u);
+  }
+}
+
+// Host attention (issue 33, seed 002 §4.2): the KV cache leaves the
+// device, whose backend then allocates no pool for it; on a fast tier in
+// device memory those bytes join the expert cache; greedy output does not
+// change.
+TEST_F(EngineBuilderTest, HostAttentionMovesTheKvCacheOffTheDevice) {
+  EngineSpec spec;
+  spec.expert_cache_ratio = 0.25;
+  spec.kv_cache_bytes = 4 << 20;
+  spec.host_expert_threads = 1;
+  kernels::CountingBackend device(backend_);
+  const SharedModel model{packed_, tokenizer_, &device, nullptr};
+  for (bool in_backend_memory : {false, true}) {
+    spec.fast_tier_in_backend_memory = in_backend_memory;
+    spec.host_attention = 0;
+    const int64_t before_off = device.counts().allocated_bytes;
+    absl::StatusOr<BuiltEngine> off = BuildEngine(model, spec);
+    ASSERT_TRUE(off.ok()) << off.status();
+    const int64_t device_off = device.counts().allocated_bytes - before_off;
+    const std::vector<int32_t> expected = Generate(*off);
+    EXPECT_EQ(off->kv_bytes_to_experts, 0u);
+
+    spec.host_attention = 1;
+    const int64_t before_on = device.counts().allocated_bytes;
+    absl::StatusOr<BuiltEngine> on = BuildEngine(model, spec);
+    ASSERT_TRUE(on.ok()) << on.status();
+    const int64_t device_on = device.counts().allocated_bytes - before_on;
+    EXPECT_TRUE(on->engine->stats().kv_total_blocks > 0);
+    EXPECT_EQ(Generate(*on), expected) << in_backend_memory;
+    // Device bytes other than the expert slots: the KV pool went.
+    auto slots = [&](const BuiltEngine& b) {
+      return in_backend_memory
+                 ? static_cast<int64_t>(b.residency->stats().capacity_bytes)
+                 : int64_t{0};
+    };
+    EXPECT_GT((device_off - slots(*off)) - (device_on - slots(*on)),
+              static_cast<int64_t>(spec.kv_cache_bytes) * 9 / 10);
+    if (in_backend_memory) {
+      EXPECT_EQ(on->kv_bytes_to_experts, spec.kv_cache_bytes);
+      EXPECT_EQ(on->expert_cache_bytes,
+                off->expert_cache_bytes + spec.kv_cache_bytes);
+      EXPECT_GT(on->residency->stats().slots, off->residency->stats().slots);
+    } else {
+      // Expert slots in host RAM: no device memory to give them.
+      EXPECT_EQ(on->kv_bytes_to_experts, 0u);
+      EXPECT_EQ(on->expert_cache_bytes, off->expert_cache_bytes);
+    }
   }
 }
 

@@ -198,7 +198,19 @@ const std::vector<EngineSetting>& Table() {
        .help = "Threads of the pool that computes experts on the host "
                "(--cpu_moe_layers, and experts a policy computes in place: "
                "utility, cpu_cold) on a GPU backend; its own pool, apart from "
-               "the scheduler's and gRPC's threads. 0: half the cores."},
+               "the scheduler's and gRPC's threads (also the host "
+               "attention pool's size). 0: half the cores."},
+      {.name = "host_attention",
+       .type = SettingType::kInt,
+       .range = {.min = 0, .max = 1, .note = "0: off, 1: on"},
+       .access = Field<&EngineSpec::host_attention>(),
+       .help = "1: the KV cache lives in host memory and the CPU computes "
+               "attention over it (SpecMoEOff's CPU attention) while the "
+               "device runs the dense layers and the experts; q/k/v rows go "
+               "down and attention rows come up every layer. On a GPU (or "
+               "--fast_tier_in_backend_memory) the --kv_cache_mb the device "
+               "no longer holds is added to the expert cache budget. 0: "
+               "attention and KV cache on the device."},
       {.name = "draft_budget",
        .type = SettingType::kString,
        .choices = {"shared", "extra"},

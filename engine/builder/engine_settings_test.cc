@@ -39,7 +39,7 @@ TEST(EngineSettings, NamesAreUniqueAndFindable) {
           "max_num_seqs", "max_batched_tokens", "max_waiting",
           "max_running_per_caller", "max_waiting_per_caller", "drafter",
           "num_speculative_tokens", "draft_model_dir", "cpu_moe_layers",
-          "host_expert_threads", "draft_budget"));
+          "host_expert_threads", "host_attention", "draft_budget"));
   EXPECT_EQ(FindEngineSetting("policy"), nullptr);
 }
 

@@ -51,6 +51,12 @@ struct EngineSpec {
   // cores.
   int cpu_moe_layers = 0;
   int host_expert_threads = 0;
+  // Host attention (engine/host_attention.h, seed 002 §4.2): 1 puts the KV
+  // cache in host memory and computes attention on a CPU backend of its
+  // own (host_expert_threads threads) while the device keeps the dense and
+  // expert work. On a fast tier in device memory the kv_cache_bytes the
+  // device no longer holds join the expert cache's budget. 0: off.
+  int host_attention = 0;
 
   // Scheduler and KV cache (engine::EngineOptions).
   uint64_t kv_cache_bytes = 256ull << 20;
