@@ -4,8 +4,9 @@
 // draft model with another vocabulary is refused; the cross-model
 // prediction fills the lookahead for every target layer; the device path
 // (experts in the backend's memory), run on the CPU backend, drafts and
-// predicts exactly as the host path. (On CUDA: //tests:policy_invariance_test's
-// *_external_cuda cases.)
+// predicts exactly as the host path; on a GPU (skipped without one) it
+// drafts and fills the lookahead with the prediction on the device (greedy
+// identity on CUDA: //tests:policy_invariance_test's *_external_cuda cases).
 #include "engine/spec_decode/external_drafter.h"
 
 #include <algorithm>
@@ -19,9 +20,12 @@
 #include "engine/model_weights.h"
 #include "engine/moe_model.h"
 #include "engine/sampling/sampler.h"
+#include "engine/spec_decode/backend_resident_experts.h"
 #include "engine/testing/model_writer.h"
 #include "gtest/gtest.h"
+#include "kernels/backend_factory.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/testing/cuda_skip.h"
 
 namespace moeserve::engine::spec_decode {
 namespace {
@@ -36,14 +40,29 @@ std::string Runfile(const std::string& path) {
   return std::string(root == nullptr ? "." : root) + "/moeserve/" + path;
 }
 
-// A target model with every expert resident, its KV cache, and a drafter
-// context for it.
+// The CUDA backend, or null with `status` saying why there is none.
+kernels::Backend* CudaBackend(absl::Status* status) {
+  static absl::StatusOr<std::unique_ptr<kernels::Backend>>* backend =
+      new absl::StatusOr<std::unique_ptr<kernels::Backend>>(
+          kernels::CreateBackend({.name = "cuda"}));
+  *status = backend->status();
+  return backend->ok() ? backend->value().get() : nullptr;
+}
+
+// A target model with every expert resident (in the backend's memory off
+// the CPU), its KV cache, and a drafter context for it.
 struct Target {
-  explicit Target(const std::string& model) {
+  explicit Target(const std::string& model,
+                  kernels::Backend* backend = CpuBackend())
+      : backend(backend) {
     weights = *ModelWeights::Load(Runfile(model));
-    experts = std::make_unique<ResidentExperts>(weights.get());
-    this->model = *MoeModel::Create(weights.get(), CpuBackend(), experts.get());
-    kv = *KvCache::Create(weights->config(), 256, 16, CpuBackend());
+    if (backend->device() == kernels::Device::kCpu) {
+      experts = std::make_unique<ResidentExperts>(weights.get());
+    } else {
+      experts = *BackendResidentExperts::Create(*weights, backend);
+    }
+    this->model = *MoeModel::Create(weights.get(), backend, experts.get());
+    kv = *KvCache::Create(weights->config(), 256, 16, backend);
     // The engine runs the target before any draft (its router scratch is
     // then reserved for PredictExperts): one prefill pass.
     std::vector<int32_t> prompt = Prompt(0);
@@ -60,7 +79,7 @@ struct Target {
     c.weights = weights.get();
     c.target = model.get();
     c.kv = kv.get();
-    c.backend = CpuBackend();
+    c.backend = backend;
     c.draft_model_dir = draft.empty() ? "" : Runfile(draft);
     return c;
   }
@@ -71,8 +90,9 @@ struct Target {
     return p;
   }
 
+  kernels::Backend* const backend;
   std::unique_ptr<ModelWeights> weights;
-  std::unique_ptr<ResidentExperts> experts;
+  std::unique_ptr<ExpertProvider> experts;
   std::unique_ptr<MoeModel> model;
   std::unique_ptr<KvCache> kv;
 };
@@ -295,6 +315,60 @@ INSTANTIATE_TEST_SUITE_P(Targets, DevicePathTest,
                            return info.param == "models/demo" ? "demo"
                                                               : "demo_fg";
                          });
+
+// On a GPU (skips without one): the draft model's experts, dense weights and
+// KV cache in VRAM, its prediction on the device from the target's routers
+// in VRAM. Every sequence gets its k drafts, valid tokens, and the
+// lookahead names, for every position and target layer, between top-k and
+// (sequences x top-k) experts of that layer; the listener hears each
+// position but the last. A second round (partial acceptance: a catch-up
+// pass with gathered rows) drafts again.
+TEST(ExternalDrafterTest, DraftsAndPredictsOnCuda) {
+  absl::Status status;
+  kernels::Backend* cuda = CudaBackend(&status);
+  MOESERVE_SKIP_WITHOUT_CUDA(status);
+  Target target("models/demo-fg", cuda);
+  std::unique_ptr<ExternalDrafter> drafter = MakeDrafter(target.Context());
+  ASSERT_NE(drafter, nullptr);
+  EXPECT_TRUE(drafter->experts_in_backend_memory());
+  int notified = 0;
+  drafter->SetLookaheadListener([&](const ExpertLookahead&) { ++notified; });
+  const ModelConfig& c = target.weights->config();
+  constexpr int kK = 3;
+  std::vector<std::vector<int32_t>> seqs = {Target::Prompt(1),
+                                            Target::Prompt(2)};
+  for (int round = 0; round < 2; ++round) {
+    ExpertLookahead lookahead;
+    const auto drafts = Draft(drafter.get(), seqs, kK, &lookahead);
+    ASSERT_EQ(drafts.size(), 2u);
+    for (const std::vector<int32_t>& d : drafts) {
+      ASSERT_EQ(d.size(), static_cast<size_t>(kK)) << "round " << round;
+      for (int32_t t : d) {
+        EXPECT_GE(t, 0);
+        EXPECT_LT(t, c.vocab_size);
+      }
+    }
+    ASSERT_EQ(lookahead.experts.size(), static_cast<size_t>(kK));
+    for (int p = 0; p < kK; ++p) {
+      ASSERT_EQ(lookahead.experts[p].size(),
+                static_cast<size_t>(c.num_hidden_layers));
+      for (int l = 0; l < c.num_hidden_layers; ++l) {
+        const std::vector<int>& ids = lookahead.experts[p][l];
+        EXPECT_GE(ids.size(), static_cast<size_t>(c.num_experts_per_tok))
+            << "round " << round << " position " << p << " layer " << l;
+        EXPECT_LE(ids.size(), static_cast<size_t>(2 * c.num_experts_per_tok));
+        for (int e : ids) {
+          EXPECT_GE(e, 0);
+          EXPECT_LT(e, c.num_experts);
+        }
+      }
+    }
+    seqs[0].push_back(drafts[0][0]);
+    seqs[0].push_back((drafts[0][1] + 1) % static_cast<int32_t>(c.vocab_size));
+    seqs[1].insert(seqs[1].end(), drafts[1].begin(), drafts[1].end());
+  }
+  EXPECT_EQ(notified, 2 * (kK - 1));
+}
 
 TEST(ExternalDrafterTest, SampledDraftsReturnTheirDistributions) {
   Target target("models/demo");
