@@ -16,6 +16,7 @@ TARGETS=(
   //kernels/cuda:cuda_ops_benchmark
   //kernels/cuda:libmoeserve_cuda.so
   //engine:cuda_graphs_test
+  //engine/spec_decode:external_drafter_test
   //engine:libmoeserve_spm.so
   //tests:cuda_parity_test
   //tests:policy_invariance_test
