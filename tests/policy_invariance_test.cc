@@ -381,3 +381,68 @@ INSTANTIATE_TEST_SUITE_P(ExternalDraft, ExternalDraftInvarianceTest,
 
 }  // namespace
 }  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+// Host attention (issue 33, seed 002 §4.2; engine/host_attention.h): the KV
+// cache in host memory, attention computed there by a CPU backend of its
+// own, the rows down and up every layer; on cpu_dev (and cuda) with the
+// expert slots in device memory, which also get the KV cache's bytes.
+// Every policy, both demo models, both slow tiers: greedy output identical
+// to all-resident device attention.
+using HostAttentionParams =
+    std::tuple<std::string /*model*/, std::string /*policy*/,
+               std::string /*slow tier*/, std::string /*backend*/>;
+
+class HostAttentionInvarianceTest
+    : public ::testing::TestWithParam<HostAttentionParams> {};
+
+TEST_P(HostAttentionInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
+  const auto& [model, policy, tier, where] = GetParam();
+  absl::Status status;
+  kernels::Backend* backend = BackendFor(where, &status);
+  MOESERVE_SKIP_WITHOUT_CUDA(status);
+  Fixture& f = Load(model);
+  engine::EngineSpec spec = PolicySpec(policy);
+  spec.expert_cache_ratio = 0.125;
+  spec.slow_tier = tier;
+  spec.draft_budget = "extra";
+  spec.host_attention = 1;
+  spec.host_expert_threads = 1;
+  spec.kv_cache_bytes = 2 << 20;
+  spec.fast_tier_in_backend_memory = where != "cpu";
+  engine::ResidencyStats stats;
+  const auto out = Generate(f, backend, spec, &stats);
+  EXPECT_EQ(out, where == "cuda" ? CudaBaseline(f, backend) : f.baseline);
+  // The fast tier is still smaller than the experts: the policy worked.
+  EXPECT_GT(stats.misses, 0u);
+}
+
+std::string HostAttentionName(
+    const ::testing::TestParamInfo<HostAttentionParams>& info) {
+  const auto& [model, policy, tier, where] = info.param;
+  return model + "_" + policy + "_" + tier + "_" + where;
+}
+
+std::vector<HostAttentionParams> HostAttentionCases() {
+  const std::vector<std::string> models = {"mixtral_demo", "qwen3_demo_fg"};
+  const std::vector<std::string> policies = engine::RegisteredPolicies();
+  const std::vector<std::string> tiers = {"host", "disk"};
+  std::vector<HostAttentionParams> cases;
+  for (const std::vector<int>& row : testing::PairwiseRows(
+           {2, static_cast<int>(policies.size()), 2}, /*full=*/{1})) {
+    for (const char* where : {"cpu", "cpu_dev", "cuda"}) {
+      cases.emplace_back(models[row[0]], policies[row[1]], tiers[row[2]],
+                         where);
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(HostAttention, HostAttentionInvarianceTest,
+                         ::testing::ValuesIn(HostAttentionCases()),
+                         HostAttentionName);
+
+}  // namespace
+}  // namespace moeserve
