@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "spdlog/spdlog.h"
 
@@ -9,11 +10,17 @@ namespace moeserve::policies {
 
 absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> SelfSpecPolicy::Create(
     const engine::PolicyConfig& config) {
-  absl::Status keys = engine::CheckConfigKeys(
-      "self_spec", config,
-      {"draft_experts", "num_speculative_tokens", "hotness_decay"});
+  absl::Status keys =
+      engine::CheckConfigKeys("self_spec", config,
+                              {"draft_experts", "num_speculative_tokens",
+                               "hotness_decay", "draft_from"});
   if (!keys.ok()) return keys;
   Options options;
+  absl::StatusOr<std::string> draft_from =
+      engine::GetChoiceConfig(config, "draft_from", {"pinned", "ready"});
+  if (!draft_from.ok()) return draft_from.status();
+  options.draft_from =
+      *draft_from == "pinned" ? DraftFrom::kPinned : DraftFrom::kReady;
   absl::StatusOr<int64_t> draft =
       engine::GetIntConfig(config, "draft_experts", /*default_value=*/-1,
                            /*min_value=*/0, /*max_value=*/int64_t{1} << 20);
@@ -64,6 +71,13 @@ int SelfSpecPolicy::pins_per_layer() const {
   if (control_ == nullptr || num_layers_ == 0) return 0;
   return std::max(
       std::min({draft_experts_, num_experts_, pin_budget() / num_layers_}), 0);
+}
+
+bool SelfSpecPolicy::IsDraftExpert(engine::ExpertId id) const {
+  if (options_.draft_from == DraftFrom::kReady) return true;
+  if (id.layer < 0 || id.layer >= num_layers_) return false;
+  const std::vector<int>& pins = pinned_[id.layer];
+  return std::binary_search(pins.begin(), pins.end(), id.expert);
 }
 
 std::vector<int> SelfSpecPolicy::DraftExperts(int layer) const {

@@ -4,8 +4,18 @@
 // ("self", engine/spec_decode/) routes each token among them, remapping a
 // non-draft choice to the nearest draft expert by the affinity table
 // (engine/spec_decode/expert_affinity.h). This policy owns the fast-tier side:
-// which experts are pinned as draft experts, and the eviction order of the
-// rest.
+// which experts are pinned as draft experts (IsDraftExpert, what the drafter
+// asks), and the eviction order of the rest.
+//
+// Draft experts (key draft_from):
+//   pinned  the paper's mode (default): the draft uses only the pinned
+//           draft experts, so its size is N per layer whatever the cache
+//           holds, and a layer without pins (before the first verification
+//           ends) is skipped in the draft.
+//   ready   every expert ready in the fast tier (the pins and whatever the
+//           LRU cache holds): a larger draft when the cache is larger than
+//           the pins, so more acceptance for more draft compute; what this
+//           policy did before the paper's mode was built.
 //
 // HotTemporal replacement (§III-B "Expert replacement policy", Table II):
 // at every OnStepEnd (the end of a verification) each (layer, expert) gets
@@ -57,6 +67,7 @@
 //   num_speculative_tokens  k, draft tokens per step, in [0, 16]; 0 =
 //                           adaptive. Default: 4.
 //   hotness_decay           the decay above, in [0, 1). Default: 0.5.
+//   draft_from              pinned | ready, see above. Default: pinned.
 // Test config (PolicyTestConfig): hotness_decay=0 (the pins move with each
 // step, so tests that run every policy for a few steps see pins replaced).
 // Thread safety: none needed; every hook comes from the engine's step
@@ -80,7 +91,9 @@ namespace moeserve::policies {
 
 class SelfSpecPolicy : public engine::OffloadPolicy {
  public:
+  enum class DraftFrom { kPinned, kReady };
   struct Options {
+    DraftFrom draft_from = DraftFrom::kPinned;
     int draft_experts = -1;  // -1: the model's default (see above)
     int num_speculative_tokens = 4;
     double hotness_decay = 0.5;
@@ -101,6 +114,8 @@ class SelfSpecPolicy : public engine::OffloadPolicy {
   void OnRoute(int layer, std::span<const int> experts,
                std::span<const int> token_counts, const float* hidden,
                int64_t n) override;
+  // draft_from=pinned: `id` is one of its layer's pins; ready: always.
+  bool IsDraftExpert(engine::ExpertId id) const override;
   void OnAccess(engine::ExpertId id) override { recency_.Touch(id); }
   void OnStepEnd(const engine::StepStats& stats) override;
   void ChooseVictims(std::span<const engine::ExpertId> candidates, int count,
@@ -119,8 +134,8 @@ class SelfSpecPolicy : public engine::OffloadPolicy {
   // capacity_slots - max_union, at least 0; 0 before Attach.
   int pin_budget() const;
   int max_union() const { return max_union_; }
-  // The draft experts of `layer` (pinned by this policy), ascending: what
-  // the self drafter routes among. Empty before the first OnStepEnd, for a
+  // The pinned draft experts of `layer`, ascending: what the self drafter
+  // routes among in the paper's mode. Empty before the first OnStepEnd, for a
   // layer out of range, or with no pin budget.
   std::vector<int> DraftExperts(int layer) const;
   // Pins held in all layers.

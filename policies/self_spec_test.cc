@@ -69,6 +69,41 @@ TEST(SelfSpecTest, PinsTheHottestExpertsOfEachLayerAtStepEnd) {
   EXPECT_THAT(fake.unpins, IsEmpty());
 }
 
+// The paper's mode (the default) offers the drafter only the pins; `ready`
+// offers every expert, and the drafter then keeps those ready in the fast
+// tier.
+TEST(SelfSpecTest, DraftExpertsAreThePinsInThePapersMode) {
+  for (const char* mode : {"", "pinned", "ready"}) {
+    SCOPED_TRACE(mode);
+    FakeResidencyControl fake(/*layers=*/2, /*experts=*/8, /*k=*/2,
+                              /*slots=*/12);
+    engine::PolicyConfig config = {{"draft_experts", "2"}};
+    if (*mode != '\0') config["draft_from"] = mode;
+    auto policy = MakePolicy(config);
+    fake.set_policy(policy.get());
+    const bool paper = std::string(mode) != "ready";
+    // Before any verification: no pins, so no draft experts at all.
+    EXPECT_EQ(policy->IsDraftExpert({0, 3}), !paper);
+    fake.BeginStep(0);
+    fake.RunLayer(0, {1, 3, 5}, nullptr, 0, {1, 4, 2});
+    fake.RunLayer(1, {0, 6}, nullptr, 0, {3, 3});
+    fake.EndStep();
+    ASSERT_THAT(policy->DraftExperts(0), ElementsAre(3, 5));
+    for (int layer = 0; layer < 2; ++layer) {
+      for (int e = 0; e < 8; ++e) {
+        const std::vector<int> pins = policy->DraftExperts(layer);
+        const bool pinned = std::count(pins.begin(), pins.end(), e) > 0;
+        EXPECT_EQ(policy->IsDraftExpert({layer, e}), paper ? pinned : true)
+            << layer << "," << e;
+      }
+    }
+    // Expert (0, 1) is resident (cached by lru) but not pinned.
+    EXPECT_TRUE(fake.resident().count(Id{0, 1}));
+    EXPECT_EQ(policy->IsDraftExpert({0, 1}), !paper);
+    EXPECT_FALSE(policy->IsDraftExpert({2, 0}) && paper);
+  }
+}
+
 TEST(SelfSpecTest, TiesGoToTheLowerId) {
   FakeResidencyControl fake(1, 8, 2, 12);
   auto policy = MakePolicy({{"draft_experts", "2"}});
@@ -310,6 +345,8 @@ TEST(SelfSpecTest, ConfigErrorsNameTheKey) {
            {"hotness_decay", "-0.1"},
            {"hotness_decay", "nan"},
            {"lookahead", "2"},
+           {"draft_from", "cached"},
+           {"draft_from", ""},
        }) {
     auto policy = SelfSpecPolicy::Create({{key, value}});
     ASSERT_FALSE(policy.ok()) << key << "=" << value;

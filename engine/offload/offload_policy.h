@@ -95,6 +95,9 @@ struct DraftLengthQuery {
   double verify_seconds_base = 0;
   double verify_seconds_per_draft = 0;  // added per draft token, EMA
   double link_seconds_per_expert = 0;   // one expert transfer, measured, EMA
+  // A target pass that carried a prefill chunk (the pass that computes a new
+  // request's first token), EMA (0: none yet). For latency SLOs on TTFT.
+  double prefill_seconds = 0;
 };
 
 // What moving or computing one expert costs, measured by the residency
@@ -233,6 +236,16 @@ class OffloadPolicy {
   virtual int ChooseDraftLength(const DraftLengthQuery& q) {
     (void)q;
     return -1;
+  }
+
+  // Whether the self drafter (engine/spec_decode/self_drafter.h) may draft
+  // with `id`, which it also needs ready in the fast tier. Default: yes,
+  // every ready expert. self_spec in the paper's mode (seed 000 §III-B)
+  // answers yes only for its pinned draft experts. Asked from the step
+  // thread while drafting.
+  virtual bool IsDraftExpert(ExpertId id) const {
+    (void)id;
+    return true;
   }
 
   // Called once before the first step. `control` outlives the policy's use.

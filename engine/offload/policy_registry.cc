@@ -150,6 +150,24 @@ absl::StatusOr<double> GetDoubleConfig(const PolicyConfig& config,
   return value;
 }
 
+absl::StatusOr<std::string> GetChoiceConfig(
+    const PolicyConfig& config, std::string_view key,
+    std::initializer_list<std::string_view> choices) {
+  auto it = config.find(std::string(key));
+  if (it == config.end()) return std::string(*choices.begin());
+  for (std::string_view choice : choices) {
+    if (it->second == choice) return it->second;
+  }
+  std::string expected;
+  for (std::string_view choice : choices) {
+    absl::StrAppend(&expected, expected.empty() ? "" : ", ",
+                    std::string(choice));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("config key '", std::string(key), "': expected one of ",
+                   expected, ", got '", it->second, "'"));
+}
+
 absl::StatusOr<std::string> GetDrafterConfig(const PolicyConfig& config,
                                              std::string_view default_value) {
   auto it = config.find("drafter");

@@ -113,6 +113,11 @@ absl::StatusOr<double> GetDoubleConfig(const PolicyConfig& config,
                                        std::string_view key,
                                        double default_value, double min_value,
                                        double max_value);
+// The value at `key`, which must be one of `choices` (the first when
+// absent); INVALID_ARGUMENT naming the key and the choices otherwise.
+absl::StatusOr<std::string> GetChoiceConfig(
+    const PolicyConfig& config, std::string_view key,
+    std::initializer_list<std::string_view> choices);
 // The drafter named by the `drafter` key (or `default_value` when absent);
 // INVALID_ARGUMENT naming the key when it is empty. Whether the name is
 // registered is the engine spec's check (CheckEngineSpec).

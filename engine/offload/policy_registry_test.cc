@@ -131,6 +131,16 @@ TEST(PolicyConfigTest, DrafterKey) {
   EXPECT_THAT(empty.status().message(), HasSubstr("'drafter'"));
 }
 
+TEST(PolicyConfigTest, ChoiceKey) {
+  EXPECT_EQ(*GetChoiceConfig({}, "mode", {"a", "b"}), "a");
+  EXPECT_EQ(*GetChoiceConfig({{"mode", "b"}}, "mode", {"a", "b"}), "b");
+  absl::StatusOr<std::string> other =
+      GetChoiceConfig({{"mode", "c"}}, "mode", {"a", "b"});
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(other.status().message(),
+            "config key 'mode': expected one of a, b, got 'c'");
+}
+
 TEST(PolicyConfigTest, SpeculativeTokensDefaultAndBound) {
   absl::StatusOr<SpeculativeTokens> defaults = GetSpeculativeTokens({});
   ASSERT_TRUE(defaults.ok());

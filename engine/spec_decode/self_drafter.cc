@@ -30,7 +30,8 @@ void SelfDrafter::BeginDraft() {
   remap_.assign(static_cast<size_t>(layers) * experts, -1);
 }
 
-// The experts of `layer` ready now, and where every expert maps to. Asked
+// The experts of `layer` the draft may use now (ready, and draft experts by
+// the policy's word), and where every expert maps to. Asked
 // again at every layer of every draft position: the policy may prefetch
 // (and so evict) between positions (OnLookahead), and an expert that was
 // ready at the draft's start may be gone by then.
@@ -38,9 +39,12 @@ void SelfDrafter::RefreshLayer(int layer) {
   const int experts = num_experts();
   std::vector<int>& usable = usable_[layer];
   usable.clear();
+  const ResidencyControl* residency = context().residency;
+  const OffloadPolicy* policy = context().policy;
   for (int e = 0; e < experts; ++e) {
-    if (context().residency == nullptr ||
-        context().residency->IsReady({layer, e})) {
+    const ExpertId id{layer, e};
+    if ((residency == nullptr || residency->IsReady(id)) &&
+        (policy == nullptr || policy->IsDraftExpert(id))) {
       usable.push_back(e);
     }
   }

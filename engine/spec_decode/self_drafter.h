@@ -1,13 +1,16 @@
 // SelfDrafter ("self", seed 000 §III-B, SpecMoE): the target model itself,
-// restricted to the experts that are ready in the fast tier when each layer
-// of each draft position runs (held in use while each is computed, so none
-// is evicted under the draft; asked per layer because the policy may
-// prefetch, and so evict, between draft positions). A token the router sends to
-// a non-resident expert goes to the resident expert of that layer nearest to it
-// by L2 distance between the experts' weights (ExpertAffinity); a layer with no
-// resident expert is skipped. So drafting moves no bytes over the link: with
-// the self_spec policy pinning each layer's temporally hottest experts, the
-// draft is a small MoE made of the experts the target uses most.
+// restricted to its draft experts: those the offload policy names
+// (OffloadPolicy::IsDraftExpert: self_spec's pinned hot experts in the
+// paper's mode, every expert under other policies) that are also ready in
+// the fast tier when each layer of each draft position runs (held in use
+// while each is computed, so none is evicted under the draft; asked per
+// layer because the policy may prefetch, and so evict, between draft
+// positions). A token the router sends to any other expert goes to the draft
+// expert of that layer nearest to it by L2 distance between the experts'
+// weights (ExpertAffinity); a layer with no draft expert is skipped. So
+// drafting moves no bytes over the link: with the self_spec policy pinning
+// each layer's temporally hottest experts, the draft is a small MoE made of
+// the experts the target uses most.
 //
 // Drafting itself (positions, sampling, lookahead) is ModelDrafter's; the
 // lookahead is what the target's router chose before remapping.
@@ -37,8 +40,8 @@ class SelfDrafter final : public ModelDrafter {
   SelfDrafter(const DrafterContext& context, ExpertAffinity affinity);
   // Sizes the per-layer tables.
   void BeginDraft() override;
-  // Which experts of `layer` the draft may use (ready now), and where every
-  // expert of it maps to.
+  // Which experts of `layer` the draft may use (ready now and draft experts),
+  // and where every expert of it maps to.
   void RefreshLayer(int layer);
   void Remap(int layer, int64_t n, int k, std::span<int32_t> ids,
              std::span<float> weights) override;
