@@ -264,14 +264,52 @@ void Tokenizer::ReturnFreedMemory() {
 #endif
 }
 
-absl::StatusOr<std::string> Tokenizer::Decode(
-    const std::vector<int32_t>& ids) const {
+absl::StatusOr<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids,
+                                              SpecialTokens special) const {
   MOESERVE_RETURN_IF_ERROR(CheckIds(ids));
+  if (special == SpecialTokens::kKeep) return DecodeKeepingSpecial(ids);
   std::string text, error;
   if (!spm_->Decode(std::vector<int>(ids.begin(), ids.end()), &text, &error)) {
     return absl::InternalError(absl::StrCat("decode failed: ", error));
   }
   return text;
+}
+
+absl::StatusOr<std::string> Tokenizer::DecodeAfterText(
+    std::vector<int32_t>::const_iterator begin,
+    std::vector<int32_t>::const_iterator end) const {
+  if (anchor_id_ < 0) return Decode({begin, end});
+  std::vector<int32_t> window = {anchor_id_};
+  window.insert(window.end(), begin, end);
+  MOESERVE_ASSIGN_OR_RETURN(std::string text, Decode(window));
+  return text.substr(std::min(text.size(), anchor_text_.size()));
+}
+
+absl::StatusOr<std::string> Tokenizer::DecodeKeepingSpecial(
+    const std::vector<int32_t>& ids) const {
+  // The pieces between control pieces are decoded as runs (byte fallback
+  // and UTF-8 repair work over a run), each but a leading one as in the
+  // middle of a text; the control pieces go in as their piece text.
+  std::string out;
+  auto run_begin = ids.begin();
+  auto flush_run =
+      [&](std::vector<int32_t>::const_iterator run_end) -> absl::Status {
+    if (run_begin == run_end) return absl::OkStatus();
+    absl::StatusOr<std::string> text =
+        run_begin == ids.begin() ? Decode({run_begin, run_end})
+                                 : DecodeAfterText(run_begin, run_end);
+    if (!text.ok()) return text.status();
+    out += *text;
+    return absl::OkStatus();
+  };
+  for (auto it = ids.begin(); it != ids.end(); ++it) {
+    if (!spm_->IsControl(*it)) continue;
+    MOESERVE_RETURN_IF_ERROR(flush_run(it));
+    out += spm_->IdToPiece(*it);
+    run_begin = it + 1;
+  }
+  MOESERVE_RETURN_IF_ERROR(flush_run(ids.end()));
+  return out;
 }
 
 absl::StatusOr<std::string> Tokenizer::IdToPiece(int32_t id) const {
@@ -290,13 +328,10 @@ int32_t Tokenizer::vocab_size() const { return spm_->vocab_size(); }
 
 absl::StatusOr<std::string> IncrementalDetokenizer::DecodeRange(
     size_t begin, size_t end) const {
-  if (begin == 0 || tokenizer_->anchor_id_ < 0) {
+  if (begin == 0) {
     return tokenizer_->Decode({ids_.begin() + begin, ids_.begin() + end});
   }
-  std::vector<int32_t> window = {tokenizer_->anchor_id_};
-  window.insert(window.end(), ids_.begin() + begin, ids_.begin() + end);
-  MOESERVE_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(window));
-  return text.substr(std::min(text.size(), tokenizer_->anchor_text_.size()));
+  return tokenizer_->DecodeAfterText(ids_.begin() + begin, ids_.begin() + end);
 }
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Next(int32_t id) {

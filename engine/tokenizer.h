@@ -24,6 +24,18 @@ namespace internal {
 class PieceModel;
 }
 
+// What Tokenizer::Decode does with control pieces (bos/eos; the special
+// added tokens of a tokenizer.json).
+enum class SpecialTokens {
+  // Dropped: what generated text shows (vLLM's and OpenAI's
+  // skip_special_tokens=True for completions).
+  kSkip,
+  // Kept as their piece text ("<s>", "<|im_start|>"): Hugging Face's
+  // tokenizer.decode default (skip_special_tokens=False), and what the
+  // Tokenize RPC and /detokenize answer unless asked to skip them.
+  kKeep,
+};
+
 class Tokenizer {
  public:
   // Loads `path` (a sentencepiece model file). NotFound when it is missing,
@@ -59,8 +71,14 @@ class Tokenizer {
   absl::StatusOr<std::vector<int32_t>> EncodeWhole(absl::string_view text,
                                                    bool add_bos) const;
   // Text of `ids`; InvalidArgument for ids outside [0, vocab_size()).
-  // Control pieces (bos/eos) decode to nothing.
-  absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
+  // Control pieces decode to nothing (kSkip) or to their piece text
+  // (kKeep). With kKeep the text between them decodes as it would in the
+  // middle of a text (a leading "▁" stays a space), so [<s>, "▁hi", </s>]
+  // is "<s> hi</s>", as Hugging Face's fast Llama/Mistral tokenizers give;
+  // only the start of the whole text drops its leading space.
+  absl::StatusOr<std::string> Decode(
+      const std::vector<int32_t>& ids,
+      SpecialTokens special = SpecialTokens::kSkip) const;
   // The piece (e.g. "▁the", "<0xE2>"); InvalidArgument when out of range.
   absl::StatusOr<std::string> IdToPiece(int32_t id) const;
   // The bytes token `id` adds to a text in the middle of a sequence
@@ -84,6 +102,14 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<internal::PieceModel> model);
   friend class IncrementalDetokenizer;
   absl::Status CheckIds(const std::vector<int32_t>& ids) const;
+  // Text of `ids` as in the middle of a text: decoded behind the anchor
+  // piece, whose text is then cut off (plain Decode when there is none).
+  absl::StatusOr<std::string> DecodeAfterText(
+      std::vector<int32_t>::const_iterator begin,
+      std::vector<int32_t>::const_iterator end) const;
+  // Decode with SpecialTokens::kKeep.
+  absl::StatusOr<std::string> DecodeKeepingSpecial(
+      const std::vector<int32_t>& ids) const;
   void FindAnchor();
   void CheckPiecewise();
   // Appends the ids of `text`, cut into pieces of about `piece_bytes`.

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "engine/testing/model_writer.h"
 #include "gmock/gmock.h"
@@ -173,6 +174,57 @@ TEST_F(TokenizerTest, StreamsControlTokensAndTruncatedCharacters) {
   EXPECT_EQ(joined.find("\xEF\xBF\xBD"), std::string::npos);
   joined += *detok.Flush();
   EXPECT_EQ(joined, *tok_->Decode(cut));
+}
+
+// Hugging Face's tokenizer.decode keeps special tokens by default; its fast
+// Llama/Mistral tokenizers give "<s> hello world</s>" for
+// [<s>, "▁hello", "▁world", </s>]: the pieces' spaces stay, only the start
+// of the whole text loses its leading space.
+TEST_F(TokenizerTest, DecodeKeepsOrSkipsSpecialTokens) {
+  std::vector<int32_t> ids = *tok_->Encode("hello world", /*add_bos=*/true);
+  ASSERT_EQ(ids.front(), tok_->bos_id());
+  ids.push_back(tok_->eos_id());
+  EXPECT_EQ(*tok_->Decode(ids, SpecialTokens::kKeep), "<s> hello world</s>");
+  EXPECT_EQ(*tok_->Decode(ids, SpecialTokens::kSkip), "hello world");
+  EXPECT_EQ(*tok_->Decode(ids), "hello world");  // kSkip is the default
+
+  // Between and around text.
+  std::vector<int32_t> mixed = *tok_->Encode("ok 世界", /*add_bos=*/false);
+  const size_t ok_ids = tok_->Encode("ok", /*add_bos=*/false)->size();
+  mixed.insert(mixed.begin() + ok_ids, tok_->eos_id());
+  mixed.insert(mixed.begin(), tok_->eos_id());
+  mixed.push_back(tok_->bos_id());
+  mixed.push_back(tok_->bos_id());
+  EXPECT_EQ(*tok_->Decode(mixed, SpecialTokens::kKeep),
+            "</s> ok</s> 世界<s><s>");
+  EXPECT_EQ(*tok_->Decode(mixed), "ok 世界");
+  EXPECT_EQ(*tok_->Decode({tok_->eos_id()}, SpecialTokens::kKeep), "</s>");
+  EXPECT_EQ(*tok_->Decode({}, SpecialTokens::kKeep), "");
+  EXPECT_EQ(tok_->Decode({5, 320}, SpecialTokens::kKeep).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TokenizerTest, DecodeKeepingSpecialIsPlainDecodeWithoutThem) {
+  for (const char* text :
+       {"hello", "  leading spaces", "trailing  ", "line\n\tnext",
+        "h\xC3\xA9llo \xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\x98\x80",
+        "1234 56.78"}) {
+    const std::vector<int32_t> ids = *tok_->Encode(text, /*add_bos=*/false);
+    EXPECT_EQ(*tok_->Decode(ids, SpecialTokens::kKeep), *tok_->Decode(ids))
+        << text;
+    // Text after a control piece keeps its leading space (the texts that
+    // start with one lose all of it at the start of a plain decode).
+    if (text[0] == ' ') continue;
+    std::vector<int32_t> after = {tok_->bos_id()};
+    after.insert(after.end(), ids.begin(), ids.end());
+    std::string with_space = *tok_->Decode(ids);
+    if (ids.size() > 0 &&
+        absl::StartsWith(*tok_->IdToPiece(ids[0]), "\xE2\x96\x81")) {
+      with_space = " " + with_space;
+    }
+    EXPECT_EQ(*tok_->Decode(after, SpecialTokens::kKeep), "<s>" + with_space)
+        << text;
+  }
 }
 
 TEST_F(TokenizerTest, StreamsEveryPrefixOfALongerText) {

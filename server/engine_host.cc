@@ -191,7 +191,9 @@ absl::StatusOr<v1::TokenizeResponse> EngineHost::Tokenize(
       ids.push_back(static_cast<int32_t>(request.token_ids(i)));
     }
   }
-  absl::StatusOr<std::string> text = tokenizer_->Decode(ids);
+  absl::StatusOr<std::string> text = tokenizer_->Decode(
+      ids, request.skip_special_tokens() ? engine::SpecialTokens::kSkip
+                                         : engine::SpecialTokens::kKeep);
   if (!text.ok()) return text.status();
   response.set_text(*text);
   for (int32_t id : ids) {

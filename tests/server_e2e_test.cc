@@ -259,6 +259,28 @@ TEST_F(ModelE2eTest, TokenizeRoundTripsAndPromptOverLimitIsRefused) {
   EXPECT_EQ(tr.text(), t.text());
   EXPECT_EQ(tr.pieces_size(), tr.token_ids_size());
 
+  // Decoding keeps special tokens unless asked, as Hugging Face's decode
+  // does; <s> and </s> are the demo tokenizer's BOS and EOS (ids 1 and 2).
+  v1::TokenizeRequest with_bos;
+  with_bos.set_text("Hello world");
+  with_bos.set_add_bos(true);
+  grpc::ClientContext bos_context;
+  v1::TokenizeResponse encoded;
+  ASSERT_TRUE(stub_->Tokenize(&bos_context, with_bos, &encoded).ok());
+  ASSERT_EQ(encoded.token_ids(0), 1u);
+  EXPECT_EQ(encoded.pieces(0), "<s>");
+  EXPECT_EQ(encoded.text(), "<s> Hello world");
+  v1::TokenizeRequest decode;
+  *decode.mutable_token_ids() = encoded.token_ids();
+  decode.add_token_ids(2);
+  for (bool skip : {false, true}) {
+    decode.set_skip_special_tokens(skip);
+    grpc::ClientContext decode_context;
+    v1::TokenizeResponse decoded;
+    ASSERT_TRUE(stub_->Tokenize(&decode_context, decode, &decoded).ok());
+    EXPECT_EQ(decoded.text(), skip ? "Hello world" : "<s> Hello world</s>");
+  }
+
   v1::GenerateRequest bad;
   bad.add_prompt_token_ids(1u << 30);
   std::vector<v1::GenerateResponse> out;

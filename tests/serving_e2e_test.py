@@ -559,11 +559,16 @@ class ServingE2eTest(ServingTestBase):
         ids = [t for m in msgs for t in m.token_ids]
         prompt_ids = list(self.stub.Tokenize(
             pb.TokenizeRequest(text=prompt), timeout=10).token_ids)
+        # Generated text skips special tokens (an EOS that ends it): so
+        # must the decode it is compared with (Tokenize keeps them unless
+        # asked, as Hugging Face's decode does).
         prompt_text = self.stub.Tokenize(
-            pb.TokenizeRequest(token_ids=prompt_ids), timeout=10).text
+            pb.TokenizeRequest(token_ids=prompt_ids, skip_special_tokens=True),
+            timeout=10).text
         self.assertEqual(prompt_text, prompt)
         full = self.stub.Tokenize(pb.TokenizeRequest(
-            token_ids=prompt_ids + ids), timeout=10).text
+            token_ids=prompt_ids + ids, skip_special_tokens=True),
+            timeout=10).text
         self.assertTrue(full.startswith(prompt_text))
         want = full[len(prompt_text):]
         sent = ""

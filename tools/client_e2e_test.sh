@@ -1,7 +1,8 @@
 #!/bin/bash
 # moeserve_client against the real server on the demo model: --help and
 # --version, streamed --json (every line parses; the last carries the finish
-# reason and usage), --unary --json, --tokenize both ways, --list_models,
+# reason and usage), --unary --json, --tokenize both ways (special tokens
+# kept and skipped), --list_models,
 # and an invalid request as a JSON error with exit status 1.
 # Args: <moeserve binary> <moeserve_client binary>
 set -euo pipefail
@@ -35,6 +36,10 @@ T="--target=127.0.0.1:$port"
 "$CLIENT" "$T" --tokenize --prompt="Hello world" --json >"$tmp/encode.json"
 ids="$(/usr/bin/python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["token_ids"])))' "$tmp/encode.json")"
 "$CLIENT" "$T" --tokenize --prompt_token_ids="$ids" >"$tmp/decode.txt"
+# With BOS and EOS (the demo's 1 and 2): kept unless asked, as HF's decode.
+"$CLIENT" "$T" --tokenize --prompt_token_ids="1,$ids,2" >"$tmp/decode_special.txt"
+"$CLIENT" "$T" --tokenize --prompt_token_ids="1,$ids,2" --skip_special_tokens \
+  >"$tmp/decode_skip.txt"
 "$CLIENT" "$T" --list_models >"$tmp/models.json"
 rc=0
 "$CLIENT" "$T" --prompt=x --top_p=2 --json >"$tmp/error.json" || rc=$?
@@ -57,6 +62,8 @@ assert [l["index"] for l in lines] == list(range(len(lines)))
 unary = json.load(open(f"{tmp}/unary.json"))
 assert len(unary["token_ids"]) == 6 and unary["finish_reason"] == "LENGTH", unary
 assert open(f"{tmp}/decode.txt").read().strip() == "Hello world"
+assert open(f"{tmp}/decode_special.txt").read().strip() == "<s> Hello world</s>"
+assert open(f"{tmp}/decode_skip.txt").read().strip() == "Hello world"
 models = json.load(open(f"{tmp}/models.json"))
 assert models["models"][0]["name"] == "demo", models
 assert len(models["models"][0]["engines"]) >= 1, models

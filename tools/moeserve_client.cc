@@ -54,6 +54,10 @@ ABSL_FLAG(bool, tokenize, false,
           "Tokenize --prompt (or decode --prompt_token_ids) instead of "
           "generating.");
 ABSL_FLAG(bool, add_bos, false, "With --tokenize: prepend BOS.");
+ABSL_FLAG(bool, skip_special_tokens, false,
+          "With --tokenize: leave special tokens (<s>, </s>, <|im_end|>) out "
+          "of the decoded text; by default they are kept, as Hugging Face's "
+          "decode keeps them.");
 ABSL_FLAG(bool, list_models, false,
           "Print the served model and engines (JSON) instead of generating.");
 ABSL_FLAG(std::string, tls_ca_file, "",
@@ -81,7 +85,8 @@ const moeserve::base::ProgramHelp& Help() {
                   {"target", "deadline_ms", "tls_ca_file", "tls_cert_file",
                    "tls_key_file", "auth_token_file"}},
                  {"Mode and output",
-                  {"json", "unary", "tokenize", "add_bos", "list_models"}},
+                  {"json", "unary", "tokenize", "add_bos",
+                   "skip_special_tokens", "list_models"}},
                  {"Request",
                   {"prompt", "prompt_token_ids", "max_new_tokens", "stop",
                    "ignore_eos", "logprobs", "time_limit_ms", "policy",
@@ -174,6 +179,7 @@ int Tokenize(const ClientChannel& channel, v1::Inference::Stub* stub) {
   request.set_text(absl::GetFlag(FLAGS_prompt));
   for (uint32_t id : TokenIdsFromFlag()) request.add_token_ids(id);
   request.set_add_bos(absl::GetFlag(FLAGS_add_bos));
+  request.set_skip_special_tokens(absl::GetFlag(FLAGS_skip_special_tokens));
   grpc::ClientContext context;
   Prepare(channel, &context);
   v1::TokenizeResponse response;

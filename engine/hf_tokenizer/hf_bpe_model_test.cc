@@ -365,6 +365,15 @@ TEST(HfBpeModelTest, WorksUnderTokenizerWithIncrementalDetokenization) {
   std::string without_special = text;
   without_special.erase(without_special.find("<|end|>"), 7);
   EXPECT_EQ(*decoded, without_special);
+  // Keeping special tokens (Hugging Face's decode default): the text as
+  // written, and DecodeIds(ids, false) wherever they sit.
+  auto kept = tokenizer->Decode(*ids, SpecialTokens::kKeep);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, text);
+  const std::vector<int32_t> around = {kEnd, kHello, kEnd, kBos, kWorld, kEnd};
+  EXPECT_EQ(*tokenizer->Decode(around, SpecialTokens::kKeep),
+            "<|end|>hello<|end|><|bos|> world<|end|>");
+  EXPECT_EQ(*tokenizer->Decode(around), "hello world");
 
   IncrementalDetokenizer detok(tokenizer.get());
   std::string streamed;

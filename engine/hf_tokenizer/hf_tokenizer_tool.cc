@@ -6,8 +6,10 @@
 //     the file dropped); the whole file is one more case. Writes a JSON list
 //     of {"text", "ids", "decoded", "decoded_skip"} per case, as
 //     parity_reference.mjs does. Exits 1 when, for a case, Tokenizer::Encode
-//     (piecewise) and HfBpeModel::EncodeText disagree, or the incremental
-//     detokenizer's deltas do not add up to the decoded text.
+//     (piecewise) and HfBpeModel::EncodeText disagree, the incremental
+//     detokenizer's deltas do not add up to the decoded text, or
+//     Tokenizer::Decode keeping special tokens ("decoded") differs from
+//     HfBpeModel::DecodeIds(ids, false).
 //   hf_tokenizer_tool bench TOKENIZER_JSON CORPUS [MIB]
 //     Encodes MIB (default 1) MiB made of the corpus repeated, once with a
 //     cold word cache and once warm, and prints MB/s.
@@ -28,6 +30,7 @@
 namespace {
 
 using moeserve::engine::IncrementalDetokenizer;
+using moeserve::engine::SpecialTokens;
 using moeserve::engine::Tokenizer;
 using moeserve::engine::hf_tokenizer::HfBpeModel;
 using moeserve::engine::hf_tokenizer::LoadHfBpeModel;
@@ -98,10 +101,19 @@ int Parity(const std::string& tokenizer_path, const std::string& corpus_path,
       std::cerr << "incremental detokenization differs for: " << text << "\n";
       ++failures;
     }
+    // The reference's decode keeps special tokens by default: compared
+    // with Tokenizer::Decode(kKeep), which the Tokenize RPC answers with.
+    auto decoded_keep = tokenizer->Decode(*ids, SpecialTokens::kKeep);
+    if (!decoded_keep.ok()) return 2;
     const std::vector<int> as_int(ids->begin(), ids->end());
+    if (*decoded_keep != model.DecodeIds(as_int, false)) {
+      std::cerr << "Decode(kKeep) != DecodeIds(ids, false) for: " << text
+                << "\n";
+      ++failures;
+    }
     out.push_back({{"text", text},
                    {"ids", as_int},
-                   {"decoded", model.DecodeIds(as_int, false)},
+                   {"decoded", *decoded_keep},
                    {"decoded_skip", *decoded}});
   }
   std::ofstream file(out_path, std::ios::binary);

@@ -377,9 +377,19 @@ await check("/tokenize counts what a generation is given; /detokenize",
   assert.equal(t.json.tokens.length, t.json.count);
   assert.equal(t.json.token_strs.length, t.json.count);
   assert.ok(t.json.max_model_len > 0);
+  // Special tokens are kept unless asked, as Hugging Face's decode (and
+  // vLLM's /detokenize) give them: "<s> The LORD".
   const d = await post("/detokenize", { tokens: t.json.tokens });
   assert.equal(d.status, 200);
-  assert.equal(d.json.prompt, PROMPT);
+  assert.equal(t.json.token_strs[0], "<s>");
+  assert.equal(d.json.prompt, "<s> " + PROMPT);
+  const skipped = await post("/detokenize", { tokens: t.json.tokens,
+                                              skip_special_tokens: true });
+  assert.equal(skipped.json.prompt, PROMPT);
+  const notBool = await post("/detokenize", { tokens: [1],
+                                              skip_special_tokens: "yes" });
+  assert.equal(notBool.status, 400);
+  assert.equal(notBool.json.error.param, "skip_special_tokens");
   const chat = await post("/tokenize", { messages: MESSAGES });
   const c = await client.chat.completions.create({
     model: MODEL, messages: MESSAGES, max_tokens: 1 });

@@ -164,10 +164,28 @@ TEST_F(OpenAiFrontendTest, DetokenizeAndTheirErrors) {
   absl::StatusOr<std::string> body =
       frontend_->DetokenizeBody(R"({"tokens": [1, 72, 105]})");
   ASSERT_TRUE(body.ok()) << body.status();
+  // Special tokens are kept unless asked (Hugging Face's decode default).
+  EXPECT_EQ(nlohmann::json::parse(*body)["prompt"], "<s>Hi");
+  body = frontend_->DetokenizeBody(
+      R"({"tokens": [1, 72, 105], "skip_special_tokens": true})");
+  ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_EQ(nlohmann::json::parse(*body)["prompt"], "Hi");
+  body = frontend_->DetokenizeBody(
+      R"({"tokens": [1, 72, 105], "skip_special_tokens": false})");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(nlohmann::json::parse(*body)["prompt"], "<s>Hi");
   auto error = [](const absl::Status& status) {
     return ApiErrorFromStatus(status, Endpoint::kOther);
   };
+  for (const char* bad : {R"("true")", "1", "[]"}) {
+    const ApiError not_bool =
+        error(frontend_
+                  ->DetokenizeBody(absl::StrCat(
+                      R"({"tokens": [1], "skip_special_tokens": )", bad, "}"))
+                  .status());
+    EXPECT_EQ(not_bool.http_status, 400) << bad;
+    EXPECT_EQ(not_bool.param, "skip_special_tokens") << bad;
+  }
   ApiError e =
       error(frontend_->DetokenizeBody(R"({"tokens": [1, -2]})").status());
   EXPECT_EQ(e.http_status, 400);

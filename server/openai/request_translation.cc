@@ -454,6 +454,10 @@ absl::StatusOr<v1::TokenizeRequest> TranslateDetokenizeRequest(
   v1::TokenizeRequest r;
   MOESERVE_RETURN_IF_ERROR(
       ReadIdList(*tokens, "tokens", r.mutable_token_ids()));
+  bool skip_special_tokens = false;  // Hugging Face's decode default
+  MOESERVE_RETURN_IF_ERROR(
+      ReadBool(json, "skip_special_tokens", &skip_special_tokens));
+  r.set_skip_special_tokens(skip_special_tokens);
   return r;
 }
 

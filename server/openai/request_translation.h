@@ -79,8 +79,11 @@ struct OpenAiTokenizeRequest {
 absl::StatusOr<OpenAiTokenizeRequest> TranslateTokenizeRequest(
     absl::string_view body);
 
-// vLLM's POST /detokenize: {"tokens": [ids], "model"}; *model is set to
-// the model named ("" when absent).
+// vLLM's POST /detokenize: {"tokens": [ids], "model"}, and
+// "skip_special_tokens" (default false: special tokens are kept as their
+// text, as Hugging Face's tokenizer.decode and vLLM's /detokenize give; not
+// a bool: INVALID_ARGUMENT naming it); *model is set to the model named
+// ("" when absent).
 absl::StatusOr<v1::TokenizeRequest> TranslateDetokenizeRequest(
     absl::string_view body, std::string* model);
 

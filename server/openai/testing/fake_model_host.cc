@@ -159,7 +159,9 @@ absl::StatusOr<v1::TokenizeResponse> FakeModelHost::Tokenize(
     const std::string piece =
         id == kBos ? "<s>" : std::string(1, static_cast<char>(id));
     response.add_pieces(piece);
-    if (id != kBos) response.mutable_text()->append(piece);
+    if (id != kBos || !request.skip_special_tokens()) {
+      response.mutable_text()->append(piece);
+    }
   }
   return response;
 }
