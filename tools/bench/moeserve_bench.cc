@@ -123,6 +123,8 @@ MOESERVE_ENGINE_SETTING_FLAG(int, num_speculative_tokens);
 MOESERVE_ENGINE_SETTING_FLAG(std::string, draft_model_dir);
 MOESERVE_ENGINE_SETTING_FLAG(int, cpu_moe_layers);
 MOESERVE_ENGINE_SETTING_FLAG(int, host_expert_threads);
+MOESERVE_ENGINE_SETTING_FLAG(int, host_attention);
+MOESERVE_ENGINE_SETTING_FLAG(int, kv_cache_mb);
 ABSL_FLAG(bool, hybrid_on_cpu, false,
           "Policy mode, --backend=cpu: put the fast tier in the backend's "
           "memory (as on a GPU), so that in-place experts (--cpu_moe_layers, "
@@ -294,6 +296,8 @@ int PolicyMain(int threads) {
   o.slow_tier = settings->slow_tier;
   o.cpu_moe_layers = settings->cpu_moe_layers;
   o.host_expert_threads = settings->host_expert_threads;
+  o.host_attention = settings->host_attention;
+  o.kv_cache_bytes = settings->kv_cache_bytes;
   o.fast_tier_in_backend_memory = absl::GetFlag(FLAGS_hybrid_on_cpu);
   o.policy_config = absl::GetFlag(FLAGS_policy_config);
   o.num_requests = absl::GetFlag(FLAGS_num_requests);
@@ -573,7 +577,8 @@ const moeserve::base::ProgramHelp& Help() {
                   {"expert_cache_ratio", "expert_cache_mb", "slow_tier",
                    "link_gbps", "link_latency_us", "inplace_compute_ratio"}},
                  {"Policy mode: hybrid CPU/GPU execution",
-                  {"cpu_moe_layers", "host_expert_threads", "hybrid_on_cpu"}},
+                  {"cpu_moe_layers", "host_expert_threads", "hybrid_on_cpu",
+                   "host_attention", "kv_cache_mb"}},
                  {"Policy mode: load",
                   {"num_requests", "concurrency", "max_new_tokens",
                    "warmup_tokens", "policy_repeats", "max_seconds"}},

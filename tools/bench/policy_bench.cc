@@ -251,6 +251,8 @@ absl::StatusOr<PolicyResult> RunOne(
   spec.cpu_moe_layers = o.cpu_moe_layers;
   spec.host_expert_threads = o.host_expert_threads;
   spec.fast_tier_in_backend_memory = o.fast_tier_in_backend_memory;
+  spec.host_attention = o.host_attention;
+  spec.kv_cache_bytes = o.kv_cache_bytes;
   spec.max_num_seqs = concurrency;
   // On a device backend the builder puts the slots in device memory and the
   // link copies on the device (the all-host fast tier is the CPU's case).
@@ -771,6 +773,16 @@ void PrintPolicyReport(const PolicyReport& rep, std::FILE* out) {
                        "(--hybrid_on_cpu): both sides share this CPU"
                      : "");
   }
+  if (o.host_attention != 0) {
+    std::fprintf(out,
+                 "host attention: KV cache (%llu MiB) in host memory, "
+                 "attention on a host CPU pool of %d threads%s\n",
+                 static_cast<unsigned long long>(o.kv_cache_bytes >> 20),
+                 engine::HostExpertThreads(o.host_expert_threads),
+                 o.fast_tier_in_backend_memory
+                     ? "; its bytes join the expert slots (see slots)"
+                     : "");
+  }
   std::fprintf(
       out, "prompts: %s\n",
       rep.synthetic_prompts
@@ -970,6 +982,7 @@ nlohmann::json PolicyReportJson(const PolicyReport& rep) {
   j["expert_compute_us"] = rep.expert_compute_us;
   if (rep.hybrid) {
     j["hybrid"] = {{"cpu_moe_layers", o.cpu_moe_layers},
+                   {"host_attention", o.host_attention},
                    {"fast_tier_in_backend_memory",
                     o.fast_tier_in_backend_memory || rep.fast_tier_on_device},
                    {"host_read_gbps", rep.host_read_gbps},

@@ -93,6 +93,12 @@ struct PolicyBenchOptions {
   int cpu_moe_layers = 0;
   int host_expert_threads = 0;
   bool fast_tier_in_backend_memory = false;
+  // EngineSpec::host_attention: KV cache and attention on the host (on a
+  // device fast tier the KV bytes join the expert slots: see `slots`).
+  int host_attention = 0;
+  // EngineSpec::kv_cache_bytes.
+  uint64_t kv_cache_bytes = 256ull << 20;
+
   std::string policy_config;  // "k=v,..." passed to every policy.
   int num_requests = 8;       // Prompts cycle through a fixed list.
   int max_new_tokens = 48;    // Every request generates exactly this.
