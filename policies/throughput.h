@@ -79,7 +79,9 @@
 //
 // Deviations from the seed: the seed keeps KV cache and attention on the
 // CPU and the draft's KV split CPU/GPU (§5.1-§5.2); here attention runs
-// where the engine runs it (the policy contract moves experts only), and
+// where the engine runs it (the policy contract moves experts only): on
+// the device, or with the engine's host_attention setting on the host over
+// a host KV cache (engine/host_attention.h; no micro-batch overlap), and
 // the memory-conscious draft execution reduces to the draft model being
 // small and resident (no expert slots). The seed fixes b to the largest
 // batch that fits and searches k offline (§5.3); here the engine's
