@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/status_macros.h"
 #include "engine/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -81,6 +82,39 @@ absl::Status OutOfOrder(size_t index, absl::string_view why) {
       absl::StrCat("messages[", index, "].role: ", why));
 }
 
+// The roles Mistral's template (and the KJV dialogue's) takes: an optional
+// system message first, then users and assistants alternating from a user.
+// Returns the index of the first non-system message.
+absl::StatusOr<size_t> CheckAlternating(
+    const std::vector<ChatMessage>& messages, absl::string_view family) {
+  const size_t first =
+      !messages.empty() && messages.front().role == "system" ? 1 : 0;
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "system") {
+      return OutOfOrder(i, absl::StrCat("a system message may only come "
+                                        "first here (",
+                                        family, " template)"));
+    }
+    if ((m.role == "user") != ((i - first) % 2 == 0)) {
+      return OutOfOrder(i, absl::StrCat("roles must alternate "
+                                        "user/assistant/user/... starting "
+                                        "with user (",
+                                        family, " template)"));
+    }
+  }
+  if (first == messages.size()) {
+    return OutOfOrder(0, absl::StrCat("at least one user message is needed (",
+                                      family, " template)"));
+  }
+  return first;
+}
+
+// What identifies the KJV dialogue template: the line its generation
+// prompt opens.
+constexpr absl::string_view kKjvAnswer = "And he answered and said,";
+constexpr absl::string_view kKjvQuestion = "And one said unto him, ";
+
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::FromTemplateText(
@@ -96,9 +130,13 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTemplateText(
       absl::StrContains(text, "<|assistant|>")) {
     return ChatTemplate(ChatFamily::kTulu, std::move(eos_token), "");
   }
+  if (absl::StrContains(text, kKjvAnswer)) {
+    return ChatTemplate(ChatFamily::kKjvDialogue, std::move(eos_token), "");
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       "messages: the model's chat template is of no family this server "
-      "renders (ChatML <|im_start|>, Mistral [INST], Tulu <|user|>)",
+      "renders (ChatML <|im_start|>, Mistral [INST], Tulu <|user|>, KJV "
+      "dialogue \"And he answered and said,\")",
       kUseCompletions));
 }
 
@@ -164,6 +202,8 @@ absl::string_view ChatTemplate::family_name() const {
       return "mistral";
     case ChatFamily::kTulu:
       return "tulu";
+    case ChatFamily::kKjvDialogue:
+      return "kjv_dialogue";
   }
   return "";
 }
@@ -178,6 +218,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(
       return RenderMistral(messages);
     case ChatFamily::kTulu:
       return RenderTulu(messages, add_generation_prompt);
+    case ChatFamily::kKjvDialogue:
+      return RenderKjvDialogue(messages, add_generation_prompt);
   }
   return absl::InternalError("unknown chat template family");
 }
@@ -200,26 +242,12 @@ std::string ChatTemplate::RenderChatMl(const std::vector<ChatMessage>& messages,
 
 absl::StatusOr<std::string> ChatTemplate::RenderMistral(
     const std::vector<ChatMessage>& messages) const {
+  MOESERVE_ASSIGN_OR_RETURN(const size_t first,
+                            CheckAlternating(messages, "Mistral"));
+  const std::string system = first == 1 ? messages.front().content : "";
   std::string out;
-  std::string system;
-  size_t first = 0;
-  if (!messages.empty() && messages.front().role == "system") {
-    system = messages.front().content;
-    first = 1;
-  }
   for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    const bool user_turn = (i - first) % 2 == 0;
-    if (m.role == "system") {
-      return OutOfOrder(i,
-                        "a system message may only come first here "
-                        "(Mistral template)");
-    }
-    if ((m.role == "user") != user_turn) {
-      return OutOfOrder(i,
-                        "roles must alternate user/assistant/user/... "
-                        "starting with user (Mistral template)");
-    }
     if (m.role == "user") {
       const bool with_system = i == first && !system.empty();
       absl::StrAppend(&out, "[INST] ", with_system ? system : "",
@@ -228,11 +256,22 @@ absl::StatusOr<std::string> ChatTemplate::RenderMistral(
       absl::StrAppend(&out, m.content, eos_);
     }
   }
-  if (first == messages.size()) {
-    return OutOfOrder(0,
-                      "at least one user message is needed (Mistral "
-                      "template)");
+  return out;
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderKjvDialogue(
+    const std::vector<ChatMessage>& messages,
+    bool add_generation_prompt) const {
+  MOESERVE_ASSIGN_OR_RETURN(const size_t first,
+                            CheckAlternating(messages, "KJV dialogue"));
+  std::string out;
+  if (first == 1) absl::StrAppend(&out, messages.front().content, "\n");
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    absl::StrAppend(&out, m.role == "user" ? kKjvQuestion : kKjvAnswer,
+                    m.role == "user" ? "" : " ", m.content, "\n");
   }
+  if (add_generation_prompt) absl::StrAppend(&out, kKjvAnswer);
   return out;
 }
 

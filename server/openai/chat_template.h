@@ -21,6 +21,15 @@
 //   Tulu     (OLMoE-Instruct, Tulu 2; "<|user|>" and "<|assistant|>")
 //            <|system|>\n{content}\n<|user|>\n{content}\n
 //            <|assistant|>\n{content}</s>\n ... + "<|assistant|>\n"
+//   KJV dialogue (models/demo, demo-fg, demo-draft; "And he answered and
+//            said,"): the conversation as King James Bible dialogue, a
+//            form the demo models' corpus holds (they never saw a chat
+//            format, and answer Mistral's [INST] with </s> at once):
+//            {system}\nAnd one said unto him, {user}\n
+//            And he answered and said, {assistant}\n ...
+//            + "And he answered and said," with add_generation_prompt.
+//            Roles as Mistral's (a system message only first; users and
+//            assistants alternate, starting with a user).
 //
 // The template's leading bos_token is left out: the engine prepends BOS to
 // every text prompt. eos_token (after each assistant turn) is the config's.
@@ -43,7 +52,7 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatFamily { kChatMl, kMistral, kTulu };
+enum class ChatFamily { kChatMl, kMistral, kTulu, kKjvDialogue };
 
 // Largest tokenizer_config.json read (real ones are under 200 KiB).
 inline constexpr size_t kMaxTokenizerConfigBytes = 4 << 20;
@@ -67,13 +76,13 @@ class ChatTemplate {
       absl::string_view template_text, std::string eos_token);
 
   // INVALID_ARGUMENT naming "messages[i].role" for a message this family
-  // cannot take (Mistral: roles out of order).
+  // cannot take (Mistral, KJV dialogue: roles out of order).
   // REQUIRES: every role is system, user or assistant.
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      bool add_generation_prompt) const;
 
   ChatFamily family() const { return family_; }
-  // "chatml", "mistral" or "tulu".
+  // "chatml", "mistral", "tulu" or "kjv_dialogue".
   absl::string_view family_name() const;
   // ChatML only: the template's default system prompt, or "".
   const std::string& default_system() const { return default_system_; }
@@ -90,6 +99,9 @@ class ChatTemplate {
       const std::vector<ChatMessage>& messages) const;
   std::string RenderTulu(const std::vector<ChatMessage>& messages,
                          bool add_generation_prompt) const;
+  absl::StatusOr<std::string> RenderKjvDialogue(
+      const std::vector<ChatMessage>& messages,
+      bool add_generation_prompt) const;
 
   ChatFamily family_;
   std::string eos_;

@@ -3,8 +3,11 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace moeserve::server::openai {
@@ -144,17 +147,63 @@ TEST(ChatTemplate, ANonRegularTokenizerConfigIsRefusedAtOnce) {
       << t.status();
 }
 
-// The bundled models carry Mixtral's template (their tokenizer's special
-// tokens are <s> and </s>).
-TEST(ChatTemplate, BundledModelsAreMistralFamily) {
+// The bundled demo models carry the KJV dialogue template (they never saw
+// a chat format; tools/demo_model/README.md has the measurements that chose
+// it). The expected texts are what Hugging Face's renderer (jinja2 with
+// transformers' settings) makes of the committed template, less its
+// leading <s> (the engine adds BOS).
+TEST(ChatTemplate, BundledModelsAreKjvDialogue) {
   for (const char* dir :
        {"models/demo", "models/demo-fg", "models/demo-draft"}) {
     absl::StatusOr<ChatTemplate> t = ChatTemplate::LoadFromModelDir(dir);
     ASSERT_TRUE(t.ok()) << dir << ": " << t.status();
-    EXPECT_EQ(t->family(), ChatFamily::kMistral) << dir;
-    EXPECT_FALSE(t->Render({{"assistant", "a"}}, false).ok());
-    EXPECT_EQ(*t->Render({{"user", "Hi"}, {"assistant", "Yo"}}, false),
-              "[INST] Hi [/INST]Yo</s>");
+    EXPECT_EQ(t->family(), ChatFamily::kKjvDialogue) << dir;
+    EXPECT_EQ(t->family_name(), "kjv_dialogue");
+    EXPECT_EQ(*t->Render({{"user", "Who made the heaven?"}}, true),
+              "And one said unto him, Who made the heaven?\n"
+              "And he answered and said,");
+    EXPECT_EQ(*t->Render({{"system", "Speak as the King James Bible."},
+                          {"user", "Who made the heaven?"}},
+                         true),
+              "Speak as the King James Bible.\n"
+              "And one said unto him, Who made the heaven?\n"
+              "And he answered and said,");
+    EXPECT_EQ(*t->Render({{"system", "S"},
+                          {"user", "u1"},
+                          {"assistant", "a1"},
+                          {"user", "u2"}},
+                         true),
+              "S\nAnd one said unto him, u1\nAnd he answered and said, a1\n"
+              "And one said unto him, u2\nAnd he answered and said,");
+    EXPECT_EQ(*t->Render({{"user", "u1"}, {"assistant", "a1"}}, false),
+              "And one said unto him, u1\nAnd he answered and said, a1\n");
+    EXPECT_EQ(*t->Render({{"user", "u1"}}, false),
+              "And one said unto him, u1\n");
+  }
+}
+
+// Roles as the template's raise_exception calls (and Mistral's) allow.
+TEST(ChatTemplate, KjvDialogueRefusesRolesOutOfOrder) {
+  absl::StatusOr<ChatTemplate> t =
+      ChatTemplate::LoadFromModelDir("models/demo");
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<std::vector<ChatMessage>> bad = {
+      {{"assistant", "a"}},
+      {{"user", "a"}, {"user", "b"}},
+      {{"user", "a"}, {"system", "b"}},
+      {{"system", "s"}},
+      {}};
+  const char* fields[] = {"messages[0].role", "messages[1].role",
+                          "messages[1].role", "messages[0].role",
+                          "messages[0].role"};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    absl::StatusOr<std::string> text = t->Render(bad[i], true);
+    EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument) << i;
+    EXPECT_EQ(text.status().message().substr(0, strlen(fields[i]) + 2),
+              absl::StrCat(fields[i], ": "))
+        << i;
+    EXPECT_NE(text.status().message().find("KJV dialogue"), std::string::npos)
+        << text.status();
   }
 }
 

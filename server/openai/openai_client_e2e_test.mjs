@@ -399,6 +399,30 @@ await check("/tokenize counts what a generation is given; /detokenize",
   assert.equal(bad.json.error.param, "tokens");
 });
 
+// The top-level README's chat example, on models/demo: the assistant
+// answers in words (issue 33: under Mistral's [INST] template, which the
+// demo models never saw, it emitted </s> at once: empty content, one
+// completion token). Greedy, and sampled at temperature 1 (the README sends
+// none) with two seeds.
+await check("chat: the README's example answers in words", async () => {
+  for (const extra of [{ temperature: 0 }, { seed: 1 }, { seed: 2 }]) {
+    const s = await client.chat.completions.create({
+      model: MODEL, max_tokens: 16, stream: true,
+      messages: [{ role: "user", content: "Who made the heaven?" }],
+      stream_options: { include_usage: true }, ...extra });
+    let text = "";
+    let usage = null;
+    for await (const chunk of s) {
+      text += chunk.choices[0]?.delta?.content ?? "";
+      if (chunk.usage) usage = chunk.usage;
+    }
+    const words = text.match(/[A-Za-z]+/g) ?? [];
+    assert.ok(words.length >= 2,
+              `${JSON.stringify(extra)}: no words in ${JSON.stringify(text)}`);
+    assert.ok(usage.completion_tokens > 1, JSON.stringify(usage));
+  }
+});
+
 await check("chat: roles out of order are 400", async () => {
   const e = await refusal(client.chat.completions.create({
     model: MODEL, max_tokens: 2,

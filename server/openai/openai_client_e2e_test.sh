@@ -74,7 +74,7 @@ for i in $(seq 600); do
   [ "$i" -lt 600 ] || fail "/health never answered 200 (last: $code)"
   sleep 0.1
 done
-grep -q "chat template: mistral" "$tmp/moeserve.log" ||
+grep -q "chat template: kjv_dialogue" "$tmp/moeserve.log" ||
   fail "the demo model's chat template was not recognised"
 
 echo "== openai npm client"
