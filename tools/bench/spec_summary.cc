@@ -105,8 +105,8 @@ void PrintSpecSummary(const PolicyReport& rep, std::FILE* out) {
   std::fprintf(
       out,
       "\nsummary: speculative policies vs lru and lru + the same drafter, "
-      "all cells of THIS run (run %s, started %s; model %s; link %s; %s "
-      "threads; median of %d repeats). x lru = policy tok/s / lru tok/s; "
+      "all cells of THIS run (run %s, started %s; model %s; link %s; "
+      "backend %s; median of %d repeats). x lru = policy tok/s / lru tok/s; "
       "TPOT = mean over requests of (last token - first token) / (tokens - "
       "1), a verification's tokens spread over its time; TPOT gain = "
       "baseline TPOT / policy TPOT. n/a: that baseline did not run in this "
