@@ -74,6 +74,7 @@ int SpeculationGovernor::PolicyDraftLength(
   query.draft_seconds_per_position = timings_.draft_seconds_per_position;
   query.verify_seconds_base = timings_.verify_seconds_base;
   query.verify_seconds_per_draft = timings_.verify_seconds_per_draft;
+  query.prefill_seconds = timings_.prefill_seconds;
   query.link_seconds_per_expert = advisor_->link_seconds_per_transfer();
   const int k = advisor_->ChooseDraftLength(query);
   return k < 0 ? -1 : std::min(k, max_k_);
@@ -90,7 +91,10 @@ void SpeculationGovernor::RecordForwardTime(
       prefill = true;
     }
   }
-  if (prefill) return;  // prefill chunks would blur both figures
+  if (prefill) {  // its rows would blur the decode and verify figures
+    Ema(&timings_.prefill_seconds, seconds);
+    return;
+  }
   if (drafts == 0) {
     Ema(&timings_.verify_seconds_base, seconds);
   } else if (timings_.verify_seconds_base > 0) {

@@ -3,7 +3,8 @@
 // k is fixed (EngineOptions::num_speculative_tokens > 0) or adaptive: the
 // offload policy's governor chooses one k for the step through the
 // SpeculationAdvisor (from what this class measured: acceptance per
-// position, draft and verify seconds, and the link's transfer time), or,
+// position, draft and verify seconds, the seconds of a pass carrying a
+// prefill chunk, and the link's transfer time), or,
 // when it declines, each request's own acceptance EMA sets it (k = 0
 // switches a request's speculation off, with a periodic one-token probe).
 // k is clamped so the k + 1 tokens a verification may emit stay within
@@ -42,7 +43,9 @@ class SpeculationGovernor {
   // The k `state` would like this step (before the budgets).
   int WantedDraftLength(RequestState* state);
 
-  // Timings of one target pass over `batch` (verify chunks included).
+  // Timings of one target pass over `batch` (verify chunks included). A
+  // pass with a prefill chunk feeds the prefill EMA only: its rows would
+  // blur the decode and verify figures.
   void RecordForwardTime(std::span<const SequenceChunk> batch, double seconds);
   // One drafter call that proposed up to `positions` tokens a request.
   void RecordDraftTime(double seconds, int positions);
@@ -60,6 +63,7 @@ class SpeculationGovernor {
     double draft_seconds_per_position = 0;
     double verify_seconds_base = 0;
     double verify_seconds_per_draft = 0;
+    double prefill_seconds = 0;
   };
   // The policy's k for the step of `scheduled`, or -1.
   int PolicyDraftLength(std::span<RequestState* const> scheduled);
