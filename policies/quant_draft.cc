@@ -1,6 +1,7 @@
 #include "policies/quant_draft.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -12,14 +13,24 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> QuantDraftPolicy::Create(
     const engine::PolicyConfig& config) {
   absl::Status keys = engine::CheckConfigKeys(
       "quant_draft", config,
-      {"num_speculative_tokens", "max_speculative_tokens", "phase2_start"});
+      {"num_speculative_tokens", "max_speculative_tokens", "ttft_slo_ms",
+       "phase2_start"});
   if (!keys.ok()) return keys;
   Options options;
   absl::StatusOr<engine::SpeculativeTokens> k =
       engine::GetSpeculativeTokens(config);
   if (!k.ok()) return k.status();
-  options.max_speculative_tokens = k->max;
+  if (config.contains("max_speculative_tokens")) {
+    options.max_speculative_tokens = k->max;
+  }
   options.num_speculative_tokens = k->num;
+  if (config.contains("ttft_slo_ms")) {
+    absl::StatusOr<double> ms = engine::GetDoubleConfig(
+        config, "ttft_slo_ms", /*default_value=*/0, /*min_value=*/0.001,
+        /*max_value=*/3.6e6);
+    if (!ms.ok()) return ms.status();
+    options.ttft_slo_seconds = *ms / 1e3;
+  }
   absl::StatusOr<double> phase2 = engine::GetDoubleConfig(
       config, "phase2_start", /*default_value=*/1.0 / 3.0,
       /*min_value=*/0, /*max_value=*/1);
@@ -224,31 +235,62 @@ void QuantDraftPolicy::ChooseVictims(
   }
 }
 
+double QuantDraftPolicy::CycleSeconds(const engine::DraftLengthQuery& q,
+                                      int k) const {
+  const double link = std::max(q.link_seconds_per_expert, 0.0);
+  const double fetches = ExpectedNewExperts(k);
+  const double draft = k * std::max(q.draft_seconds_per_position, 0.0);
+  const double pcie_init = link * std::min(fetches, 1.0);
+  const double pcie_new = link * std::max(fetches - 1.0, 0.0);
+  const double verify =
+      q.verify_seconds_base + k * std::max(q.verify_seconds_per_draft, 0.0);
+  // Eq. (3): the draft runs while the first fetch is on the link.
+  return std::max(draft, pcie_init) + pcie_new + verify;
+}
+
+int QuantDraftPolicy::SloDraftLength(const engine::DraftLengthQuery& q,
+                                     int max_k) const {
+  std::optional<double> budget = options_.ttft_slo_seconds;
+  if (!budget.has_value() && options_.max_speculative_tokens.has_value()) {
+    return max_k;  // the configured k_SLO (already in max_k)
+  }
+  const double prefill = std::max(q.prefill_seconds, 0.0);
+  if (!budget.has_value()) budget = kTtftSlack * (prefill + CycleSeconds(q, 0));
+  // T_cycle grows with k: the first k that misses the budget ends the range.
+  int k = 0;
+  while (k < max_k && prefill + CycleSeconds(q, k + 1) <= *budget) ++k;
+  return k;
+}
+
 int QuantDraftPolicy::ChooseDraftLength(const engine::DraftLengthQuery& q) {
-  int max_k = std::max(std::min(q.max_k, options_.max_speculative_tokens), 0);
+  int max_k = std::max(
+      std::min(q.max_k, options_.max_speculative_tokens.value_or(q.max_k)), 0);
   const bool measured = !q.acceptance.empty() &&
                         q.draft_seconds_per_position > 0 &&
                         q.verify_seconds_base > 0;
   if (!measured) {
     zero_streak_ = 0;
+    // T_verify(1) is measured only by a pass without drafts, which a
+    // governor drafting num_speculative_tokens every step never runs.
+    const bool needs_base = !q.acceptance.empty() &&
+                            q.draft_seconds_per_position > 0 &&
+                            q.verify_seconds_base <= 0;
+    if (needs_base && --base_probe_wait_ < 0) {
+      base_probe_wait_ = kProbeInterval - 1;
+      return 0;
+    }
     return std::clamp(options_.num_speculative_tokens, 0, max_k);
   }
   max_k = std::min(max_k, static_cast<int>(q.acceptance.size()));
-  const double draft = q.draft_seconds_per_position;
-  const double per_draft = std::max(q.verify_seconds_per_draft, 0.0);
-  const double link = std::max(q.link_seconds_per_expert, 0.0);
-  auto cycle = [&](int k) {
-    return k * draft + q.verify_seconds_base + k * per_draft +
-           link * ExpectedNewExperts(k);
-  };
+  max_k = SloDraftLength(q, max_k);
   int best_k = 0;
-  double best = 1.0 / cycle(0);
+  double best = 1.0 / CycleSeconds(q, 0);
   double tokens = 1;
   double run = 1;  // P(drafts 1..k all accepted)
   for (int k = 1; k <= max_k; ++k) {
     run *= std::clamp(q.acceptance[k - 1], 0.0, 1.0);
     tokens += run;
-    const double theta = tokens / cycle(k);
+    const double theta = tokens / CycleSeconds(q, k);
     if (theta > best * (1 + 1e-12)) {
       best = theta;
       best_k = k;

@@ -46,24 +46,57 @@
 // verification did not need them) are cancelled (CancelPrefetch).
 //
 // Speculative governor (§3.2, the amortization roofline): ChooseDraftLength
-// returns the k in [0, min(max_k, max_speculative_tokens,
-// acceptance.size())] that maximises
-//   Theta(k) = E[tokens](k) / T(k)
+// returns the k in [0, min(max_k, k_SLO, acceptance.size())] that maximises
+// eq. (2),
+//   Theta(k) = E[tokens](k) / T_cycle(k)
 //   E[tokens](k) = 1 + sum_{i=1..k} prod_{j<=i} p_j   (p = acceptance)
-//   T(k) = k * draft_seconds_per_position + verify_seconds_base
-//          + k * verify_seconds_per_draft
-//          + link_seconds_per_expert * expected_new_experts(k)
-// ties to the smaller k. expected_new_experts(k) = sum over positions
-// 0..k of new(p), where new(p) is an EMA (weight kNewExpertsDecay on the
-// old value) of the distinct experts first predicted at position p of a
-// window that were not resident when p arrived (position p's forward is
-// the verification's row p; row k, after the last draft, is estimated by
-// the last position measured). No lookahead yet: 0. Until the query has
-// measurements (acceptance empty, draft_seconds_per_position <= 0 or
-// verify_seconds_base <= 0) it returns num_speculative_tokens, clamped to
-// the same range. After kProbeInterval consecutive choices of 0 it returns
-// 1 once (when allowed), so acceptance keeps being measured. num_seqs does
-// not move the optimum (the timings are the batch's) and is ignored.
+// (the seed's k_accept(k) plus the token the verification emits after the
+// last accepted draft, which plain decoding emits too: with it k = 0 scores
+// 1 / T_cycle(0) instead of 0, so "do not speculate" stays comparable),
+// with the cycle time of eq. (3), the draft overlapping the first fetch:
+//   T_cycle(k) = max(T_draft(k), T_pcie,init) + T_pcie,new(k)
+//                + T_verify(k + 1)
+//   T_draft(k)      = k * draft_seconds_per_position (measured per
+//                     position; the seed's T_d,base is not separable from
+//                     it and is taken as 0)
+//   T_pcie,init     = link * min(E_new(k), 1): the first of the window's
+//                     fetches (none when nothing is expected to load)
+//   T_pcie,new(k)   = link * max(E_new(k) - 1, 0): the additional ones
+//   T_verify(k + 1) = verify_seconds_base + k * verify_seconds_per_draft
+// where link = link_seconds_per_expert (the link's measured seconds per
+// transfer, latency included: the seed's T_pcie,overhead + S_expert /
+// B_PCIe) and E_new(k) = ExpectedNewExperts(k): the sum over positions
+// 0..k of new(p), an EMA (weight kNewExpertsDecay on the old value) of the
+// distinct experts first predicted at position p of a window that were not
+// resident when p arrived (position p's forward is the verification's row
+// p; row k, after the last draft, is estimated by the last position
+// measured; no lookahead yet: 0). Ties go to the smaller k.
+//
+// k_SLO (eq. (5)'s bound; §3.2.3 bounds k by a TTFT budget): a request
+// admitted while the batch speculates waits for the cycle under way, then
+// for its own prefill pass, so
+//   TTFT(k) = prefill_seconds + T_cycle(k)
+// (prefill_seconds: the measured pass carrying a prefill chunk; 0 until
+// measured). k_SLO is
+//   - max_speculative_tokens when that key is given (the seed's offline
+//     profiled bound), further held to ttft_slo_ms when that is given too;
+//   - else the largest k with TTFT(k) <= ttft_slo_ms when that is given
+//     (0 when even k = 0 misses it);
+//   - else (neither key) the largest k with TTFT(k) <= kTtftSlack x TTFT(0):
+//     speculation may at most double the TTFT plain decoding would give,
+//     from the measured prefill, decode and link times alone.
+// T_cycle grows with k, so "largest k" is the first k + 1 that misses.
+//
+// Until the query has measurements (acceptance empty,
+// draft_seconds_per_position <= 0 or verify_seconds_base <= 0) it returns
+// num_speculative_tokens, clamped to [0, max_k], except that once
+// acceptance and draft time are measured but verify_seconds_base is not,
+// every kProbeInterval-th such call (the first at once) returns 0: the
+// engine measures the plain pass only on a step without drafts, which
+// k = num_speculative_tokens every step never gives. After kProbeInterval
+// consecutive choices of 0 it returns 1 once (when k_SLO allows 1), so
+// acceptance keeps being measured. num_seqs does not move the optimum (the
+// timings are the batch's) and is ignored.
 //
 // Speculation defaults (Speculation, registered as the policy's traits):
 // drafter "int4"; k 0 (adaptive: the engine asks ChooseDraftLength every
@@ -71,9 +104,14 @@
 //
 // Config keys:
 //   num_speculative_tokens  k before the governor has measurements, in
-//                           [0, max_speculative_tokens]. Default: 4.
-//   max_speculative_tokens  the governor's k_SLO bound, in [0, 16].
-//                           Default: 8.
+//                           [0, max_speculative_tokens, or 8 without it].
+//                           Default: 4 (at most max_speculative_tokens).
+//   max_speculative_tokens  k_SLO, in [0, 16]. Default: none (k_SLO from
+//                           the TTFT budget, above).
+//   ttft_slo_ms             the TTFT budget bounding k, in milliseconds, in
+//                           [0.001, 3600000]. Default: none (kTtftSlack x
+//                           the measured TTFT at k = 0, when
+//                           max_speculative_tokens is absent too).
 //   phase2_start            where phase II starts, as a fraction of the
 //                           planned positions, in [0, 1]. Default: 1/3.
 // Test config (PolicyTestConfig): num_speculative_tokens=2,
@@ -86,6 +124,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -103,7 +142,8 @@ class QuantDraftPolicy : public engine::OffloadPolicy {
  public:
   struct Options {
     int num_speculative_tokens = 4;
-    int max_speculative_tokens = 8;
+    std::optional<int> max_speculative_tokens;  // k_SLO, when configured
+    std::optional<double> ttft_slo_seconds;     // the TTFT budget, when set
     double phase2_start = 1.0 / 3.0;
   };
   enum class Phase { kNone, kI, kII, kIII };
@@ -112,6 +152,9 @@ class QuantDraftPolicy : public engine::OffloadPolicy {
   static constexpr int kHighPriority = 2;
   static constexpr double kNewExpertsDecay = 0.75;
   static constexpr int kProbeInterval = 8;
+  // Without a configured SLO, speculation may make TTFT at most this many
+  // times what it would be at k = 0.
+  static constexpr double kTtftSlack = 2.0;
 
   static absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> Create(
       const engine::PolicyConfig& config);
@@ -145,6 +188,11 @@ class QuantDraftPolicy : public engine::OffloadPolicy {
   // The governor's estimate of the experts a verification with k drafts
   // loads (see the header comment).
   double ExpectedNewExperts(int k) const;
+  // T_cycle(k), eq. (3) of the seed (see the header comment).
+  double CycleSeconds(const engine::DraftLengthQuery& q, int k) const;
+  // k_SLO for `q` (see the header comment), at most `max_k`. REQUIRES: `q`
+  // has measurements.
+  int SloDraftLength(const engine::DraftLengthQuery& q, int max_k) const;
 
  private:
   size_t Index(int layer, int expert) const {
@@ -172,6 +220,7 @@ class QuantDraftPolicy : public engine::OffloadPolicy {
   std::vector<double> new_experts_;
   std::vector<bool> measured_;
   int zero_streak_ = 0;
+  int base_probe_wait_ = 0;  // unmeasured calls until the next k = 0 probe
   internal::RecencyTracker recency_;
 };
 

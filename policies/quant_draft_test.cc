@@ -40,7 +40,8 @@ TEST(QuantDraftTest, DefaultsAndSpeculationSettings) {
   EXPECT_EQ(defaults.num_speculative_tokens, 0);  // the governor
   const auto& o = AsQuantDraft(policy.get())->options();
   EXPECT_EQ(o.num_speculative_tokens, 4);
-  EXPECT_EQ(o.max_speculative_tokens, 8);
+  EXPECT_FALSE(o.max_speculative_tokens.has_value());  // k_SLO measured
+  EXPECT_FALSE(o.ttft_slo_seconds.has_value());
   EXPECT_DOUBLE_EQ(o.phase2_start, 1.0 / 3.0);
   EXPECT_LT(kLow, kHigh);
   auto registered = engine::CreatePolicy(
@@ -260,7 +261,7 @@ TEST(QuantDraftTest, DemandLoadsEvictOutsideTheWindowBeforeLru) {
 }
 
 // Timings of the governor tests: draft 2 ms a position, verification 10 ms
-// plus 1 ms a draft.
+// plus 1 ms a draft, no prefill measured.
 DraftLengthQuery Query(const std::vector<double>& acceptance, double link) {
   DraftLengthQuery q;
   q.max_k = 8;
@@ -287,9 +288,25 @@ TEST(QuantDraftGovernorTest, DefaultUntilMeasured) {
   EXPECT_EQ(policy->ChooseDraftLength(no_draft_time), 4);
   DraftLengthQuery no_acceptance = Query({}, 0);
   EXPECT_EQ(policy->ChooseDraftLength(no_acceptance), 4);
+  // Acceptance and draft time measured, the plain pass not: a k = 0 step
+  // every kProbeInterval calls, the first at once, until it is.
+  DraftLengthQuery no_base = Query(p, 0);
+  no_base.verify_seconds_base = 0;
+  std::vector<int> ks;
+  for (int i = 0; i < QuantDraftPolicy::kProbeInterval + 1; ++i) {
+    ks.push_back(policy->ChooseDraftLength(no_base));
+  }
+  EXPECT_THAT(ks, ElementsAre(0, 4, 4, 4, 4, 4, 4, 4, 0));
   auto zero =
       CreatePolicyOrFail<QuantDraftPolicy>({{"num_speculative_tokens", "0"}});
   EXPECT_EQ(zero->ChooseDraftLength(q), 0);
+}
+
+// A configured k_SLO of 8, so that the measured TTFT bound (below) stays
+// out of the tests of the throughput objective.
+std::unique_ptr<engine::OffloadPolicy> WithKSlo8() {
+  return CreatePolicyOrFail<QuantDraftPolicy>(
+      {{"max_speculative_tokens", "8"}});
 }
 
 // p = 0.99, no link cost: Theta(k) = E(k) / (10 + 3k) ms rises up to k = 8
@@ -297,7 +314,7 @@ TEST(QuantDraftGovernorTest, DefaultUntilMeasured) {
 // config's and the engine's bounds cap it. (At p = 0.9 it would peak at
 // k = 5: E(5) / 25 = .1874 > E(6) / 28 = .1863.)
 TEST(QuantDraftGovernorTest, HighAcceptanceTakesTheLargestK) {
-  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  auto owned = WithKSlo8();
   EXPECT_EQ(owned->ChooseDraftLength(Query(std::vector<double>(8, 0.9), 0)), 5);
   const std::vector<double> p(8, 0.99);
   EXPECT_EQ(owned->ChooseDraftLength(Query(p, 0)), 8);
@@ -315,12 +332,16 @@ TEST(QuantDraftGovernorTest, HighAcceptanceTakesTheLargestK) {
 // Fast link (0): T = 10 + 3k ms; Theta = .1, .1385, .1525, .1554, .1528 ->
 //   k = 3.
 // Slow link (5 ms/expert) with a window whose 4 experts all come with
-//   position 0 (new(0) = 4, new(p > 0) = 0): T = 30 + 3k ms; Theta =
-//   .0333, .0545, .0678, .0757, .0800, .0820, .0823 (k = 6), .0816 -> k = 6:
-//   the misses of the first row are paid anyway, more drafts amortise them.
+//   position 0 (E_new(k) = 4): eq. (3), the draft overlapping the first
+//   fetch, T = max(2k, 5) + 3 x 5 + 10 + k ms = 30, 31, 32, 34, 37, 40, 43
+//   for k = 0..6; Theta = .0333, .0581, .0763, .0868, .0909, .0922 (k = 5),
+//   .0919 -> k = 5: the misses of the first row are paid anyway, more
+//   drafts amortise them. The additive cycle (2k + 4 x 5 + 10 + k = 30 + 3k)
+//   would give .0333, .0545, .0678, .0757, .0800, .0820, .0823 (k = 6),
+//   .0816 -> k = 6.
 TEST(QuantDraftGovernorTest, SlowLinkAmortisedByALongerDraft) {
   FakeResidencyControl fake(2, 8, 1, 16);
-  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  auto owned = WithKSlo8();
   auto* policy = AsQuantDraft(owned.get());
   fake.set_policy(policy);
   ExpertLookahead la;
@@ -330,14 +351,100 @@ TEST(QuantDraftGovernorTest, SlowLinkAmortisedByALongerDraft) {
   EXPECT_DOUBLE_EQ(policy->ExpectedNewExperts(8), 4);
   const std::vector<double> p(8, 0.8);
   EXPECT_EQ(policy->ChooseDraftLength(Query(p, 0)), 3);
-  EXPECT_EQ(policy->ChooseDraftLength(Query(p, 0.005)), 6);
+  const DraftLengthQuery slow = Query(p, 0.005);
+  EXPECT_DOUBLE_EQ(policy->CycleSeconds(slow, 0), 0.030);
+  EXPECT_DOUBLE_EQ(policy->CycleSeconds(slow, 2), 0.032);  // max(4, 5) ms
+  EXPECT_DOUBLE_EQ(policy->CycleSeconds(slow, 3), 0.034);  // max(6, 5) ms
+  EXPECT_EQ(policy->ChooseDraftLength(slow), 5);
+}
+
+// Eq. (3) around the first fetch. No window yet (E_new = 0): draft and
+// verification only. One expert missing at position 0 (new(0) = 1, and the
+// later rows are estimated by it: E_new(k) = k + 1): T_pcie,init is one
+// 10 ms transfer, overlapped with the draft. The next window finds it
+// resident (prefetched in phase III): new(0) = .75 x 1 + .25 x 0 = .75, so
+// T_pcie,init is .75 of a transfer and T_pcie,new(1) half of one.
+TEST(QuantDraftGovernorTest, CycleOverlapsTheDraftWithTheFirstFetchOnly) {
+  FakeResidencyControl fake(2, 8, 1, 16);
+  auto owned = WithKSlo8();
+  auto* policy = AsQuantDraft(owned.get());
+  fake.set_policy(policy);
+  const DraftLengthQuery q = Query(std::vector<double>(8, 0.8), 0.010);
+  EXPECT_DOUBLE_EQ(policy->CycleSeconds(q, 3), 0.019);  // 6 + 10 + 3
+  ExpertLookahead la;
+  la.experts = {{{0}, {}}};
+  fake.Lookahead(la);
+  EXPECT_DOUBLE_EQ(policy->ExpectedNewExperts(1), 2);
+  // k = 1: max(2, 10) + 10 + 10 + 1 ms; k = 6: max(12, 10) + 60 + 10 + 6.
+  EXPECT_DOUBLE_EQ(policy->CycleSeconds(q, 1), 0.031);
+  EXPECT_DOUBLE_EQ(policy->CycleSeconds(q, 6), 0.088);
+  fake.BeginStep();
+  fake.EndStep();
+  fake.Lookahead(la);
+  EXPECT_DOUBLE_EQ(policy->ExpectedNewExperts(0), 0.75);
+  EXPECT_DOUBLE_EQ(policy->CycleSeconds(q, 0), 0.0175);  // 7.5 + 10
+  EXPECT_DOUBLE_EQ(policy->CycleSeconds(q, 1), 0.026);   // 10 + 5 + 11
+}
+
+// Neither max_speculative_tokens nor ttft_slo_ms: k_SLO is the largest k
+// with TTFT(k) = prefill + T_cycle(k) <= 2 x (prefill + T_cycle(0)). At
+// p = 0.99 and no link cost the objective alone takes 8 (above); T_cycle =
+// 10 + 3k ms, so
+//   prefill 0:     10 + 3k <= 20        -> k_SLO = 3
+//   prefill 4 ms:  14 + 3k <= 28        -> 4
+//   prefill 20 ms: 30 + 3k <= 60        -> 10, the engine's 8 binds.
+TEST(QuantDraftGovernorTest, MeasuredTtftBoundCapsK) {
+  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  auto* policy = AsQuantDraft(owned.get());
+  const std::vector<double> p(8, 0.99);
+  DraftLengthQuery q = Query(p, 0);
+  EXPECT_EQ(policy->SloDraftLength(q, 8), 3);
+  EXPECT_EQ(policy->ChooseDraftLength(q), 3);
+  q.prefill_seconds = 0.004;
+  EXPECT_EQ(policy->ChooseDraftLength(q), 4);
+  q.prefill_seconds = 0.020;
+  EXPECT_EQ(policy->ChooseDraftLength(q), 8);
+  // The slow-link window above: T_cycle(0) = 30 ms, budget 60 ms, T_cycle
+  // (k >= 3) = 25 + 3k <= 60 up to k = 11: not binding, k = 5 as above.
+  FakeResidencyControl fake(2, 8, 1, 16);
+  fake.set_policy(policy);
+  ExpertLookahead la;
+  la.experts = {{{0, 1}, {2, 3}}, {{0, 1}, {2, 3}}, {{0, 1}, {2, 3}}};
+  fake.Lookahead(la);
+  EXPECT_EQ(
+      policy->ChooseDraftLength(Query(std::vector<double>(8, 0.8), 0.005)), 5);
+}
+
+// The config wins over the measured bound: max_speculative_tokens is k_SLO
+// itself; ttft_slo_ms replaces 2 x TTFT(0) as the budget (prefill 4 ms,
+// T_cycle = 10 + 3k ms: 14 + 3k <= 31 -> 5; 14 > 13 -> 0, no probe); both
+// given, both bound.
+TEST(QuantDraftGovernorTest, ConfiguredSloOverridesTheMeasuredOne) {
+  const std::vector<double> p(8, 0.99);
+  DraftLengthQuery q = Query(p, 0);  // measured bound: 3
+  EXPECT_EQ(WithKSlo8()->ChooseDraftLength(q), 8);
+  q.prefill_seconds = 0.004;  // measured bound: 4
+  auto ttft31 = CreatePolicyOrFail<QuantDraftPolicy>({{"ttft_slo_ms", "31"}});
+  EXPECT_EQ(ttft31->ChooseDraftLength(q), 5);
+  auto both = CreatePolicyOrFail<QuantDraftPolicy>(
+      {{"ttft_slo_ms", "31"}, {"max_speculative_tokens", "3"}});
+  EXPECT_EQ(both->ChooseDraftLength(q), 3);
+  auto both_wide = CreatePolicyOrFail<QuantDraftPolicy>(
+      {{"ttft_slo_ms", "31"}, {"max_speculative_tokens", "6"}});
+  EXPECT_EQ(both_wide->ChooseDraftLength(q), 5);
+  auto ttft13 = CreatePolicyOrFail<QuantDraftPolicy>({{"ttft_slo_ms", "13"}});
+  std::vector<int> ks;
+  for (int i = 0; i < QuantDraftPolicy::kProbeInterval + 1; ++i) {
+    ks.push_back(ttft13->ChooseDraftLength(q));
+  }
+  EXPECT_THAT(ks, ::testing::Each(0));
 }
 
 // p = 0.5: Theta(1) = 1.5 / 13 > Theta(0) = 1 / 10 > Theta(2) = 1.75 / 16
 // -> 1. p = 0.2: Theta(1) = 1.2 / 13 < 1 / 10 -> 0, with a probe of 1 every
 // kProbeInterval-th time.
 TEST(QuantDraftGovernorTest, LowAcceptanceDraftsLittleOrNothing) {
-  auto owned = CreatePolicyOrFail<QuantDraftPolicy>();
+  auto owned = WithKSlo8();
   EXPECT_EQ(owned->ChooseDraftLength(Query(std::vector<double>(8, 0.5), 0)), 1);
   // Named: the query only points at its acceptance values.
   const std::vector<double> p_low(8, 0.2);
@@ -363,6 +470,9 @@ TEST(QuantDraftTest, RefusesBadConfigNamingTheKey) {
        "num_speculative_tokens"},
       {{{"phase2_start", "1.5"}}, "phase2_start"},
       {{{"phase2_start", "nan"}}, "phase2_start"},
+      {{{"ttft_slo_ms", "0"}}, "ttft_slo_ms"},
+      {{{"ttft_slo_ms", "-5"}}, "ttft_slo_ms"},
+      {{{"ttft_slo_ms", "fast"}}, "ttft_slo_ms"},
   };
   for (const auto& [config, key] : bad) {
     auto policy = QuantDraftPolicy::Create(config);
