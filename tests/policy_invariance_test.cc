@@ -415,8 +415,9 @@ TEST_P(HostAttentionInvarianceTest, GreedyOutputIsIdenticalToAllResident) {
   engine::ResidencyStats stats;
   const auto out = Generate(f, backend, spec, &stats);
   EXPECT_EQ(out, where == "cuda" ? CudaBaseline(f, backend) : f.baseline);
-  // The fast tier is still smaller than the experts: the policy worked.
-  EXPECT_GT(stats.misses, 0u);
+  // The fast tier is still smaller than the experts: the policy worked
+  // (missed experts, or computed them in place: utility, cpu_cold).
+  EXPECT_GT(stats.misses + stats.inplace, 0u);
 }
 
 std::string HostAttentionName(
