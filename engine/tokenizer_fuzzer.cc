@@ -5,9 +5,11 @@
 // Input: one mode byte, then either text (mode bit 0 set: Encode it, Decode
 // the ids, stream them) or little-endian 16-bit token ids taken modulo the
 // vocabulary (stream them, primed with the first mode>>1 % 32 as a prompt).
-// Checked: no crash; every streamed delta is valid UTF-8 and carries no
-// U+FFFD from an unfinished prompt tail; without a prompt the deltas add up
-// to Decode(ids) (IncrementalDetokenizer's contract).
+// Checked: no crash; Decode, with special tokens skipped or kept, is valid
+// UTF-8 (kept: Decode's text when the ids hold none); every streamed delta
+// is valid UTF-8 and carries no U+FFFD from an unfinished prompt tail;
+// without a prompt the deltas add up to Decode(ids)
+// (IncrementalDetokenizer's contract).
 //
 // Built and run by tests/fuzz/run_fuzzers.sh (tokenizer_fuzzer).
 
@@ -115,6 +117,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!IsValidUtf8(*decoded)) Fail("Decode is not valid UTF-8", *decoded);
   for (int32_t id : ids) {
     if (!tok.IdToPiece(id).ok()) Fail("IdToPiece", std::to_string(id));
+  }
+  // Keeping special tokens (the Tokenize RPC's default): valid UTF-8, and
+  // Decode's text when there are none (the demo tokenizer's control pieces
+  // are <s> and </s>).
+  absl::StatusOr<std::string> kept =
+      tok.Decode(ids, moeserve::engine::SpecialTokens::kKeep);
+  if (!kept.ok()) Fail("Decode(kKeep)", kept.status().ToString());
+  if (!IsValidUtf8(*kept)) Fail("Decode(kKeep) is not valid UTF-8", *kept);
+  const bool special = std::any_of(ids.begin(), ids.end(), [&tok](int32_t id) {
+    return id == tok.bos_id() || id == tok.eos_id();
+  });
+  if (!special && *kept != *decoded) {
+    Fail("Decode(kKeep) differs from Decode without special tokens",
+         *kept + " vs " + *decoded);
   }
   // Streaming costs two decodes per id: at most kStreamIds of them.
   constexpr size_t kStreamIds = 48;
