@@ -42,7 +42,8 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> ThroughputPolicy::Create(
   absl::Status keys = engine::CheckConfigKeys(
       "throughput", config,
       {"num_speculative_tokens", "max_speculative_tokens",
-       "stream_all_coverage", "prefetch_priority", "drafter"});
+       "stream_all_coverage", "prefetch_priority", "drafter",
+       "host_attention"});
   if (!keys.ok()) return keys;
   Options options;
   absl::StatusOr<engine::SpeculativeTokens> k =
@@ -67,7 +68,15 @@ absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> ThroughputPolicy::Create(
 
 absl::StatusOr<engine::SpeculationDefaults> ThroughputPolicy::Speculation(
     const engine::PolicyConfig& config) {
-  return engine::DrafterKeySpeculation(config, "external");
+  absl::StatusOr<engine::SpeculationDefaults> speculation =
+      engine::DrafterKeySpeculation(config, "external");
+  if (!speculation.ok()) return speculation.status();
+  absl::StatusOr<int64_t> host_attention =
+      engine::GetIntConfig(config, "host_attention", /*default_value=*/0,
+                           /*min_value=*/0, /*max_value=*/1);
+  if (!host_attention.ok()) return host_attention.status();
+  speculation->host_attention = *host_attention == 1;
+  return speculation;
 }
 
 void ThroughputPolicy::Attach(engine::ResidencyControl* control) {

@@ -92,7 +92,11 @@
 // Speculation defaults (Speculation, registered as the policy's traits):
 // the drafter is the `drafter` config ("external": needs
 // EngineSpec::draft_model_dir / --draft_model_dir); k is 0 (adaptive: the
-// engine asks ChooseDraftLength every step).
+// engine asks ChooseDraftLength every step). With host_attention=1 it also
+// asks for SpecMoEOff's CPU attention over a KV cache in host memory (seed
+// 002 §4; engine/host_attention.h): the engine builder turns the engine's
+// host_attention setting on, so the device memory the KV cache would take
+// holds experts instead.
 //
 // Config keys:
 //   num_speculative_tokens  k before the governor has measurements, in
@@ -107,6 +111,8 @@
 //                           [-1000, 1000]. Default: 1.
 //   drafter                 the default drafter (engine/spec_decode/ registry
 //                           name). Default: external.
+//   host_attention          0 | 1: 1 asks for the KV cache and attention on
+//                           the host (above). Default: 0.
 // Test config (PolicyTestConfig): drafter=int4 (the invariance tests build
 // engines without a draft_model_dir), num_speculative_tokens=2,
 // max_speculative_tokens=4.

@@ -93,6 +93,12 @@ TEST(ThroughputTest, DefaultsAndSpeculationSettings) {
   EXPECT_EQ(s.prefetch_priority, -2);
   EXPECT_EQ(engine::PolicySpeculation("throughput", set_config).value().drafter,
             "self");
+  // SpecMoEOff's CPU attention is the host_attention key's (off by default).
+  EXPECT_FALSE(defaults.host_attention);
+  EXPECT_TRUE(engine::PolicySpeculation("throughput", {{"host_attention", "1"}})
+                  .value()
+                  .host_attention);
+  EXPECT_TRUE(CreatePolicyOrFail<ThroughputPolicy>({{"host_attention", "1"}}));
 }
 
 TEST(ThroughputTest, ConfigErrorsNameTheKey) {
@@ -106,6 +112,8 @@ TEST(ThroughputTest, ConfigErrorsNameTheKey) {
            {"stream_all_coverage", "nan"},
            {"prefetch_priority", "2000"},
            {"drafter", ""},
+           {"host_attention", "2"},
+           {"host_attention", "on"},
            {"no_such_key", "1"}}) {
     auto policy = engine::CreatePolicy("throughput", {{key, value}});
     ASSERT_FALSE(policy.ok()) << key << "=" << value;

@@ -290,6 +290,36 @@ TEST(ResolveEnginesTest, FileEnginesGetTheirPolicysSpeculationResolved) {
   EXPECT_EQ(got["self_spec_k6"], P("none", 6));
 }
 
+// SpecMoEOff's CPU attention is a throughput-policy option: its
+// host_attention key turns the engine's setting on, also when the engine
+// names its drafter and k itself.
+TEST(ResolveEnginesTest, ThroughputPolicyKeyTurnsHostAttentionOn) {
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR")) + "/host_attention.json";
+  std::ofstream(path) << R"({
+    "engines": [
+      {"name": "plain", "policy": "throughput",
+       "policy_config": {"drafter": "int4"}},
+      {"name": "host", "policy": "throughput",
+       "policy_config": {"drafter": "int4", "host_attention": 1}},
+      {"name": "host_k3", "policy": "throughput", "drafter": "int4",
+       "num_speculative_tokens": 3, "policy_config": {"host_attention": 1}},
+      {"name": "setting", "policy": "lru", "host_attention": 1}
+    ]
+  })";
+  EngineFlags flags;
+  flags.engines_config = path;
+  ServerOptions o;
+  absl::Status st = ResolveEngines(flags, &o);
+  ASSERT_TRUE(st.ok()) << st;
+  std::map<std::string, int> got;
+  for (const engine::EngineSpec& s : o.engines) got[s.name] = s.host_attention;
+  EXPECT_EQ(got["plain"], 0);
+  EXPECT_EQ(got["host"], 1);
+  EXPECT_EQ(got["host_k3"], 1);
+  EXPECT_EQ(got["setting"], 1);
+}
+
 TEST(ResolveEnginesTest, SpeculationFlagsReachEveryFlagFormEngine) {
   EngineFlags flags;
   flags.policy = "self_spec";

@@ -78,13 +78,11 @@ std::string PolicyConfigText(const std::map<std::string, std::string>& config) {
 }
 
 absl::Status ResolveSpeculation(EngineSpec* spec) {
-  if (!spec->drafter.empty() && spec->num_speculative_tokens >= 0) {
-    return absl::OkStatus();
-  }
   // The policy's registered traits; no policy is built.
   absl::StatusOr<SpeculationDefaults> defaults =
       PolicySpeculation(spec->policy, spec->policy_config);
   if (!defaults.ok()) return defaults.status();
+  if (defaults->host_attention) spec->host_attention = 1;
   if (spec->drafter.empty()) spec->drafter = defaults->drafter;
   if (spec->num_speculative_tokens < 0) {
     spec->num_speculative_tokens = defaults->num_speculative_tokens;

@@ -55,7 +55,9 @@ struct EngineSpec {
   // cache in host memory and computes attention on a CPU backend of its
   // own (host_expert_threads threads) while the device keeps the dense and
   // expert work. On a fast tier in device memory the kv_cache_bytes the
-  // device no longer holds join the expert cache's budget. 0: off.
+  // device no longer holds join the expert cache's budget. 0: off, unless
+  // the policy asks for it (SpeculationDefaults::host_attention: the
+  // throughput policy's host_attention key; ResolveSpeculation).
   int host_attention = 0;
 
   // Scheduler and KV cache (engine::EngineOptions).
@@ -115,7 +117,8 @@ bool IsValidEngineName(std::string_view name);
 // prefix it with where the spec came from).
 absl::Status CheckEngineSpec(const EngineSpec& spec);
 
-// Fills in the drafter and k that `spec` leaves to its policy (the
+// Fills in the drafter and k that `spec` leaves to its policy, and turns
+// host_attention on when the policy asks for it (the
 // policy's registered traits, PolicySpeculation in
 // engine/offload/policy_registry.h; no policy is built), so that what an
 // engine reports (ListModels, moeserve_engine_info, logs) is what it runs.

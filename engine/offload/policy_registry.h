@@ -51,6 +51,12 @@ struct SpeculationDefaults {
   // Draft tokens per step: > 0 fixed, 0 adaptive (the engine's governor or
   // the policy's ChooseDraftLength).
   int num_speculative_tokens = 0;
+  // SpecMoEOff's CPU attention (seed 002 §4, engine/host_attention.h): the
+  // policy wants the KV cache and attention on the host, so the device
+  // memory the cache would take holds experts. Turns EngineSpec::
+  // host_attention on; an engine spec cannot turn it off under such a
+  // policy config (the policy's own key can).
+  bool host_attention = false;
 };
 
 // A policy's SpeculationDefaults under `config`. INVALID_ARGUMENT naming the
