@@ -135,7 +135,7 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
           ? nullptr
           : model.backend;
   built.expert_cache_bytes = ExpertCacheBytes(*model.weights, spec);
-  if (spec.host_attention != 0 && fast_tier_backend != nullptr) {
+  if (built.spec.host_attention != 0 && fast_tier_backend != nullptr) {
     // The device memory the KV cache would take goes to the expert cache.
     built.kv_bytes_to_experts = spec.kv_cache_bytes;
     built.expert_cache_bytes += spec.kv_cache_bytes;
@@ -166,7 +166,7 @@ absl::StatusOr<BuiltEngine> BuildEngine(const SharedModel& model,
   }
   ExpertResidency* raw_residency = residency->get();
   options.advisor = raw_residency;
-  if (spec.host_attention != 0) {
+  if (built.spec.host_attention != 0) {
     absl::StatusOr<std::unique_ptr<kernels::Backend>> host =
         kernels::CreateBackend(
             {.name = "cpu",

@@ -280,6 +280,28 @@ TEST_F(EngineBuilderTest, HostAttentionMovesTheKvCacheOffTheDevice) {
   }
 }
 
+// The throughput policy's host_attention key asks for the same engine.
+TEST_F(EngineBuilderTest, ThroughputPolicyKeyBuildsHostAttention) {
+  EngineSpec spec;
+  spec.expert_cache_ratio = 0.25;
+  spec.kv_cache_bytes = 4 << 20;
+  spec.host_expert_threads = 1;
+  spec.fast_tier_in_backend_memory = true;
+  spec.policy = "throughput";
+  spec.drafter = "none";
+  spec.policy_config = {{"host_attention", "1"}};
+  const SharedModel model{packed_, tokenizer_, backend_, nullptr};
+  absl::StatusOr<BuiltEngine> built = BuildEngine(model, spec);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->spec.host_attention, 1);
+  EXPECT_EQ(built->kv_bytes_to_experts, spec.kv_cache_bytes);
+  spec.policy_config.clear();
+  absl::StatusOr<BuiltEngine> plain = BuildEngine(model, spec);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->spec.host_attention, 0);
+  EXPECT_EQ(plain->kv_bytes_to_experts, 0u);
+}
+
 TEST(PolicyConfigTextTest, SortedKeyValuePairs) {
   EXPECT_EQ(PolicyConfigText({}), "");
   EXPECT_EQ(PolicyConfigText({{"top_percent", "5"}, {"profile_steps", "2"}}),
