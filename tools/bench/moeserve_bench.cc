@@ -87,7 +87,9 @@ ABSL_FLAG(std::string, plot, "",
 ABSL_FLAG(std::string, policies, "",
           "Comma list of offload policies (e.g. on_demand,lru,lfu_static,"
           "overlap): run the policy comparison on the first --model_dir "
-          "(default models/demo) instead of the roofline benchmark.");
+          "(default models/demo) instead of the roofline benchmark. An "
+          "entry name:k=v:k2=v2 runs that policy with those keys over "
+          "--policy_config, e.g. self_spec,self_spec:draft_from=ready.");
 ABSL_FLAG(std::string, drafters, "own",
           "Policy mode: comma list of drafters; every policy runs with each. "
           "An entry is EngineSpec::drafter verbatim: a registered drafter "

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/builder/engine_builder.h"
@@ -97,10 +98,12 @@ double Percentile(std::vector<double> v, double p) {
 
 // One column of the matrix: a policy with a drafter entry, resolved.
 struct Cell {
-  std::string policy;
-  std::string entry;    // As given in PolicyBenchOptions::drafters.
-  std::string drafter;  // "none" or a registered drafter.
-  int k = 0;            // num_speculative_tokens (0: adaptive); 0 for none.
+  std::string policy;  // The PolicyBenchOptions::policies entry (its label).
+  std::string name;    // The registered policy it runs.
+  engine::PolicyConfig config;  // policy_config, then the entry's own keys.
+  std::string entry;            // As given in PolicyBenchOptions::drafters.
+  std::string drafter;          // "none" or a registered drafter.
+  int k = 0;  // num_speculative_tokens (0: adaptive); 0 for none.
   // EngineSpec::draft_budget for a drafter with its own pool, else "".
   std::string budget;
   uint64_t pool_bytes = 0;  // That pool's bytes (0: none).
@@ -115,6 +118,24 @@ void AddCell(Cell c, std::vector<Cell>* cells) {
   if (!seen) cells->push_back(std::move(c));
 }
 
+// A --policies entry "name" or "name:k=v:k2=v2": the registered name and
+// `base` with the entry's keys set over it.
+absl::StatusOr<std::pair<std::string, engine::PolicyConfig>> ParsePolicyEntry(
+    const std::string& entry, const engine::PolicyConfig& base) {
+  const size_t colon = entry.find(':');
+  if (colon == std::string::npos) return std::make_pair(entry, base);
+  std::vector<std::string> keys = absl::StrSplit(entry.substr(colon + 1), ':');
+  absl::StatusOr<engine::PolicyConfig> own =
+      engine::ParsePolicyConfig(absl::StrJoin(keys, ","));
+  if (!own.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--policies entry '", entry, "': ", own.status().message()));
+  }
+  engine::PolicyConfig config = base;
+  for (const auto& [key, value] : *own) config[key] = value;
+  return std::make_pair(entry.substr(0, colon), std::move(config));
+}
+
 // Every (policy, drafter entry) of `o`, resolved as EngineSpec would be
 // (policy_bench.h), in policy-major order; duplicates dropped. With
 // spec_baselines, lru and lru + the drafter before each speculative cell.
@@ -122,17 +143,24 @@ absl::StatusOr<std::vector<Cell>> ResolveCells(
     const PolicyBenchOptions& o, const engine::PolicyConfig& config) {
   std::vector<Cell> cells;
   for (const std::string& policy : o.policies) {
+    absl::StatusOr<std::pair<std::string, engine::PolicyConfig>> parsed =
+        ParsePolicyEntry(policy, config);
+    if (!parsed.ok()) return parsed.status();
+    const auto& [name, policy_config] = *parsed;
     // The factory checks the config (as BuildEngine will); the policy's
     // registered traits give its own drafter and k.
     absl::StatusOr<std::unique_ptr<engine::OffloadPolicy>> p =
-        engine::CreatePolicy(policy, config);
+        engine::CreatePolicy(name, policy_config);
     if (!p.ok()) return p.status();
     absl::StatusOr<engine::SpeculationDefaults> own =
-        engine::PolicySpeculation(policy, config);
+        engine::PolicySpeculation(name, policy_config);
     if (!own.ok()) return own.status();
     const std::string own_drafter = own->drafter;
     for (const std::string& entry : o.drafters) {
-      Cell c{.policy = policy, .entry = entry};
+      Cell c{.policy = policy,
+             .name = name,
+             .config = policy_config,
+             .entry = entry};
       if (entry == "off") {
         return absl::InvalidArgumentError(
             "--drafters: 'off' is gone; entries are EngineSpec::drafter "
@@ -146,9 +174,15 @@ absl::StatusOr<std::vector<Cell>> ResolveCells(
       }
       if (o.spec_baselines && c.policy != "lru" && c.drafter != "none") {
         // The papers' two baselines, in this run (spec_summary.h).
-        AddCell(Cell{.policy = "lru", .entry = "baseline", .drafter = "none"},
+        AddCell(Cell{.policy = "lru",
+                     .name = "lru",
+                     .config = config,
+                     .entry = "baseline",
+                     .drafter = "none"},
                 &cells);
         AddCell(Cell{.policy = "lru",
+                     .name = "lru",
+                     .config = config,
                      .entry = "baseline",
                      .drafter = c.drafter,
                      .k = c.k},
@@ -166,14 +200,14 @@ absl::StatusOr<std::vector<Cell>> ResolveCells(
 absl::StatusOr<std::map<std::string, uint64_t>> DraftPools(
     const std::vector<Cell>& cells, const engine::ModelWeights* weights,
     const engine::Tokenizer* tokenizer, kernels::Backend* backend,
-    const PolicyBenchOptions& o, const engine::PolicyConfig& config) {
+    const PolicyBenchOptions& o) {
   std::map<std::string, uint64_t> pools;
   for (const Cell& c : cells) {
     if (c.drafter == "none" || pools.contains(c.drafter)) continue;
     engine::EngineSpec spec;
-    spec.name = c.policy;
-    spec.policy = c.policy;
-    spec.policy_config = config;
+    spec.name = c.name;
+    spec.policy = c.name;
+    spec.policy_config = c.config;
     spec.drafter = c.drafter;
     spec.num_speculative_tokens = c.k;
     spec.expert_cache_ratio = 0.01;  // one blob at least
@@ -231,14 +265,13 @@ std::string OrNa(double v, int digits) {
 absl::StatusOr<PolicyResult> RunOne(
     const engine::ModelWeights* weights, const engine::Tokenizer* tokenizer,
     kernels::Backend* backend, const PolicyBenchOptions& o,
-    const engine::PolicyConfig& config,
     const std::vector<std::vector<int32_t>>& prompts, const Cell& cell,
     double ratio, int concurrency) {
   const std::string& policy = cell.policy;
   engine::EngineSpec spec;
-  spec.name = policy;
-  spec.policy = policy;
-  spec.policy_config = config;
+  spec.name = cell.name;
+  spec.policy = cell.name;
+  spec.policy_config = cell.config;
   spec.drafter = cell.drafter;
   spec.num_speculative_tokens = cell.drafter == "none" ? -1 : cell.k;
   spec.draft_budget = cell.budget.empty() ? "shared" : cell.budget;
@@ -496,8 +529,8 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,
   if (!tokenizer.ok()) return tokenizer.status();
 
   {
-    absl::StatusOr<std::map<std::string, uint64_t>> pools = DraftPools(
-        *cells, weights->get(), tokenizer->get(), backend, o, *config);
+    absl::StatusOr<std::map<std::string, uint64_t>> pools =
+        DraftPools(*cells, weights->get(), tokenizer->get(), backend, o);
     if (!pools.ok()) return pools.status();
     *cells = WithBudgets(*cells, *pools, o.draft_budgets);
   }
@@ -639,8 +672,8 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,
                        cell.budget.empty() ? "" : (" " + cell.budget).c_str(),
                        rep + 1);
           absl::StatusOr<PolicyResult> r =
-              RunOne(weights->get(), tokenizer->get(), backend, o, *config,
-                     prompts, cell, ratio, conc);
+              RunOne(weights->get(), tokenizer->get(), backend, o, prompts,
+                     cell, ratio, conc);
           if (!r.ok()) return r.status();
           runs[p].push_back(*std::move(r));
         }

@@ -60,6 +60,9 @@ struct PolicyBenchOptions {
   // Called once per RunPolicyBench, the weights freed when it returns.
   std::function<absl::StatusOr<std::unique_ptr<engine::ModelWeights>>()>
       make_weights;
+  // Registered policy names; an entry "name:k=v:k2=v2" runs that policy
+  // with those keys over policy_config (e.g. "self_spec:draft_from=ready"
+  // beside "self_spec"), and is reported as the entry's text.
   std::vector<std::string> policies = {"on_demand", "lru", "lfu_static",
                                        "overlap"};
   // See the header comment: "none", "" / "own" or a registered drafter.

@@ -324,6 +324,34 @@ TEST(PolicyBenchSmokeTest, SpecSummaryComparesWithBaselinesOfTheSameRun) {
   EXPECT_EQ(rows_printed, summary.size()) << printed;
 }
 
+// A --policies entry with keys of its own (self_spec's two drafting modes
+// side by side): the keys reach that cell only (lru, which has no such
+// key, still runs as the baseline), and the cell is labelled by the entry.
+TEST(PolicyBenchSmokeTest, PolicyEntryWithItsOwnKeys) {
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(RunBench(
+      " --model_dir=" + Runfile("models/demo") +
+          " --policies=self_spec,self_spec:draft_from=ready:hotness_decay=0 "
+          "--expert_cache_ratio=0.5 --link_gbps=20 --link_latency_us=5 "
+          "--num_requests=2 --max_new_tokens=6 --concurrency=1 --threads=2",
+      "policy_bench_entry_keys.json", &j));
+  EXPECT_TRUE(j.at("outputs_identical").get<bool>());
+  std::vector<std::string> policies;
+  for (const nlohmann::json& r : j.at("results")) {
+    policies.push_back(r.at("policy").get<std::string>() + " / " +
+                       r.at("drafter").get<std::string>());
+  }
+  EXPECT_EQ(policies, (std::vector<std::string>{
+                          "lru / none", "lru / self", "self_spec / self",
+                          "self_spec:draft_from=ready:hotness_decay=0 / self"}))
+      << j.at("results").dump();
+  EXPECT_EQ(j.at("spec_summary").size(), 2u);
+  const std::string bad = Runfile("tools/bench/moeserve_bench") +
+                          " --model_dir=" + Runfile("models/demo") +
+                          " --policies=self_spec:draft_from > /dev/null";
+  EXPECT_NE(std::system(bad.c_str()), 0);
+}
+
 TEST(PolicyBenchSmokeTest, Int4DrafterWithBothBudgets) {
   nlohmann::json j;
   // quant_draft x {own (= int4, k adaptive), none} x budgets: at R = 0.25
