@@ -7,6 +7,7 @@
 
 namespace moeserve::engine {
 
+using base::MutexLock;
 using kernels::DType;
 using kernels::Tensor;
 
@@ -28,7 +29,18 @@ absl::StatusOr<std::unique_ptr<HostAttention>> HostAttention::Create(
 
 HostAttention::HostAttention(kernels::Backend* host, kernels::Backend* device,
                              std::unique_ptr<kernels::Stream> stream)
-    : host_(host), device_(device), stream_(std::move(stream)) {}
+    : host_(host), device_(device), stream_(std::move(stream)) {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+HostAttention::~HostAttention() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  cv_.SignalAll();
+  worker_.join();
+}
 
 absl::Status HostAttention::Reserve(int64_t n, int64_t heads, int64_t kv_heads,
                                     int64_t head_dim) {
@@ -44,26 +56,91 @@ absl::Status HostAttention::Run(int64_t n, int64_t heads, int64_t kv_heads,
                                 int64_t head_dim, const Tensor& slots,
                                 const kernels::PagedKvCache& cache,
                                 const kernels::AttentionBatch& batch) {
-  const int64_t q_bytes = n * heads * head_dim * 4;
-  const int64_t kv_bytes = n * kv_heads * head_dim * 4;
-  if (q_.bytes() < q_bytes || k_.bytes() < kv_bytes || v_.bytes() < kv_bytes ||
-      out_.bytes() < q_bytes) {
+  return Run(Job{.row0 = 0,
+                 .n = n,
+                 .heads = heads,
+                 .kv_heads = kv_heads,
+                 .head_dim = head_dim,
+                 .slots = slots,
+                 .cache = cache,
+                 .batch = batch});
+}
+
+absl::Status HostAttention::Run(const Job& job) {
+  const int64_t n = job.n, heads = job.heads, kv_heads = job.kv_heads,
+                head_dim = job.head_dim;
+  const int64_t end = job.row0 + n;
+  if (job.row0 < 0 || n < 1 || q_.bytes() < end * heads * head_dim * 4 ||
+      k_.bytes() < end * kv_heads * head_dim * 4 ||
+      v_.bytes() < end * kv_heads * head_dim * 4 ||
+      out_.bytes() < end * heads * head_dim * 4) {
     return absl::InternalError("host attention buffers not reserved");
   }
-  if (cache.k_pool.device() != kernels::Device::kCpu) {
+  if (job.cache.k_pool.device() != kernels::Device::kCpu) {
     return absl::FailedPreconditionError(
         absl::StrCat("host attention needs the KV cache in host memory, not ",
-                     kernels::DeviceName(cache.k_pool.device())));
+                     kernels::DeviceName(job.cache.k_pool.device())));
   }
   const kernels::Device cpu = kernels::Device::kCpu;
   kernels::Stream& st = *stream_;
-  MOESERVE_RETURN_IF_ERROR(host_->KvWrite(
-      st, Tensor(k(), DType::kF32, {n, kv_heads, head_dim}, cpu),
-      Tensor(v(), DType::kF32, {n, kv_heads, head_dim}, cpu), slots, cache));
+  const int64_t q_row = heads * head_dim, kv_row = kv_heads * head_dim;
+  MOESERVE_RETURN_IF_ERROR(
+      host_->KvWrite(st,
+                     Tensor(k() + job.row0 * kv_row, DType::kF32,
+                            {n, kv_heads, head_dim}, cpu),
+                     Tensor(v() + job.row0 * kv_row, DType::kF32,
+                            {n, kv_heads, head_dim}, cpu),
+                     job.slots, job.cache));
   MOESERVE_RETURN_IF_ERROR(host_->Attention(
-      st, Tensor(q(), DType::kF32, {n, heads, head_dim}, cpu), cache, batch,
-      Tensor(out_.data(), DType::kF32, {n, heads * head_dim}, cpu)));
+      st,
+      Tensor(q() + job.row0 * q_row, DType::kF32, {n, heads, head_dim}, cpu),
+      job.cache, job.batch,
+      Tensor(static_cast<float*>(out_.data()) + job.row0 * q_row, DType::kF32,
+             {n, q_row}, cpu)));
   return st.Synchronize();
+}
+
+void HostAttention::Start(const Job& job) {
+  {
+    MutexLock lock(&mu_);
+    queued_.push_back(job);
+    ++in_flight_;
+  }
+  cv_.SignalAll();
+}
+
+absl::Status HostAttention::Wait() {
+  MutexLock lock(&mu_);
+  if (in_flight_ == 0) {
+    return absl::FailedPreconditionError("host attention: Wait without Start");
+  }
+  cv_.Wait(&mu_,
+           [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !done_.empty(); });
+  absl::Status status = std::move(done_.front());
+  done_.pop_front();
+  --in_flight_;
+  return status;
+}
+
+void HostAttention::WorkerLoop() {
+  for (;;) {
+    Job job;
+    {
+      MutexLock lock(&mu_);
+      cv_.Wait(&mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queued_.empty() || stop_;
+      });
+      if (queued_.empty()) return;  // stop_
+      job = queued_.front();
+    }
+    absl::Status status = Run(job);
+    {
+      MutexLock lock(&mu_);
+      queued_.pop_front();
+      done_.push_back(std::move(status));
+    }
+    cv_.SignalAll();
+  }
 }
 
 }  // namespace moeserve::engine

@@ -6,31 +6,46 @@
 // is free for the expert cache, and the host reads its own KV at host
 // memory bandwidth instead of moving it over the link.
 //
-// One layer at a time, driven by MoeModel's attention:
+// One layer at a time, driven by MoeModel's attention, for the whole batch
+// or for one micro-batch of it (a contiguous run of rows and sequences):
 //   1. q(), k(), v(): the layer's roped query, key and value rows in pinned
 //      host memory (the model copies them down from the device: one copy
 //      each, one wait);
-//   2. Run(): the host backend writes the step's keys and values into the
-//      host cache (the step's slots) and computes causal attention over it
-//      (Backend::Attention: a verification chunk's k+1 queries attend to the
-//      sequence's past and to the causal part of the chunk, positions
-//      decide; no mask is materialised) into out();
-//   3. the model copies out() up and applies the output projection.
+//   2. Run() (on the caller's thread) or Start() (on the worker thread,
+//      returns at once) with a Job naming the rows: the host backend writes
+//      the rows' keys and values into the host cache (their slots) and
+//      computes causal attention over it (Backend::Attention: a verification
+//      chunk's k+1 queries attend to the sequence's past and to the causal
+//      part of the chunk, positions decide; no mask is materialised) into
+//      the same rows of out();
+//   3. after Run, or Wait() for that Start: the model copies the rows of
+//      out() up and applies the output projection.
+// Two micro-batches may be in flight (seed 002 §4, Figure 5: the host
+// attends micro-batch B while the device runs micro-batch A's output
+// projection and experts); the worker runs them in Start order and each
+// Wait returns the oldest one's status. Micro-batches own disjoint rows of
+// the buffers and disjoint sequences (KV slots), so nothing is shared but
+// the read-only past.
 // On a CPU device backend the same kernels run on both sides, so the
 // logits are bit for bit those of device attention (the tests rely on it).
 //
 // Ownership: borrows the host backend (a CPU backend with its own thread
 // pool, sized apart from the scheduler and gRPC threads; the engine owns it)
-// and the device backend (for pinned memory); owns its host stream and its
-// pinned buffers. Thread safety: one caller (the model's step thread).
+// and the device backend (for pinned memory); owns its worker thread, its
+// host stream and its pinned buffers. Thread safety: one driver thread (the
+// model's step thread) calls everything; the worker runs jobs between their
+// Start and Wait only.
 #ifndef MOESERVE_ENGINE_HOST_ATTENTION_H_
 #define MOESERVE_ENGINE_HOST_ATTENTION_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 #include "engine/internal/scratch_buffer.h"
 #include "kernels/backend.h"
 
@@ -38,9 +53,25 @@ namespace moeserve::engine {
 
 class HostAttention {
  public:
+  // At most this many Start()s without their Wait().
+  static constexpr int kMaxInFlight = 2;
+
+  // One (micro-)batch: rows [row0, row0 + n) of q(), k(), v() and out().
+  // `slots` I32[n] and `batch` (query_start from 0 at row0, positions, block
+  // tables of the job's sequences) are host tensors; the cache's pools must
+  // be on the CPU. All must stay valid until the job's Run or Wait returns.
+  struct Job {
+    int64_t row0 = 0, n = 0;
+    int64_t heads = 0, kv_heads = 0, head_dim = 0;
+    kernels::Tensor slots;
+    kernels::PagedKvCache cache;
+    kernels::AttentionBatch batch;
+  };
+
   // `host` must be a CPU-device backend; both must outlive this object.
   static absl::StatusOr<std::unique_ptr<HostAttention>> Create(
       kernels::Backend* host, kernels::Backend* device);
+  ~HostAttention();  // REQUIRES: no Start without its Wait.
 
   kernels::Backend* host_backend() const { return host_; }
 
@@ -54,7 +85,8 @@ class HostAttention {
   float* q() const { return static_cast<float*>(q_.data()); }
   float* k() const { return static_cast<float*>(k_.data()); }
   float* v() const { return static_cast<float*>(v_.data()); }
-  // Pinned F32 [n, heads * hd]: the attention output of the last Run.
+  // Pinned F32 [n, heads * hd]: the attention output of each job's rows,
+  // once its Run or Wait returned OK.
   const float* out() const { return static_cast<const float*>(out_.data()); }
 
   // Writes k(), v() of the n tokens into `cache` (host memory) at `slots`
@@ -66,10 +98,21 @@ class HostAttention {
                    const kernels::Tensor& slots,
                    const kernels::PagedKvCache& cache,
                    const kernels::AttentionBatch& batch);
+  // `job` on the caller's thread. REQUIRES: no Start in flight.
+  absl::Status Run(const Job& job);
+
+  // Queues `job` for the worker thread and returns at once; jobs run one at
+  // a time in Start order. REQUIRES: fewer than kMaxInFlight Starts without
+  // their Wait; the job's rows of q(), k(), v() filled.
+  void Start(const Job& job);
+  // Blocks until the oldest Start not yet waited for has run; its status.
+  // FAILED_PRECONDITION without one.
+  absl::Status Wait();
 
  private:
   HostAttention(kernels::Backend* host, kernels::Backend* device,
                 std::unique_ptr<kernels::Stream> stream);
+  void WorkerLoop();
 
   kernels::Backend* const host_;
   kernels::Backend* const device_;
@@ -78,6 +121,15 @@ class HostAttention {
   ScratchBuffer k_{ScratchBuffer::Where::kPinnedHost};
   ScratchBuffer v_{ScratchBuffer::Where::kPinnedHost};
   ScratchBuffer out_{ScratchBuffer::Where::kPinnedHost};
+
+  base::Mutex mu_;
+  base::CondVar cv_;
+  std::deque<Job> queued_ ABSL_GUARDED_BY(mu_);  // Start'ed, not yet run
+  // Statuses of the jobs run and not yet waited for, in Start order.
+  std::deque<absl::Status> done_ ABSL_GUARDED_BY(mu_);
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // Starts without their Wait
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;
 };
 
 }  // namespace moeserve::engine

@@ -4,13 +4,23 @@
 // device: same kernels on both sides) through prefill, decode across KV
 // block boundaries, a verification chunk wanting k+1 logits rows and a
 // batch of one; also with graph mode on (host attention steps run eagerly).
+// Steps split into two micro-batches (moe_model.h: the host attends one
+// while the device runs the other's experts) give the same logits bit for
+// bit as unsplit host attention and as device attention: every op is per
+// row or per sequence, and the CPU kernels' rows do not depend on the row
+// count (kernels/cpu/matmul.h). On CUDA cuBLAS may pick another algorithm
+// for another row count: there the check is greedy identity (tests/
+// policy_invariance_test's HostAttention suite).
 // On CUDA: the refusals (a GPU as the host backend, a KV cache in device
 // memory); token parity on CUDA is tests/policy_invariance_test's
 // HostAttention suite.
 #include "engine/host_attention.h"
 
+#include <cstring>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/expert_provider.h"
@@ -39,12 +49,13 @@ std::unique_ptr<ModelWeights> LoadGolden(const std::string& name,
 // cache in its memory.
 testing::LockstepRunner MakeRunner(const ModelWeights* weights,
                                    kernels::Backend* device,
-                                   kernels::Backend* host) {
+                                   kernels::Backend* host,
+                                   const HostAttentionOptions& options = {}) {
   testing::LockstepRunner r;
   r.experts = std::make_unique<ResidentExperts>(weights);
   r.model = *MoeModel::Create(weights, device, r.experts.get());
   if (host != nullptr) {
-    absl::Status st = r.model->EnableHostAttention(host);
+    absl::Status st = r.model->EnableHostAttention(host, options);
     EXPECT_TRUE(st.ok()) << st;
   }
   r.cache = *KvCache::Create(weights->config(), 128, 16,
@@ -68,6 +79,145 @@ TEST_P(HostAttentionParityTest, LogitsBitForBitWithDeviceAttention) {
                                                weights->config().vocab_size);
   // prefill + 40 + 5 decode steps + verify + 3.
   EXPECT_EQ(passes, 50);
+}
+
+// Every step of 2+ sequences split (decode steps of 3 sequences too).
+TEST_P(HostAttentionParityTest, SplitStepsBitForBitWithDeviceAttention) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::unique_ptr<ModelWeights> weights = LoadGolden(GetParam(), &prompts);
+  kernels::cpu::CpuBackend device({.num_threads = 2});
+  kernels::cpu::CpuBackend host({.num_threads = 1});
+  testing::LockstepRunner on_device = MakeRunner(weights.get(), &device, {});
+  testing::LockstepRunner split =
+      MakeRunner(weights.get(), &device, &host, {.split_min_attended = 1});
+  EXPECT_EQ(testing::RunGraphLockstep(on_device, split, prompts,
+                                      weights->config().vocab_size),
+            50);
+}
+
+// One step mixing a decode token, a 3-token verify chunk wanting 3 logits
+// rows and a 5-token prefill chunk (after a split prefill), then decode
+// steps: device attention, unsplit and split host attention agree bit for
+// bit at every step.
+TEST_P(HostAttentionParityTest, SplitMixedStepMatchesUnsplitAndDevice) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::unique_ptr<ModelWeights> weights = LoadGolden(GetParam(), &prompts);
+  ASSERT_GE(prompts.size(), 2u);
+  if (prompts.size() > 3) prompts.resize(3);
+  while (prompts.size() < 3) prompts.push_back(prompts[0]);
+  kernels::cpu::CpuBackend device({.num_threads = 2});
+  kernels::cpu::CpuBackend host({.num_threads = 1});
+  std::vector<testing::LockstepRunner> runners;
+  runners.push_back(MakeRunner(weights.get(), &device, {}));
+  runners.push_back(
+      MakeRunner(weights.get(), &device, &host, {.split_min_attended = 0}));
+  runners.push_back(
+      MakeRunner(weights.get(), &device, &host, {.split_min_attended = 1}));
+  std::vector<int64_t> pos(3, 0);
+  // Each pass on every runner; the logits must agree bit for bit.
+  auto pass = [&](const std::vector<std::vector<int32_t>>& chunks,
+                  const std::vector<int>& num_logits, const std::string& what) {
+    std::vector<std::vector<float>> logits;
+    for (testing::LockstepRunner& r : runners) {
+      logits.push_back(
+          testing::LockstepPass(r, {0, 1, 2}, chunks, pos, num_logits));
+    }
+    ASSERT_FALSE(logits[0].empty()) << what;
+    for (size_t i = 1; i < logits.size(); ++i) {
+      ASSERT_EQ(logits[i].size(), logits[0].size()) << what;
+      EXPECT_EQ(std::memcmp(logits[i].data(), logits[0].data(),
+                            logits[0].size() * sizeof(float)),
+                0)
+          << what << ": runner " << i << " differs from device attention";
+    }
+    for (int s = 0; s < 3; ++s) pos[s] += chunks[s].size();
+  };
+  pass(prompts, {1, 1, 1}, "prefill");
+  const std::vector<int32_t>& p = prompts[0];
+  const std::vector<int32_t> decode = {p[0]};
+  const std::vector<int32_t> verify = {p[0], p[1 % p.size()], p[2 % p.size()]};
+  std::vector<int32_t> prefill;
+  for (int i = 0; i < 5; ++i) prefill.push_back(p[i % p.size()]);
+  pass({decode, verify, prefill}, {1, 3, 1}, "decode + verify + prefill");
+  for (int step = 0; step < 20; ++step) {
+    pass({decode, decode, decode}, {1, 1, 1},
+         "decode step " + std::to_string(step));
+  }
+}
+
+// Records each BeginLayer's layer and token count (routed pairs / k).
+class LayerLog final : public ExpertProvider {
+ public:
+  explicit LayerLog(const ModelWeights* weights) : inner_(weights) {}
+  kernels::Device device() const override { return inner_.device(); }
+  void BeginLayer(int layer, std::span<const int> experts,
+                  std::span<const int> token_counts, const float* hidden,
+                  int64_t n) override {
+    (void)experts, (void)token_counts, (void)hidden;
+    calls.push_back({layer, n});
+  }
+  absl::StatusOr<const std::byte*> Acquire(ExpertId id) override {
+    return inner_.Acquire(id);
+  }
+  void Release(ExpertId id) override { inner_.Release(id); }
+  std::vector<std::pair<int, int64_t>> calls;
+
+ private:
+  ResidentExperts inner_;
+};
+
+// A split step routes each layer twice in a row, the first micro-batch's
+// tokens (the sequences up to the boundary nearest half the tokens) then
+// the second's; an unsplit one once. The expert provider (and through it
+// the offload policy) sees exactly that (offload_policy.h).
+TEST(HostAttentionSplitTest, EachLayerRoutedOncePerMicroBatch) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::unique_ptr<ModelWeights> weights = LoadGolden("mixtral_tiny", &prompts);
+  kernels::cpu::CpuBackend device({.num_threads = 1});
+  kernels::cpu::CpuBackend host({.num_threads = 1});
+  LayerLog log(weights.get());
+  std::unique_ptr<MoeModel> model =
+      *MoeModel::Create(weights.get(), &device, &log);
+  // The first step's queries read 6 + 3 + 21 + 1 = 31 keys, the second's
+  // 4 + 3 = 7.
+  ASSERT_TRUE(
+      model->EnableHostAttention(&host, {.split_min_attended = 20}).ok());
+  std::unique_ptr<KvCache> cache =
+      *KvCache::Create(weights->config(), 64, 16, &host);
+  const std::vector<int32_t> p = prompts[0];
+  std::vector<BlockTable> tables(4);
+  // Chunks of 3, 2, 6 and 1 tokens: the boundary nearest 6 tokens is after
+  // the second sequence (5 tokens | 7).
+  const std::vector<int> sizes = {3, 2, 6, 1};
+  std::vector<std::vector<int32_t>> chunks;
+  std::vector<SequenceChunk> batch;
+  for (int i = 0; i < 4; ++i) {
+    chunks.emplace_back(sizes[i], p[0]);
+    ASSERT_TRUE(cache->Grow(&tables[i], sizes[i]).ok());
+  }
+  for (int i = 0; i < 4; ++i) batch.push_back({chunks[i], 0, &tables[i], 1});
+  std::vector<float> logits;
+  ASSERT_TRUE(model->Forward(batch, cache.get(), &logits).ok());
+  const int layers = weights->config().num_hidden_layers;
+  ASSERT_EQ(log.calls.size(), 2u * layers);
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_EQ(log.calls[2 * l], std::make_pair(l, int64_t{5}));
+    EXPECT_EQ(log.calls[2 * l + 1], std::make_pair(l, int64_t{7}));
+  }
+  // Below split_min_attended: one pass per layer.
+  log.calls.clear();
+  batch.resize(2);
+  for (int i = 0; i < 2; ++i) batch[i].start_position = sizes[i];
+  for (int i = 0; i < 2; ++i) {
+    chunks[i] = {p[0]};
+    ASSERT_TRUE(cache->Grow(&tables[i], sizes[i] + 1).ok());
+    batch[i].tokens = chunks[i];
+  }
+  ASSERT_TRUE(model->Forward(batch, cache.get(), &logits).ok());
+  ASSERT_EQ(log.calls.size(), static_cast<size_t>(layers));
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_EQ(log.calls[l], std::make_pair(l, int64_t{2}));
+  }
 }
 
 TEST_P(HostAttentionParityTest, GraphModeRunsHostAttentionStepsEagerly) {
@@ -100,6 +250,30 @@ TEST(HostAttentionTest, RefusesMissingOrNonCpuBackends) {
   EXPECT_EQ(HostAttention::Create(&cpu, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(HostAttention::Create(&cpu, &cpu).ok());
+}
+
+TEST(HostAttentionTest, WaitWithoutStartRefused) {
+  kernels::cpu::CpuBackend cpu({.num_threads = 1});
+  std::unique_ptr<HostAttention> host = *HostAttention::Create(&cpu, &cpu);
+  EXPECT_EQ(host->Wait().code(), absl::StatusCode::kFailedPrecondition);
+  // A started job's error comes back from its Wait, in Start order.
+  ASSERT_TRUE(host->Reserve(2, 4, 2, 8).ok());
+  host->Start({.row0 = 0, .n = 1000, .heads = 4, .kv_heads = 2, .head_dim = 8});
+  host->Start({.row0 = 1, .n = 1, .heads = 4, .kv_heads = 2, .head_dim = 8});
+  EXPECT_EQ(host->Wait().code(), absl::StatusCode::kInternal);
+  // The second: its buffers are reserved, its cache and metadata are not.
+  EXPECT_FALSE(host->Wait().ok());
+}
+
+TEST(HostAttentionTest, RefusesNegativeSplitThreshold) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::unique_ptr<ModelWeights> weights = LoadGolden("mixtral_tiny", &prompts);
+  kernels::cpu::CpuBackend cpu({.num_threads = 1});
+  ResidentExperts experts(weights.get());
+  std::unique_ptr<MoeModel> model =
+      *MoeModel::Create(weights.get(), &cpu, &experts);
+  EXPECT_EQ(model->EnableHostAttention(&cpu, {.split_min_attended = -1}).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(HostAttentionTest, RunRefusesUnreservedBuffers) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -87,8 +88,11 @@ struct MoeModel::Scratch {
   std::vector<kernels::ExpertGroup> host_groups;
   std::vector<int> host_held;
   std::vector<double> host_seconds;
+  // Host: a split step's micro-batches' query_start, each from 0.
+  std::array<std::vector<int32_t>, 2> micro_query_start;
   int64_t num_seqs = 0;
-  int64_t num_tokens = 0;  // of the Forward() in progress
+  // Of the Forward() in progress, or of its micro-batch in progress.
+  int64_t num_tokens = 0;
   int64_t max_blocks = 0;
 };
 
@@ -144,9 +148,16 @@ absl::StatusOr<std::unique_ptr<MoeModel>> MoeModel::Create(
   return model;
 }
 
-absl::Status MoeModel::EnableHostAttention(kernels::Backend* host) {
+absl::Status MoeModel::EnableHostAttention(
+    kernels::Backend* host, const HostAttentionOptions& options) {
+  if (options.split_min_attended < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host attention split_min_attended ",
+                     options.split_min_attended, " < 0"));
+  }
   MOESERVE_ASSIGN_OR_RETURN(host_attention_,
                             HostAttention::Create(host, backend_));
+  host_options_ = options;
   return absl::OkStatus();
 }
 
@@ -358,6 +369,35 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
               s.block_tables.begin() + i * s.max_blocks);
   }
   s.num_tokens = n;
+  // Host attention over two micro-batches (header comment): the sequence
+  // boundary nearest half the tokens, so that both halves carry about the
+  // same device work.
+  split_step_ = false;
+  if (host_attention_ != nullptr && host_options_.split_min_attended > 0 &&
+      s.num_seqs >= 2 && c.num_hidden_layers > 0) {
+    int64_t attended = 0;  // keys the step's queries read
+    for (int32_t pos : s.positions) attended += pos + 1;
+    split_step_ = attended >= host_options_.split_min_attended;
+  }
+  row0_ = 0;
+  if (split_step_) {
+    int64_t cut = 1;
+    for (int64_t i = 2; i < s.num_seqs; ++i) {
+      if (std::abs(2 * s.query_start[i] - n) <
+          std::abs(2 * s.query_start[cut] - n)) {
+        cut = i;
+      }
+    }
+    micro_[0] = {0, cut, 0, s.query_start[cut]};
+    micro_[1] = {cut, s.num_seqs - cut, s.query_start[cut],
+                 n - s.query_start[cut]};
+    for (int m = 0; m < 2; ++m) {
+      std::vector<int32_t>& qs = s.micro_query_start[m];
+      qs.assign(s.query_start.begin() + micro_[m].seq0,
+                s.query_start.begin() + micro_[m].seq0 + micro_[m].seqs + 1);
+      for (int32_t& q : qs) q -= static_cast<int32_t>(micro_[m].row0);
+    }
+  }
   const int64_t d = c.hidden_size;
   kernels::Stream& st = *stream_;
   MOESERVE_RETURN_IF_ERROR(ReserveScratch(n, s.num_seqs, rows, s.max_blocks));
@@ -400,7 +440,7 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   active_experts_ = options.experts != nullptr ? options.experts : experts_;
   routing_ = options.routing;
   active_experts_->BeginStep(info);
-  absl::Status status = RunLayers(n);
+  absl::Status status = split_step_ ? RunLayersSplit(n) : RunLayers(n);
   active_experts_->EndStep();
   MOESERVE_RETURN_IF_ERROR(status);
   Tensor x = F32(s.x, {n, d});
@@ -411,7 +451,8 @@ absl::Status MoeModel::Forward(std::span<const SequenceChunk> batch,
   const int layers = c.num_hidden_layers;
   MOESERVE_RETURN_IF_ERROR(Dense(layers, [&]() -> absl::Status {
     if (layers > 0) {
-      MOESERVE_RETURN_IF_ERROR(LayerTail(layers - 1, n));
+      // A split step ran each micro-batch's tail already.
+      if (!split_step_) MOESERVE_RETURN_IF_ERROR(LayerTail(layers - 1, n));
     } else {
       MOESERVE_RETURN_IF_ERROR(
           backend_->Embedding(st, I32(s.meta, 0, {n}), embedding_, x));
@@ -443,18 +484,44 @@ Tensor MoeModel::I32(const ScratchBuffer& buf, int64_t offset,
 
 absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
   const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  kernels::Stream& st = *stream_;
+  const int64_t hd = c.head_dim;
+  const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  MOESERVE_RETURN_IF_ERROR(AttentionInputs(layer, n));
+  if (host_attention_ != nullptr) {
+    MOESERVE_RETURN_IF_ERROR(AttendOnHost(layer, n, cache));
+  } else {
+    const kernels::PagedKvCache pages = cache->layer(layer);
+    MOESERVE_RETURN_IF_ERROR(
+        backend_->KvWrite(st, F32(s.k, {n, kv, hd}), F32(s.v, {n, kv, hd}),
+                          I32(s.meta, s.off_slots, {n}), pages));
+    const kernels::AttentionBatch batch{
+        I32(s.meta, s.off_query_start, {s.num_seqs + 1}),
+        I32(s.meta, s.off_positions, {n}),
+        I32(s.meta, s.off_block_tables, {s.num_seqs, s.max_blocks})};
+    MOESERVE_RETURN_IF_ERROR(backend_->Attention(st, F32(s.q, {n, heads, hd}),
+                                                 pages, batch,
+                                                 F32(s.attn, {n, heads * hd})));
+  }
+  return AttentionOutput(layer, n);
+}
+
+absl::Status MoeModel::AttentionInputs(int layer, int64_t n) {
+  const ModelConfig& c = config();
   const LayerWeights& lw = layers_[layer];
   Scratch& s = *scratch_;
   kernels::Stream& st = *stream_;
   const int64_t d = c.hidden_size, hd = c.head_dim;
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
-  Tensor x = F32(s.x, {n, d});
-  Tensor h = F32(s.h, {n, d});
+  const int64_t r = row0_;
+  Tensor x = F32(s.x, {n, d}, r * d);
+  Tensor h = F32(s.h, {n, d}, r * d);
   MOESERVE_RETURN_IF_ERROR(
       backend_->RmsNorm(st, x, lw.input_norm, c.rms_norm_eps, h));
-  Tensor q = F32(s.q, {n, heads * hd});
-  Tensor k = F32(s.k, {n, kv * hd});
-  Tensor v = F32(s.v, {n, kv * hd});
+  Tensor q = F32(s.q, {n, heads * hd}, r * heads * hd);
+  Tensor k = F32(s.k, {n, kv * hd}, r * kv * hd);
+  Tensor v = F32(s.v, {n, kv * hd}, r * kv * hd);
   MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.q, lw.q_bias, q));
   MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.k, lw.k_bias, k));
   MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.v, lw.v_bias, v));
@@ -463,66 +530,175 @@ absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
     MOESERVE_RETURN_IF_ERROR(backend_->RmsNorm(st, q, lw.q_norm, eps, q));
     MOESERVE_RETURN_IF_ERROR(backend_->RmsNorm(st, k, lw.k_norm, eps, k));
   } else if (c.qk_norm == QkNorm::kPerHead) {
-    Tensor qh = F32(s.q, {n * heads, hd});
-    Tensor kh = F32(s.k, {n * kv, hd});
+    Tensor qh = F32(s.q, {n * heads, hd}, r * heads * hd);
+    Tensor kh = F32(s.k, {n * kv, hd}, r * kv * hd);
     MOESERVE_RETURN_IF_ERROR(backend_->RmsNorm(st, qh, lw.q_norm, eps, qh));
     MOESERVE_RETURN_IF_ERROR(backend_->RmsNorm(st, kh, lw.k_norm, eps, kh));
   }
-  Tensor q3 = F32(s.q, {n, heads, hd});
-  Tensor k3 = F32(s.k, {n, kv, hd});
-  Tensor v3 = F32(s.v, {n, kv, hd});
-  Tensor positions = I32(s.meta, s.off_positions, {n});
+  Tensor q3 = F32(s.q, {n, heads, hd}, r * heads * hd);
+  Tensor k3 = F32(s.k, {n, kv, hd}, r * kv * hd);
+  Tensor positions = I32(s.meta, s.off_positions + r, {n});
   const float theta = static_cast<float>(c.rope_theta);
   MOESERVE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, q3, positions, theta));
-  MOESERVE_RETURN_IF_ERROR(backend_->RopeRotateHalf(st, k3, positions, theta));
-  Tensor attn = F32(s.attn, {n, heads * hd});
-  if (host_attention_ != nullptr) {
-    MOESERVE_RETURN_IF_ERROR(AttendOnHost(layer, n, cache));
-  } else {
-    const kernels::PagedKvCache pages = cache->layer(layer);
-    MOESERVE_RETURN_IF_ERROR(
-        backend_->KvWrite(st, k3, v3, I32(s.meta, s.off_slots, {n}), pages));
-    const kernels::AttentionBatch batch{
-        I32(s.meta, s.off_query_start, {s.num_seqs + 1}), positions,
-        I32(s.meta, s.off_block_tables, {s.num_seqs, s.max_blocks})};
-    MOESERVE_RETURN_IF_ERROR(backend_->Attention(st, q3, pages, batch, attn));
-  }
-  Tensor proj = F32(s.proj, {n, d});
-  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, attn, lw.o, {}, proj));
+  return backend_->RopeRotateHalf(st, k3, positions, theta);
+}
+
+absl::Status MoeModel::AttentionOutput(int layer, int64_t n) {
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  kernels::Stream& st = *stream_;
+  const int64_t d = c.hidden_size, qd = c.num_attention_heads * c.head_dim;
+  const int64_t r = row0_;
+  Tensor x = F32(s.x, {n, d}, r * d);
+  Tensor proj = F32(s.proj, {n, d}, r * d);
+  MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, F32(s.attn, {n, qd}, r * qd),
+                                            layers_[layer].o, {}, proj));
   return backend_->Add(st, x, proj, x);
+}
+
+absl::Status MoeModel::CopyRowsDown(int64_t n) {
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  kernels::Stream& st = *stream_;
+  HostAttention& host = *host_attention_;
+  const int64_t qd = c.num_attention_heads * c.head_dim;
+  const int64_t kvd = c.num_key_value_heads * c.head_dim;
+  const int64_t r = row0_;
+  // Three copies, one wait: the host needs them now.
+  MOESERVE_RETURN_IF_ERROR(backend_->CopyToHost(
+      st, host.q() + r * qd, static_cast<float*>(s.q.data()) + r * qd,
+      n * qd * 4));
+  MOESERVE_RETURN_IF_ERROR(backend_->CopyToHost(
+      st, host.k() + r * kvd, static_cast<float*>(s.k.data()) + r * kvd,
+      n * kvd * 4));
+  MOESERVE_RETURN_IF_ERROR(backend_->CopyToHost(
+      st, host.v() + r * kvd, static_cast<float*>(s.v.data()) + r * kvd,
+      n * kvd * 4));
+  return st.Synchronize();
+}
+
+absl::Status MoeModel::CopyRowsUp(int64_t n) {
+  const int64_t qd = config().num_attention_heads * config().head_dim;
+  const int64_t r = row0_;
+  // The output projection follows on the stream; the host writes these rows
+  // of out() again only after the next CopyRowsDown's wait, which comes
+  // after this copy on the same stream.
+  return backend_->CopyToDevice(
+      *stream_, static_cast<float*>(scratch_->attn.data()) + r * qd,
+      host_attention_->out() + r * qd, n * qd * 4);
 }
 
 absl::Status MoeModel::AttendOnHost(int layer, int64_t n, KvCache* cache) {
   const ModelConfig& c = config();
   Scratch& s = *scratch_;
-  kernels::Stream& st = *stream_;
-  HostAttention& host = *host_attention_;
-  const int64_t hd = c.head_dim;
-  const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
-  // The roped rows down to pinned memory (three copies, one wait: the
-  // host needs them now).
-  MOESERVE_RETURN_IF_ERROR(
-      backend_->CopyToHost(st, host.q(), s.q.data(), n * heads * hd * 4));
-  MOESERVE_RETURN_IF_ERROR(
-      backend_->CopyToHost(st, host.k(), s.k.data(), n * kv * hd * 4));
-  MOESERVE_RETURN_IF_ERROR(
-      backend_->CopyToHost(st, host.v(), s.v.data(), n * kv * hd * 4));
-  MOESERVE_RETURN_IF_ERROR(st.Synchronize());
-  // The step's metadata, host side (what Forward uploaded into meta).
   const kernels::Device cpu = kernels::Device::kCpu;
-  const kernels::AttentionBatch batch{
-      Tensor(s.query_start.data(), KDType::kI32, {s.num_seqs + 1}, cpu),
-      Tensor(s.positions.data(), KDType::kI32, {n}, cpu),
-      Tensor(s.block_tables.data(), KDType::kI32, {s.num_seqs, s.max_blocks},
-             cpu)};
-  MOESERVE_RETURN_IF_ERROR(
-      host.Run(n, heads, kv, hd, Tensor(s.slots.data(), KDType::kI32, {n}, cpu),
-               cache->layer(layer), batch));
-  // Up into attn; the output projection follows on the stream (the copy
-  // from pinned memory is complete before the next layer's copies down,
-  // which wait on the same stream).
-  return backend_->CopyToDevice(st, s.attn.data(), host.out(),
-                                n * heads * hd * 4);
+  MOESERVE_RETURN_IF_ERROR(CopyRowsDown(n));
+  // The step's metadata, host side (what Forward uploaded into meta).
+  const HostAttention::Job job{
+      .row0 = 0,
+      .n = n,
+      .heads = c.num_attention_heads,
+      .kv_heads = c.num_key_value_heads,
+      .head_dim = c.head_dim,
+      .slots = Tensor(s.slots.data(), KDType::kI32, {n}, cpu),
+      .cache = cache->layer(layer),
+      .batch = {
+          Tensor(s.query_start.data(), KDType::kI32, {s.num_seqs + 1}, cpu),
+          Tensor(s.positions.data(), KDType::kI32, {n}, cpu),
+          Tensor(s.block_tables.data(), KDType::kI32,
+                 {s.num_seqs, s.max_blocks}, cpu)}};
+  MOESERVE_RETURN_IF_ERROR(host_attention_->Run(job));
+  return CopyRowsUp(n);
+}
+
+HostAttention::Job MoeModel::HostJob(int layer, int micro) const {
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  const MicroBatch& mb = micro_[micro];
+  const kernels::Device cpu = kernels::Device::kCpu;
+  return HostAttention::Job{
+      .row0 = mb.row0,
+      .n = mb.rows,
+      .heads = c.num_attention_heads,
+      .kv_heads = c.num_key_value_heads,
+      .head_dim = c.head_dim,
+      .slots = Tensor(s.slots.data() + mb.row0, KDType::kI32, {mb.rows}, cpu),
+      .cache = cache_->layer(layer),
+      .batch = {
+          Tensor(s.micro_query_start[micro].data(), KDType::kI32, {mb.seqs + 1},
+                 cpu),
+          Tensor(s.positions.data() + mb.row0, KDType::kI32, {mb.rows}, cpu),
+          Tensor(s.block_tables.data() + mb.seq0 * s.max_blocks, KDType::kI32,
+                 {mb.seqs, s.max_blocks}, cpu)}};
+}
+
+void MoeModel::UseRows(int micro) {
+  row0_ = micro_[micro].row0;
+  scratch_->num_tokens = micro_[micro].rows;
+}
+
+void MoeModel::UseAllRows() {
+  row0_ = 0;
+  scratch_->num_tokens = static_cast<int64_t>(scratch_->ids.size());
+}
+
+absl::Status MoeModel::MicroMoe(int layer, int micro) {
+  UseRows(micro);
+  const int64_t m = micro_[micro].rows;
+  MOESERVE_RETURN_IF_ERROR(RouterInputs(layer, m));
+  router_ready_ = layer;
+  MOESERVE_RETURN_IF_ERROR(RoutedExperts(layer, m));
+  return LayerTail(layer, m);
+}
+
+// Figure 5 of seed 002, pipelined across layers: the host attends A(l)
+// while the device runs B's MoE block of layer l-1 and B's Other1, and
+// attends B(l) while the device runs A's Other2 and MoE block of layer l.
+// The device waits for the host only in layer 0 (for A) and where the
+// host is the slower side. The expert provider sees A(l), B(l), A(l+1),
+// B(l+1), ...: each layer twice in a row.
+absl::Status MoeModel::RunLayersSplit(int64_t n) {
+  const ModelConfig& c = config();
+  Scratch& s = *scratch_;
+  HostAttention& host = *host_attention_;
+  int in_flight = 0;
+  auto start = [&](int layer, int micro) -> absl::Status {
+    UseRows(micro);
+    MOESERVE_RETURN_IF_ERROR(AttentionInputs(layer, micro_[micro].rows));
+    MOESERVE_RETURN_IF_ERROR(CopyRowsDown(micro_[micro].rows));
+    host.Start(HostJob(layer, micro));
+    ++in_flight;
+    return absl::OkStatus();
+  };
+  auto finish = [&](int layer, int micro) -> absl::Status {
+    --in_flight;
+    MOESERVE_RETURN_IF_ERROR(host.Wait());
+    UseRows(micro);
+    MOESERVE_RETURN_IF_ERROR(CopyRowsUp(micro_[micro].rows));
+    return AttentionOutput(layer, micro_[micro].rows);
+  };
+  absl::Status status = [&]() -> absl::Status {
+    UseAllRows();
+    MOESERVE_RETURN_IF_ERROR(backend_->Embedding(*stream_, I32(s.meta, 0, {n}),
+                                                 embedding_,
+                                                 F32(s.x, {n, c.hidden_size})));
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      MOESERVE_RETURN_IF_ERROR(start(l, 0));
+      if (l > 0) MOESERVE_RETURN_IF_ERROR(MicroMoe(l - 1, 1));
+      MOESERVE_RETURN_IF_ERROR(start(l, 1));
+      MOESERVE_RETURN_IF_ERROR(finish(l, 0));
+      MOESERVE_RETURN_IF_ERROR(MicroMoe(l, 0));
+      MOESERVE_RETURN_IF_ERROR(finish(l, 1));
+    }
+    return MicroMoe(c.num_hidden_layers - 1, 1);
+  }();
+  // The worker must be done with the buffers before anything reuses them.
+  while (in_flight > 0) {
+    --in_flight;
+    host.Wait().IgnoreError();
+  }
+  UseAllRows();
+  return status;
 }
 
 absl::Status MoeModel::RouterInputs(int layer, int64_t n) {
@@ -530,11 +706,11 @@ absl::Status MoeModel::RouterInputs(int layer, int64_t n) {
   Scratch& s = *scratch_;
   kernels::Stream& st = *stream_;
   const int64_t d = c.hidden_size;
-  Tensor x = F32(s.x, {n, d});
-  Tensor h = F32(s.h, {n, d});
+  Tensor x = F32(s.x, {n, d}, row0_ * d);
+  Tensor h = F32(s.h, {n, d}, row0_ * d);
   MOESERVE_RETURN_IF_ERROR(
       backend_->RmsNorm(st, x, layers_[layer].post_norm, c.rms_norm_eps, h));
-  Tensor moe_out = F32(s.moe_out, {n, d});
+  Tensor moe_out = F32(s.moe_out, {n, d}, row0_ * d);
   MOESERVE_RETURN_IF_ERROR(backend_->Zero(st, moe_out.raw(), moe_out.nbytes()));
   return EnqueueRouter(layer, h, static_cast<int>(c.num_experts_per_tok),
                        c.norm_topk_prob, s.route);
@@ -547,8 +723,8 @@ absl::Status MoeModel::LayerTail(int layer, int64_t n) {
   if (layers_[layer].shared_up.valid()) {
     MOESERVE_RETURN_IF_ERROR(SharedExpert(layer, n));
   }
-  Tensor x = F32(s.x, {n, d});
-  return backend_->Add(*stream_, x, F32(s.moe_out, {n, d}), x);
+  Tensor x = F32(s.x, {n, d}, row0_ * d);
+  return backend_->Add(*stream_, x, F32(s.moe_out, {n, d}, row0_ * d), x);
 }
 
 // Per layer: one dense segment up to the router's top-k (the previous
@@ -688,7 +864,7 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   kernels::Stream& st = *stream_;
   const int64_t d = c.hidden_size, E = c.num_experts;
   const int64_t k = c.num_experts_per_tok;
-  Tensor h = F32(s.h, {n, d});
+  Tensor h = F32(s.h, {n, d}, row0_ * d);
   MOESERVE_RETURN_IF_ERROR(
       Route(layer, h, static_cast<int>(k), c.norm_topk_prob, s.route));
   if (routing_ != nullptr) {
@@ -710,7 +886,7 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
     counts.push_back(count);
   }
   active_experts_->BeginLayer(layer, selected, counts,
-                              static_cast<float*>(s.h.data()), n);
+                              static_cast<float*>(s.h.data()) + row0_ * d, n);
   // A routing filter may have dropped every choice of the layer.
   if (routed > 0) {
     // The previous layer's upload from the same pinned buffer has
@@ -756,10 +932,11 @@ absl::Status MoeModel::RoutedExperts(int layer, int64_t n) {
   if (status.ok()) status = last;
   MOESERVE_RETURN_IF_ERROR(status);
   if (routed > 0) {
-    MOESERVE_RETURN_IF_ERROR(backend_->CombineExpertRows(
-        st, F32(s.expert_out, {routed, d}),
-        F32(s.route_table, {routed}, routed),
-        I32(s.route_table, 2 * routed, {n, k}), F32(s.moe_out, {n, d})));
+    MOESERVE_RETURN_IF_ERROR(
+        backend_->CombineExpertRows(st, F32(s.expert_out, {routed, d}),
+                                    F32(s.route_table, {routed}, routed),
+                                    I32(s.route_table, 2 * routed, {n, k}),
+                                    F32(s.moe_out, {n, d}, row0_ * d)));
   }
   active_experts_->EndLayer(layer);
   return absl::OkStatus();
@@ -808,7 +985,7 @@ absl::Status MoeModel::ComputeHeld(int layer, int64_t routed) {
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size;
   kernels::GroupedExperts call;
-  call.x = F32(s.h, {s.num_tokens, d});
+  call.x = F32(s.h, {s.num_tokens, d}, row0_ * d);
   call.rows = I32(s.route_table, 0, {routed});
   call.groups = s.groups;
   call.ffn = c.expert_intermediate_size;
@@ -847,8 +1024,9 @@ absl::Status MoeModel::StartHostExperts(int layer, int64_t n, int64_t routed,
   // The layer's tokens, down to pinned host memory: the stream has done
   // everything before the router (Route waited), so this is the one copy
   // and a short wait, in layers that have host experts only.
-  MOESERVE_RETURN_IF_ERROR(
-      backend_->CopyToHost(st, host->hidden(), s.h.data(), n * d * 4));
+  MOESERVE_RETURN_IF_ERROR(backend_->CopyToHost(
+      st, host->hidden(), static_cast<float*>(s.h.data()) + row0_ * d,
+      n * d * 4));
   MOESERVE_RETURN_IF_ERROR(st.Synchronize());
   for (size_t i = 0; i < s.host_held.size(); ++i) {
     const int e = s.host_held[i];
@@ -915,7 +1093,7 @@ absl::Status MoeModel::SharedExpert(int layer, int64_t n) {
   Scratch& s = *scratch_;
   kernels::Stream& st = *stream_;
   const int64_t d = c.hidden_size, f = c.shared_expert_intermediate_size;
-  Tensor h = F32(s.h, {n, d});
+  Tensor h = F32(s.h, {n, d}, row0_ * d);
   Tensor a = F32(s.shared_a, {n, f});
   Tensor b = F32(s.shared_b, {n, f});
   Tensor out = F32(s.shared_out, {n, d});
@@ -925,7 +1103,8 @@ absl::Status MoeModel::SharedExpert(int layer, int64_t n) {
   MOESERVE_RETURN_IF_ERROR(backend_->SiluMul(st, a, b, a));
   MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, a, lw.shared_down, {}, out));
   MOESERVE_RETURN_IF_ERROR(backend_->MatMul(st, h, lw.shared_gate, {}, gate));
-  return backend_->SigmoidGatedAdd(st, out, gate, F32(s.moe_out, {n, d}));
+  return backend_->SigmoidGatedAdd(st, out, gate,
+                                   F32(s.moe_out, {n, d}, row0_ * d));
 }
 
 }  // namespace moeserve::engine

@@ -38,6 +38,23 @@
 // and RoPE, copies the rows down, the host writes the KV and attends, and
 // the output rows come back up for the output projection. Such a step runs
 // eagerly (no graphs: the host round trip sits inside the dense segment).
+// A step of at least 2 sequences whose attention reads at least
+// HostAttentionOptions::split_min_attended keys runs as two micro-batches (seed
+// 002 §4, Figure 5): the sequences split at the boundary nearest half the
+// tokens, and the device's work on one overlaps the host's attention of the
+// other:
+//   layer l:  Other1(A,l) -> host attends A(l) | device: MoE(B,l-1) +
+//                                               tail, Other1(B,l)
+//             -> host attends B(l)             | device: Other2(A,l),
+//                                               MoE(A,l) + tail
+//             -> Other2(B,l); MoE(B,l) runs while the host attends A(l+1).
+// (Other1: norm, q/k/v, RoPE; Other2: o_proj and the residual; MoE: the
+// post-attention norm, router, experts and the layer's tail.) The routed
+// experts then run once per micro-batch: the expert provider sees each
+// layer twice in a row, A's tokens then B's (expert_provider.h,
+// offload_policy.h). Every op is per row or per sequence, so on kernels
+// whose rows do not depend on the row count (the CPU backend's) the logits
+// are bit for bit those of the unsplit step.
 //
 // Ownership: borrows the weights, backend and expert provider (all must
 // outlive the model); owns its compute stream, its HostAttention, the device
@@ -55,6 +72,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "engine/expert_provider.h"
+#include "engine/host_attention.h"
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
 #include "engine/router_probe.h"
@@ -62,8 +80,20 @@
 
 namespace moeserve::engine {
 
-class HostAttention;
 class ScratchBuffer;
+
+// How a model with host attention runs its steps (EnableHostAttention).
+struct HostAttentionOptions {
+  // Steps of at least 2 sequences whose attention reads at least this many
+  // keys (summed over the query rows: position + 1 each) run as two
+  // micro-batches whose host attention overlaps the device's work; 0 never
+  // splits. Splitting costs a second routing pass per layer (each expert
+  // both micro-batches route to is read and computed twice), so it pays only
+  // where attention is a large part of the layer. On the CPU-standing-in
+  // bench (engine/README.md, "Host attention") steps of ~400-1,300 keys
+  // lost 12% or broke even and steps of ~4,000 gained 16-24%.
+  int64_t split_min_attended = 2048;
+};
 
 // The new tokens of one sequence for one forward pass.
 struct SequenceChunk {
@@ -117,7 +147,8 @@ class MoeModel final : public RouterProbe {
   // borrowed: must outlive the model) over a cache whose pools are in host
   // memory (KvCache::Create with a host backend); FAILED_PRECONDITION from
   // Forward otherwise. INVALID_ARGUMENT when `host` is not a CPU backend.
-  absl::Status EnableHostAttention(kernels::Backend* host);
+  absl::Status EnableHostAttention(kernels::Backend* host,
+                                   const HostAttentionOptions& options = {});
   bool host_attention() const { return host_attention_ != nullptr; }
 
   // RouterProbe (router_probe.h): `layer`'s router applied ahead of time,
@@ -169,9 +200,31 @@ class MoeModel final : public RouterProbe {
   absl::Status Route(int layer, const kernels::Tensor& h, int k, bool normalize,
                      RouteBuffers& buffers);
   absl::Status Attention(int layer, int64_t n, KvCache* cache);
+  // Attention in parts (the rows [row0_, row0_ + n)): Other1, the input
+  // norm, q/k/v (and their norms) and RoPE into scratch q, k, v; Other2,
+  // the output projection of scratch attn and the residual into x.
+  absl::Status AttentionInputs(int layer, int64_t n);
+  absl::Status AttentionOutput(int layer, int64_t n);
   // Attention's KV write and attention on the host (q, k, v roped in
   // scratch): down, HostAttention::Run, up into scratch attn.
   absl::Status AttendOnHost(int layer, int64_t n, KvCache* cache);
+  // Host attention's copies: the rows' q, k, v down to its pinned buffers
+  // (and the wait), and its output rows up into scratch attn.
+  absl::Status CopyRowsDown(int64_t n);
+  absl::Status CopyRowsUp(int64_t n);
+  // One (micro-)batch of the step, for HostAttention (host tensors).
+  struct MicroBatch {
+    int64_t seq0 = 0, seqs = 0, row0 = 0, rows = 0;
+  };
+  HostAttention::Job HostJob(int layer, int micro) const;
+  // Split steps (host attention, two micro-batches; header comment).
+  absl::Status RunLayersSplit(int64_t n);
+  // Micro-batch `micro`'s MoE block of `layer`: router inputs, routed
+  // experts, the layer's tail.
+  absl::Status MicroMoe(int layer, int micro);
+  // The per-row steps work on micro-batch `micro`'s rows from now on.
+  void UseRows(int micro);
+  void UseAllRows();
   // The dense head of a MoE block: post-attention norm into h, moe_out
   // zeroed, the router's matmul and top-k into scratch route (Route then
   // only copies them to the host).
@@ -205,6 +258,13 @@ class MoeModel final : public RouterProbe {
   kernels::Tensor embedding_, final_norm_, lm_head_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<HostAttention> host_attention_;  // null: on the device
+  HostAttentionOptions host_options_;
+  // Of the Forward() in progress: whether it runs as two micro-batches, and
+  // them; the first row of the rows the per-row steps work on (0 and the
+  // whole batch unless split).
+  bool split_step_ = false;
+  std::array<MicroBatch, 2> micro_ = {};
+  int64_t row0_ = 0;
   KvCache* cache_ = nullptr;  // of the Forward() in progress
   // Of the Forward() in progress: its expert provider and routing filter.
   ExpertProvider* active_experts_ = nullptr;
