@@ -65,11 +65,12 @@ class ExpertProvider {
   virtual void BeginStep(const StepInfo& info) { (void)info; }
   virtual void EndStep() {}
 
-  // Called once per MoE layer before any Acquire of that layer, with every
-  // expert the router selected (ascending), the tokens routed to each, and
-  // the router's input `hidden` (F32 [n, hidden_size], in the memory of the
-  // model's device: an opaque handle for RouterProbe::PredictExperts), so
-  // transfers for the whole layer can be issued at once.
+  // Called once per MoE layer (twice in a row in a step split into two
+  // micro-batches: offload_policy.h) before any Acquire of that layer, with
+  // every expert the router selected (ascending), the tokens routed to each,
+  // and the router's input `hidden` (F32 [n, hidden_size], in the memory of
+  // the model's device: an opaque handle for RouterProbe::PredictExperts),
+  // so transfers for the whole layer can be issued at once.
   virtual void BeginLayer(int layer, std::span<const int> experts,
                           std::span<const int> token_counts,
                           const float* hidden, int64_t n) {

@@ -11,6 +11,16 @@
 // Threading and order: every hook is called from the engine's step thread,
 // one at a time. Per step: OnStepBegin; then per MoE layer OnRoute, OnAccess
 // (per routed expert, as it is acquired), OnLayerDone; then OnStepEnd.
+// Layers come in ascending order; a layer may come twice in a row in one
+// step: with host attention a large step runs as two micro-batches (engine/
+// moe_model.h, seed 002 Figure 5) and each layer is routed for the first
+// micro-batch's tokens, then for the second's, each with its own OnRoute ..
+// OnLayerDone (token counts and `n` are the micro-batch's; they add up to
+// the step's, and StepStats::activations counts every token once). A policy
+// must stay correct under it (all registered ones do: results never depend
+// on it), and may see the second pass mostly hit what the first loaded; one
+// that drops a layer's experts at OnLayerDone (on_demand, lfu_static's
+// unpinned) loads them again for the second pass.
 // ChooseVictims comes whenever a slot is needed: during the demand loads
 // that follow OnRoute, inside an acquire (after that expert's OnAccess), or
 // nested inside a Prefetch or Pin the policy itself called.
