@@ -105,7 +105,7 @@ run_bazel_tests --config=asan -- "${SANITIZED[@]}"
 # watch over parked sockets.
 phase "tsan"
 run_bazel_tests --config=tsan -- //engine/offload:expert_residency_stress_test \
-  //engine:host_experts_test \
+  //engine:host_experts_test //engine:host_worker_test \
   //engine/offload:link_test \
   //engine/offload:link_transport_test //engine/offload:slot_pool_test \
   //kernels/cpu:thread_pool_test //base:mutex_test //metrics:registry_test \

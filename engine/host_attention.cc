@@ -7,40 +7,20 @@
 
 namespace moeserve::engine {
 
-using base::MutexLock;
 using kernels::DType;
 using kernels::Tensor;
 
 absl::StatusOr<std::unique_ptr<HostAttention>> HostAttention::Create(
     kernels::Backend* host, kernels::Backend* device) {
-  if (host == nullptr || device == nullptr) {
-    return absl::InvalidArgumentError("host attention needs two backends");
-  }
-  if (host->device() != kernels::Device::kCpu) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the host attention backend must compute on the CPU, not ",
-                     kernels::DeviceName(host->device())));
-  }
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
-                            host->CreateStream());
+                            HostStream(host, device, "host attention"));
   return std::unique_ptr<HostAttention>(
       new HostAttention(host, device, std::move(stream)));
 }
 
 HostAttention::HostAttention(kernels::Backend* host, kernels::Backend* device,
                              std::unique_ptr<kernels::Stream> stream)
-    : host_(host), device_(device), stream_(std::move(stream)) {
-  worker_ = std::thread([this] { WorkerLoop(); });
-}
-
-HostAttention::~HostAttention() {
-  {
-    MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  cv_.SignalAll();
-  worker_.join();
-}
+    : host_(host), device_(device), stream_(std::move(stream)) {}
 
 absl::Status HostAttention::Reserve(int64_t n, int64_t heads, int64_t kv_heads,
                                     int64_t head_dim) {
@@ -101,46 +81,9 @@ absl::Status HostAttention::Run(const Job& job) {
 }
 
 void HostAttention::Start(const Job& job) {
-  {
-    MutexLock lock(&mu_);
-    queued_.push_back(job);
-    ++in_flight_;
-  }
-  cv_.SignalAll();
+  worker_.Post([this, job] { return Run(job); });
 }
 
-absl::Status HostAttention::Wait() {
-  MutexLock lock(&mu_);
-  if (in_flight_ == 0) {
-    return absl::FailedPreconditionError("host attention: Wait without Start");
-  }
-  cv_.Wait(&mu_,
-           [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !done_.empty(); });
-  absl::Status status = std::move(done_.front());
-  done_.pop_front();
-  --in_flight_;
-  return status;
-}
-
-void HostAttention::WorkerLoop() {
-  for (;;) {
-    Job job;
-    {
-      MutexLock lock(&mu_);
-      cv_.Wait(&mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queued_.empty() || stop_;
-      });
-      if (queued_.empty()) return;  // stop_
-      job = queued_.front();
-    }
-    absl::Status status = Run(job);
-    {
-      MutexLock lock(&mu_);
-      queued_.pop_front();
-      done_.push_back(std::move(status));
-    }
-    cv_.SignalAll();
-  }
-}
+absl::Status HostAttention::Wait() { return worker_.Wait(); }
 
 }  // namespace moeserve::engine

@@ -39,13 +39,11 @@
 #define MOESERVE_ENGINE_HOST_ATTENTION_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "base/mutex.h"
+#include "engine/internal/host_worker.h"
 #include "engine/internal/scratch_buffer.h"
 #include "kernels/backend.h"
 
@@ -71,7 +69,7 @@ class HostAttention {
   // `host` must be a CPU-device backend; both must outlive this object.
   static absl::StatusOr<std::unique_ptr<HostAttention>> Create(
       kernels::Backend* host, kernels::Backend* device);
-  ~HostAttention();  // REQUIRES: no Start without its Wait.
+  ~HostAttention() = default;  // REQUIRES: no Start without its Wait.
 
   kernels::Backend* host_backend() const { return host_; }
 
@@ -112,7 +110,6 @@ class HostAttention {
  private:
   HostAttention(kernels::Backend* host, kernels::Backend* device,
                 std::unique_ptr<kernels::Stream> stream);
-  void WorkerLoop();
 
   kernels::Backend* const host_;
   kernels::Backend* const device_;
@@ -122,14 +119,9 @@ class HostAttention {
   ScratchBuffer v_{ScratchBuffer::Where::kPinnedHost};
   ScratchBuffer out_{ScratchBuffer::Where::kPinnedHost};
 
-  base::Mutex mu_;
-  base::CondVar cv_;
-  std::deque<Job> queued_ ABSL_GUARDED_BY(mu_);  // Start'ed, not yet run
-  // Statuses of the jobs run and not yet waited for, in Start order.
-  std::deque<absl::Status> done_ ABSL_GUARDED_BY(mu_);
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // Starts without their Wait
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread worker_;
+  // Runs the Started jobs; last member, so that its thread stops (joined)
+  // before the buffers it writes go.
+  HostWorker worker_;
 };
 
 }  // namespace moeserve::engine

@@ -9,7 +9,6 @@
 
 namespace moeserve::engine {
 
-using base::MutexLock;
 using kernels::DType;
 using kernels::Tensor;
 
@@ -25,34 +24,15 @@ double SecondsSince(Clock::time_point start) {
 
 absl::StatusOr<std::unique_ptr<HostExperts>> HostExperts::Create(
     kernels::Backend* host, kernels::Backend* device) {
-  if (host == nullptr || device == nullptr) {
-    return absl::InvalidArgumentError("host experts need two backends");
-  }
-  if (host->device() != kernels::Device::kCpu) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the host expert backend must compute on the CPU, not ",
-                     kernels::DeviceName(host->device())));
-  }
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Stream> stream,
-                            host->CreateStream());
+                            HostStream(host, device, "host experts"));
   return std::unique_ptr<HostExperts>(
       new HostExperts(host, device, std::move(stream)));
 }
 
 HostExperts::HostExperts(kernels::Backend* host, kernels::Backend* device,
                          std::unique_ptr<kernels::Stream> stream)
-    : host_(host), device_(device), stream_(std::move(stream)) {
-  worker_ = std::thread([this] { WorkerLoop(); });
-}
-
-HostExperts::~HostExperts() {
-  {
-    MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  cv_.SignalAll();
-  worker_.join();
-}
+    : host_(host), device_(device), stream_(std::move(stream)) {}
 
 absl::Status HostExperts::Reserve(int64_t n, int64_t routed, int64_t hidden,
                                   int64_t ffn) {
@@ -63,47 +43,20 @@ absl::Status HostExperts::Reserve(int64_t n, int64_t routed, int64_t hidden,
 }
 
 void HostExperts::Start(const kernels::GroupedExperts& call) {
-  {
-    MutexLock lock(&mu_);
-    call_ = call;
-    pending_ = true;
-    done_ = false;
-  }
-  cv_.SignalAll();
+  worker_.Post([this, call] {
+    seconds_.clear();
+    return Run(call, &seconds_);
+  });
 }
 
 absl::Status HostExperts::Wait(std::vector<double>* seconds) {
-  MutexLock lock(&mu_);
-  cv_.Wait(&mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
+  absl::Status status = worker_.Wait();
   if (seconds != nullptr) *seconds = seconds_;
-  return status_;
+  return status;
 }
 
-void HostExperts::WorkerLoop() {
-  std::vector<double> seconds;
-  for (;;) {
-    {
-      MutexLock lock(&mu_);
-      cv_.Wait(&mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return pending_ || stop_;
-      });
-      if (stop_ && !pending_) return;
-      pending_ = false;
-    }
-    seconds.clear();
-    absl::Status status = Run(&seconds);
-    {
-      MutexLock lock(&mu_);
-      status_ = std::move(status);
-      seconds_.swap(seconds);
-      done_ = true;
-    }
-    cv_.SignalAll();
-  }
-}
-
-absl::Status HostExperts::Run(std::vector<double>* seconds) {
-  const kernels::GroupedExperts& call = call_;
+absl::Status HostExperts::Run(const kernels::GroupedExperts& call,
+                              std::vector<double>* seconds) {
   absl::Status first = absl::OkStatus();
   for (const kernels::ExpertGroup& g : call.groups) {
     const Clock::time_point start = Clock::now();

@@ -33,13 +33,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "base/mutex.h"
+#include "engine/internal/host_worker.h"
 #include "engine/internal/scratch_buffer.h"
 #include "kernels/backend.h"
 
@@ -50,7 +48,7 @@ class HostExperts {
   // `host` must be a CPU-device backend; both must outlive this object.
   static absl::StatusOr<std::unique_ptr<HostExperts>> Create(
       kernels::Backend* host, kernels::Backend* device);
-  ~HostExperts();  // REQUIRES: no Start without its Wait.
+  ~HostExperts() = default;  // REQUIRES: no Start without its Wait.
 
   // Pinned buffers for n tokens, `routed` (token, expert) pairs of
   // `hidden`-wide rows and the expert's intermediate size `ffn`.
@@ -70,8 +68,9 @@ class HostExperts {
   // until Wait returns. Each group's rows land in out() rows [begin, begin +
   // count).
   void Start(const kernels::GroupedExperts& call);
-  // Blocks until the worker is done; the first error of the layer, if any.
-  // `seconds` gets each group's compute seconds, in the groups' order.
+  // Blocks until the worker is done; the first error of the layer, if any
+  // (FAILED_PRECONDITION without a Start). `seconds` gets each group's
+  // compute seconds, in the groups' order.
   absl::Status Wait(std::vector<double>* seconds);
 
   // Host compute seconds of one expert blob on `rows` tokens (the fastest of
@@ -86,9 +85,10 @@ class HostExperts {
  private:
   HostExperts(kernels::Backend* host, kernels::Backend* device,
               std::unique_ptr<kernels::Stream> stream);
-  void WorkerLoop();
-  // Runs call_ (worker thread).
-  absl::Status Run(std::vector<double>* seconds);
+  // Runs `call`'s groups one at a time (worker thread), appending each
+  // one's seconds.
+  absl::Status Run(const kernels::GroupedExperts& call,
+                   std::vector<double>* seconds);
   // One group of `call` on the host stream, into out() and the workspace.
   absl::Status RunGroup(const kernels::GroupedExperts& call,
                         const kernels::ExpertGroup& group);
@@ -101,16 +101,12 @@ class HostExperts {
   // Host memory (host_ is a CPU backend: its Allocate is host RAM).
   ScratchBuffer workspace_;
 
-  base::Mutex mu_;
-  base::CondVar cv_;
-  bool pending_ ABSL_GUARDED_BY(mu_) = false;  // Start'ed, not yet run
-  bool done_ ABSL_GUARDED_BY(mu_) = true;      // the last Start has finished
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  std::vector<double> seconds_ ABSL_GUARDED_BY(mu_);
-  // Set by Start before pending_ (under mu_), read by the worker after it.
-  kernels::GroupedExperts call_;
-  std::thread worker_;
+  // Each group's seconds of the last Start: written by its job on the
+  // worker, read by Wait after the worker's Wait (which orders the two).
+  std::vector<double> seconds_;
+  // Runs the Started jobs; last member, so that its thread stops (joined)
+  // before what it writes goes.
+  HostWorker worker_;
 };
 
 }  // namespace moeserve::engine
