@@ -44,6 +44,9 @@ class TracingPolicy final : public engine::OffloadPolicy {
   int ChooseDraftLength(const engine::DraftLengthQuery& q) override {
     return inner_->ChooseDraftLength(q);
   }
+  bool IsDraftExpert(engine::ExpertId id) const override {
+    return inner_->IsDraftExpert(id);
+  }
   void Attach(engine::ResidencyControl* control) override {
     inner_->Attach(control);
   }
