@@ -23,6 +23,11 @@ def drafter(cell):
     return label + (" " + cell["draft_budget"] if cell.get("draft_budget") else "")
 
 
+def link_gbps(report):
+    link = report["link"]
+    return "%g" % link["gbps"] if link.get("emulated") else "-"
+
+
 def main(paths):
     reports = [json.load(open(p)) for p in paths]
     print("| run | model | link GB/s | conc | policy | drafter | "
@@ -31,7 +36,7 @@ def main(paths):
           "TPOT gain vs lru + drafter |")
     print("|" + "---|" * 14)
     for j in reports:
-        gbps = "%g" % j["link"]["gbps"] if j["link"].get("emulated") else "-"
+        gbps = link_gbps(j)
         for s in j["spec_summary"]:
             p, lru, same = s["policy"], s["lru"], s["lru_same_drafter"]
             if lru is None or same is None:
@@ -49,7 +54,7 @@ def main(paths):
           "vs on_demand |")
     print("|" + "---|" * 12)
     for j in reports:
-        gbps = "%g" % j["link"]["gbps"] if j["link"].get("emulated") else "-"
+        gbps = link_gbps(j)
         for r in j["results"]:
             spec = r["drafter"] != "none"
             acc = "%.3f" % r["acceptance_rate"] if spec else "-"
