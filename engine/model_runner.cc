@@ -55,10 +55,14 @@ absl::Status ModelRunner::Run(std::span<RequestState* const> scheduled) {
     }
     rows += batch_.back().num_logits;
   }
+  const double stall_before =
+      advisor_ != nullptr ? advisor_->link_stall_seconds() : 0;
   absl::Status st = model_->Forward(batch_, kv_, &logits_);
   forward_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
   if (st.ok() && governor_ != nullptr) {
-    governor_->RecordForwardTime(batch_, forward_seconds_);
+    const double stalled =
+        advisor_ != nullptr ? advisor_->link_stall_seconds() - stall_before : 0;
+    governor_->RecordForwardTime(batch_, forward_seconds_, stalled);
   }
   return st;
 }

@@ -81,7 +81,8 @@ int SpeculationGovernor::PolicyDraftLength(
 }
 
 void SpeculationGovernor::RecordForwardTime(
-    std::span<const SequenceChunk> batch, double seconds) {
+    std::span<const SequenceChunk> batch, double seconds,
+    double stall_seconds) {
   int drafts = 0;
   bool prefill = false;
   for (const SequenceChunk& c : batch) {
@@ -95,11 +96,12 @@ void SpeculationGovernor::RecordForwardTime(
     Ema(&timings_.prefill_seconds, seconds);
     return;
   }
+  const double compute = std::max(0.0, seconds - std::max(stall_seconds, 0.0));
   if (drafts == 0) {
-    Ema(&timings_.verify_seconds_base, seconds);
+    Ema(&timings_.verify_seconds_base, compute);
   } else if (timings_.verify_seconds_base > 0) {
     Ema(&timings_.verify_seconds_per_draft,
-        std::max(0.0, seconds - timings_.verify_seconds_base) / drafts);
+        std::max(0.0, compute - timings_.verify_seconds_base) / drafts);
   }
 }
 

@@ -43,10 +43,17 @@ class SpeculationGovernor {
   // The k `state` would like this step (before the budgets).
   int WantedDraftLength(RequestState* state);
 
-  // Timings of one target pass over `batch` (verify chunks included). A
-  // pass with a prefill chunk feeds the prefill EMA only: its rows would
-  // blur the decode and verify figures.
-  void RecordForwardTime(std::span<const SequenceChunk> batch, double seconds);
+  // Timings of one target pass over `batch` (verify chunks included) that
+  // took `seconds`, `stall_seconds` of them blocked on the link
+  // (SpeculationAdvisor::link_stall_seconds' growth over the pass). A pass
+  // with a prefill chunk feeds the prefill EMA only, with its whole time
+  // (TTFT is wall time): its rows would blur the decode and verify
+  // figures. Decode and verify passes feed their compute time, seconds -
+  // stall_seconds: a policy's cycle model adds the link time for the
+  // experts it expects to load itself (quant_draft's eq. (3),
+  // throughput's pipeline), so the stalls must not be in both.
+  void RecordForwardTime(std::span<const SequenceChunk> batch, double seconds,
+                         double stall_seconds = 0);
   // One drafter call that proposed up to `positions` tokens a request.
   void RecordDraftTime(double seconds, int positions);
   // One verification of `state`: of its first `judged` drafts, the first

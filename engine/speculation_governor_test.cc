@@ -70,6 +70,30 @@ TEST(SpeculationGovernorTest, TellsThePolicyEveryMeasuredTiming) {
   EXPECT_EQ(governor.WantedDraftLength(&state), 3);
 }
 
+// Decode and verify figures are compute time: the seconds a pass waited on
+// the link are taken out (the policy adds link time itself); the prefill
+// figure keeps them (TTFT is wall time).
+TEST(SpeculationGovernorTest, StallsLeaveTheComputeFigures) {
+  RecordingAdvisor advisor;
+  SpeculationGovernor governor(0, 8, 1024, &advisor);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  const std::vector<int32_t> one = {1};
+  const SequenceChunk prefill{prompt, 0, nullptr, 1};
+  const SequenceChunk decode{one, 3, nullptr, 1};
+  const SequenceChunk verify{prompt, 3, nullptr, 3};  // 2 drafts
+  governor.RecordForwardTime(std::vector{prefill}, 0.050, 0.020);
+  governor.RecordForwardTime(std::vector{decode}, 0.016, 0.006);
+  governor.RecordForwardTime(std::vector{verify}, 0.030, 0.016);
+  governor.RecordDraftTime(0.006, 3);
+  RequestState state = Decoding();
+  RequestState* scheduled[] = {&state};
+  governor.BeginStep(scheduled);
+  const DraftLengthQuery& q = advisor.last;
+  EXPECT_DOUBLE_EQ(q.prefill_seconds, 0.050);
+  EXPECT_DOUBLE_EQ(q.verify_seconds_base, 0.010);
+  EXPECT_DOUBLE_EQ(q.verify_seconds_per_draft, 0.002);
+}
+
 TEST(SpeculationGovernorTest, PolicyDecliningLeavesKToTheRequestsAcceptance) {
   RecordingAdvisor advisor;
   advisor.k = -1;

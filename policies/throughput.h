@@ -27,10 +27,9 @@
 //             the measured verify timings at context s (below)
 //             (verify_seconds_base for the plain batch,
 //             verify_seconds_per_draft per draft token). The engine
-//             measures them around the whole forward, stalls on the link
-//             included, so on a link-bound step c already holds part of x
-//             and the model over-counts the link (a bias towards smaller
-//             k; the engine gives no compute-only figure);
+//             measures them around the whole forward less the seconds its
+//             acquires waited on the link, so c is compute and the link is
+//             counted once, in x;
 //   Pipeline  the seed's I/O / compute pipeline (§4.2, "while computing
 //             layer i, the expert weights for layer i+1 are transferred"):
 //             x + (L - 1) * max(c, x) + c (layer 0's load is exposed, then

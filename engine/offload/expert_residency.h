@@ -266,6 +266,9 @@ class ExpertResidency final : public ExpertProvider,
   void OnLookahead(const ExpertLookahead& lookahead) override;
   int ChooseDraftLength(const DraftLengthQuery& query) override;
   double link_seconds_per_transfer() const override;
+  double link_stall_seconds() const override {
+    return accounting_.stall_seconds();
+  }
 
   // The policy steering this residency.
   OffloadPolicy* policy() const { return policy_; }

@@ -371,6 +371,8 @@ TEST_F(ResidencyTest, EmulationIsExportedAndSlowsLoads) {
   const double per = 500e-6 + blob_ / 2e9;
   EXPECT_GE(s.link_busy_seconds, 2 * per);
   EXPECT_GT(s.stall_seconds, 0);
+  // What the speculative governor subtracts from a pass's time.
+  EXPECT_DOUBLE_EQ(r->link_stall_seconds(), s.stall_seconds);
   EXPECT_NE(registry.Serialize().find(
                 "moeserve_link_emulation_info{policy=\"test\",gbps=\"2\","
                 "latency_us=\"500\"} 1"),

@@ -101,12 +101,16 @@ struct DraftLengthQuery {
   // (may be empty before any verification).
   std::span<const double> acceptance;
   double draft_seconds_per_position = 0;  // measured, EMA (0: unknown yet)
-  // Target pass with no drafts (plain decode of the batch), EMA.
+  // Target pass with no drafts (plain decode of the batch), EMA, and what
+  // each draft token adds: compute time, the pass's wall time less the
+  // seconds its acquires waited on the link (a policy models the link
+  // itself, with link_seconds_per_expert).
   double verify_seconds_base = 0;
-  double verify_seconds_per_draft = 0;  // added per draft token, EMA
-  double link_seconds_per_expert = 0;   // one expert transfer, measured, EMA
+  double verify_seconds_per_draft = 0;
+  double link_seconds_per_expert = 0;  // one expert transfer, measured, EMA
   // A target pass that carried a prefill chunk (the pass that computes a new
-  // request's first token), EMA (0: none yet). For latency SLOs on TTFT.
+  // request's first token), wall time with its stalls, EMA (0: none yet).
+  // For latency SLOs on TTFT.
   double prefill_seconds = 0;
 };
 

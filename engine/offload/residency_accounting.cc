@@ -16,6 +16,11 @@ absl::Status ResidencyAccounting::Init(metrics::Registry* registry,
   return absl::OkStatus();
 }
 
+double ResidencyAccounting::stall_seconds() const {
+  MutexLock lock(&mu_);
+  return stall_seconds_;
+}
+
 void ResidencyAccounting::FillCounters(ResidencyStats* stats) const {
   MutexLock lock(&mu_);
   stats->hits = hits_;

@@ -110,6 +110,8 @@ class ResidencyAccounting final : public SlotPool::Observer {
   // demand_evicted_unused, stall_seconds, prefetch_loads, prefetch_used,
   // prefetch_wasted, prefetch_cancelled, inplace and inplace_seconds.
   void FillCounters(ResidencyStats* stats) const ABSL_LOCKS_EXCLUDED(mu_);
+  // stall_seconds alone (the speculative governor asks every pass).
+  double stall_seconds() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // SlotPool::Observer.
   void OnLoadStarted(ExpertId id, SlotPool::LoadKind kind) override;

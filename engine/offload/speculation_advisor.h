@@ -24,6 +24,10 @@ class SpeculationAdvisor {
   virtual int ChooseDraftLength(const DraftLengthQuery& query) = 0;
   // Measured seconds of one expert transfer on the link (0: none yet).
   virtual double link_seconds_per_transfer() const = 0;
+  // Seconds the target's expert acquires have spent blocked on the link so
+  // far (ResidencyStats::stall_seconds), so that a pass's compute time can
+  // be told from its wait for transfers. Default: 0 (nothing waits).
+  virtual double link_stall_seconds() const { return 0; }
 };
 
 }  // namespace moeserve::engine
