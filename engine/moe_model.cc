@@ -490,7 +490,7 @@ absl::Status MoeModel::Attention(int layer, int64_t n, KvCache* cache) {
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   MOESERVE_RETURN_IF_ERROR(AttentionInputs(layer, n));
   if (host_attention_ != nullptr) {
-    MOESERVE_RETURN_IF_ERROR(AttendOnHost(layer, n, cache));
+    MOESERVE_RETURN_IF_ERROR(AttendOnHost(layer, n));
   } else {
     const kernels::PagedKvCache pages = cache->layer(layer);
     MOESERVE_RETURN_IF_ERROR(
@@ -588,34 +588,22 @@ absl::Status MoeModel::CopyRowsUp(int64_t n) {
       host_attention_->out() + r * qd, n * qd * 4);
 }
 
-absl::Status MoeModel::AttendOnHost(int layer, int64_t n, KvCache* cache) {
-  const ModelConfig& c = config();
+absl::Status MoeModel::AttendOnHost(int layer, int64_t n) {
   Scratch& s = *scratch_;
-  const kernels::Device cpu = kernels::Device::kCpu;
   MOESERVE_RETURN_IF_ERROR(CopyRowsDown(n));
-  // The step's metadata, host side (what Forward uploaded into meta).
-  const HostAttention::Job job{
-      .row0 = 0,
-      .n = n,
-      .heads = c.num_attention_heads,
-      .kv_heads = c.num_key_value_heads,
-      .head_dim = c.head_dim,
-      .slots = Tensor(s.slots.data(), KDType::kI32, {n}, cpu),
-      .cache = cache->layer(layer),
-      .batch = {
-          Tensor(s.query_start.data(), KDType::kI32, {s.num_seqs + 1}, cpu),
-          Tensor(s.positions.data(), KDType::kI32, {n}, cpu),
-          Tensor(s.block_tables.data(), KDType::kI32,
-                 {s.num_seqs, s.max_blocks}, cpu)}};
-  MOESERVE_RETURN_IF_ERROR(host_attention_->Run(job));
+  // The whole step: every sequence, query_start as Forward built it.
+  MOESERVE_RETURN_IF_ERROR(host_attention_->Run(
+      HostJob(layer, {.seq0 = 0, .seqs = s.num_seqs, .row0 = 0, .rows = n},
+              s.query_start)));
   return CopyRowsUp(n);
 }
 
-HostAttention::Job MoeModel::HostJob(int layer, int micro) const {
+HostAttention::Job MoeModel::HostJob(int layer, const MicroBatch& mb,
+                                     std::vector<int32_t>& query_start) const {
   const ModelConfig& c = config();
   Scratch& s = *scratch_;
-  const MicroBatch& mb = micro_[micro];
   const kernels::Device cpu = kernels::Device::kCpu;
+  // The step's metadata, host side (what Forward uploaded into meta).
   return HostAttention::Job{
       .row0 = mb.row0,
       .n = mb.rows,
@@ -625,8 +613,7 @@ HostAttention::Job MoeModel::HostJob(int layer, int micro) const {
       .slots = Tensor(s.slots.data() + mb.row0, KDType::kI32, {mb.rows}, cpu),
       .cache = cache_->layer(layer),
       .batch = {
-          Tensor(s.micro_query_start[micro].data(), KDType::kI32, {mb.seqs + 1},
-                 cpu),
+          Tensor(query_start.data(), KDType::kI32, {mb.seqs + 1}, cpu),
           Tensor(s.positions.data() + mb.row0, KDType::kI32, {mb.rows}, cpu),
           Tensor(s.block_tables.data() + mb.seq0 * s.max_blocks, KDType::kI32,
                  {mb.seqs, s.max_blocks}, cpu)}};
@@ -666,7 +653,7 @@ absl::Status MoeModel::RunLayersSplit(int64_t n) {
     UseRows(micro);
     MOESERVE_RETURN_IF_ERROR(AttentionInputs(layer, micro_[micro].rows));
     MOESERVE_RETURN_IF_ERROR(CopyRowsDown(micro_[micro].rows));
-    host.Start(HostJob(layer, micro));
+    host.Start(HostJob(layer, micro_[micro], s.micro_query_start[micro]));
     ++in_flight;
     return absl::OkStatus();
   };

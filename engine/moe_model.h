@@ -206,8 +206,9 @@ class MoeModel final : public RouterProbe {
   absl::Status AttentionInputs(int layer, int64_t n);
   absl::Status AttentionOutput(int layer, int64_t n);
   // Attention's KV write and attention on the host (q, k, v roped in
-  // scratch): down, HostAttention::Run, up into scratch attn.
-  absl::Status AttendOnHost(int layer, int64_t n, KvCache* cache);
+  // scratch) for the whole step, into cache_: down, HostAttention::Run, up
+  // into scratch attn.
+  absl::Status AttendOnHost(int layer, int64_t n);
   // Host attention's copies: the rows' q, k, v down to its pinned buffers
   // (and the wait), and its output rows up into scratch attn.
   absl::Status CopyRowsDown(int64_t n);
@@ -216,7 +217,10 @@ class MoeModel final : public RouterProbe {
   struct MicroBatch {
     int64_t seq0 = 0, seqs = 0, row0 = 0, rows = 0;
   };
-  HostAttention::Job HostJob(int layer, int micro) const;
+  // The host tensors of `mb` for layer `layer` of cache_; `query_start`
+  // holds mb.seqs + 1 entries counted from mb's first row.
+  HostAttention::Job HostJob(int layer, const MicroBatch& mb,
+                             std::vector<int32_t>& query_start) const;
   // Split steps (host attention, two micro-batches; header comment).
   absl::Status RunLayersSplit(int64_t n);
   // Micro-batch `micro`'s MoE block of `layer`: router inputs, routed
