@@ -801,10 +801,6 @@ std::vector<int> MoeModel::PredictExperts(int layer, const float* hidden,
   return experts;
 }
 
-const Tensor& MoeModel::router_weight(int layer) const {
-  return layers_[layer].router;
-}
-
 absl::Status MoeModel::EnqueueRouter(int layer, const Tensor& h, int k,
                                      bool normalize, RouteBuffers& r) {
   const int64_t n = h.dim(0), E = config().num_experts;
@@ -812,13 +808,17 @@ absl::Status MoeModel::EnqueueRouter(int layer, const Tensor& h, int k,
       r.host.bytes() < 2 * n * k * 4) {
     return absl::InternalError("router scratch not reserved");
   }
-  Tensor logits = F32(r.logits, {n, E});
-  Tensor weights = F32(r.topk, {n, k});
-  Tensor ids = I32(r.topk, n * k, {n, k});
-  kernels::Stream& st = *stream_;
+  return ApplyRouter(*stream_, layer, h, k, normalize, F32(r.logits, {n, E}),
+                     F32(r.topk, {n, k}), I32(r.topk, n * k, {n, k}));
+}
+
+absl::Status MoeModel::ApplyRouter(kernels::Stream& stream, int layer,
+                                   const Tensor& h, int k, bool normalize,
+                                   const Tensor& logits, const Tensor& weights,
+                                   const Tensor& ids) {
   MOESERVE_RETURN_IF_ERROR(
-      backend_->MatMul(st, h, layers_[layer].router, {}, logits));
-  return backend_->RouterTopK(st, logits, k, normalize, weights, ids);
+      backend_->MatMul(stream, h, layers_[layer].router, {}, logits));
+  return backend_->RouterTopK(stream, logits, k, normalize, weights, ids);
 }
 
 absl::Status MoeModel::Route(int layer, const Tensor& h, int k, bool normalize,

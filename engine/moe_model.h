@@ -156,12 +156,19 @@ class MoeModel final : public RouterProbe {
   std::vector<int> PredictExperts(int layer, const float* hidden, int64_t n,
                                   int k) override;
 
-  // `layer`'s router weight, BF16[num_experts, hidden_size] in the backend's
-  // memory (read-only): for a drafter that applies the target's routers on
-  // its own stream without a wait (the external drafter's cross-model
-  // prediction, engine/spec_decode/cross_model_predictor.h).
+  // Enqueues `layer`'s router on `h` (F32 [n, hidden_size], backend memory)
+  // on `stream`, without a wait: `logits` F32 [n, num_experts], then each
+  // row's top `k` (`normalize`: weights summing to 1) into `weights` F32
+  // [n, k] and `ids` I32 [n, k]. What the model's own routing runs; public
+  // for a drafter that applies the target's routers on its own stream (the
+  // external drafter's cross-model prediction,
+  // engine/spec_decode/cross_model_predictor.h).
   // REQUIRES: 0 <= layer < config().num_hidden_layers.
-  const kernels::Tensor& router_weight(int layer) const;
+  absl::Status ApplyRouter(kernels::Stream& stream, int layer,
+                           const kernels::Tensor& h, int k, bool normalize,
+                           const kernels::Tensor& logits,
+                           const kernels::Tensor& weights,
+                           const kernels::Tensor& ids);
 
  private:
   struct LayerWeights;

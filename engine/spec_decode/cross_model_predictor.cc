@@ -98,10 +98,9 @@ absl::Status CrossModelPredictor::Enqueue(int layer, const float* hidden,
   for (int t = first; t < last; ++t) {
     Tensor ids(static_cast<int32_t*>(ids_.data()) + t * m * k, DType::kI32,
                {m, k}, device);
-    MOESERVE_RETURN_IF_ERROR(
-        backend_->MatMul(st, x, target_->router_weight(t), {}, logits));
-    MOESERVE_RETURN_IF_ERROR(backend_->RouterTopK(
-        st, logits, static_cast<int>(k), /*normalize=*/false, weights, ids));
+    MOESERVE_RETURN_IF_ERROR(target_->ApplyRouter(st, t, x, static_cast<int>(k),
+                                                  /*normalize=*/false, logits,
+                                                  weights, ids));
   }
   if (layer == draft_layers_ - 1) {
     // One copy of every target layer's ids; Forward()'s wait covers it.

@@ -7,8 +7,9 @@
 // target's routers pick for the draft's hidden states.
 //
 // Everything runs on the draft model's stream, in the backend's memory (the
-// target's router weights where the target model keeps them,
-// MoeModel::router_weight; VRAM on CUDA), with no wait of its own: per draft
+// target's routers where the target model keeps them, applied by
+// MoeModel::ApplyRouter as its own routing does; VRAM on CUDA), with no
+// wait of its own: per draft
 // pass at most one upload of the drafting rows (when the pass has catch-up
 // rows besides them) and one copy of every target layer's top-k ids into
 // pinned host memory, enqueued at the last draft layer, which the draft's
