@@ -250,13 +250,6 @@ std::vector<Cell> WithBudgets(const std::vector<Cell>& cells,
   return out;
 }
 
-// "none", "self k=4", "self k=adaptive".
-std::string DrafterLabel(const std::string& drafter, int k) {
-  if (drafter == "none") return drafter;
-  return k > 0 ? absl::StrFormat("%s k=%d", drafter, k)
-               : absl::StrCat(drafter, " k=adaptive");
-}
-
 // `v` with `digits` decimals, or "n/a" for a negative (undefined) value.
 std::string OrNa(double v, int digits) {
   return v < 0 ? "n/a" : absl::StrFormat("%.*f", digits, v);
@@ -438,6 +431,12 @@ std::string HumanBytes(uint64_t bytes) {
 }
 
 }  // namespace
+
+std::string DrafterLabel(const std::string& drafter, int k) {
+  if (drafter == "none") return drafter;
+  return k > 0 ? absl::StrFormat("%s k=%d", drafter, k)
+               : absl::StrCat(drafter, " k=adaptive");
+}
 
 namespace {
 

@@ -241,6 +241,9 @@ absl::StatusOr<PolicyReport> RunPolicyBench(const PolicyBenchOptions& options,
                                             kernels::Backend* backend);
 
 void PrintPolicyReport(const PolicyReport& report, std::FILE* out);
+// A cell's drafter and k as the reports print them: "none", "self k=4",
+// "int4 k=adaptive" (k 0).
+std::string DrafterLabel(const std::string& drafter, int k);
 nlohmann::json PolicyReportJson(const PolicyReport& report);
 
 }  // namespace moeserve::bench

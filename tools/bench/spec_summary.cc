@@ -28,10 +28,7 @@ std::string Tpot(const PolicyResult* r) {
 
 // "self k=4", "int4 k=adaptive shared".
 std::string DrafterOf(const PolicyResult& r) {
-  std::string s =
-      r.num_speculative_tokens > 0
-          ? absl::StrFormat("%s k=%d", r.drafter, r.num_speculative_tokens)
-          : absl::StrCat(r.drafter, " k=adaptive");
+  std::string s = DrafterLabel(r.drafter, r.num_speculative_tokens);
   if (!r.draft_budget.empty()) absl::StrAppend(&s, " ", r.draft_budget);
   return s;
 }
