@@ -4,22 +4,19 @@
 // refused.
 #include "engine/spec_decode/backend_resident_experts.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "engine/model_weights.h"
+#include "engine/testing/golden.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace moeserve::engine::spec_decode {
 namespace {
 
-std::string Runfile(const std::string& path) {
-  const char* root = std::getenv("TEST_SRCDIR");
-  return std::string(root == nullptr ? "." : root) + "/moeserve/" + path;
-}
+using ::moeserve::engine::testing::Runfile;
 
 class BackendResidentExpertsTest
     : public ::testing::TestWithParam<std::string> {};

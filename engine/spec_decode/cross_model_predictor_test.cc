@@ -6,7 +6,6 @@
 #include "engine/spec_decode/cross_model_predictor.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,16 +15,14 @@
 #include "engine/kv_cache.h"
 #include "engine/model_weights.h"
 #include "engine/moe_model.h"
+#include "engine/testing/golden.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace moeserve::engine::spec_decode {
 namespace {
 
-std::string Runfile(const std::string& path) {
-  const char* root = std::getenv("TEST_SRCDIR");
-  return std::string(root == nullptr ? "." : root) + "/moeserve/" + path;
-}
+using ::moeserve::engine::testing::Runfile;
 
 kernels::Backend* CpuBackend() {
   static auto* backend = new kernels::cpu::CpuBackend({.num_threads = 2});

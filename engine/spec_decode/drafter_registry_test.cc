@@ -4,12 +4,12 @@
 #include "engine/spec_decode/drafter_registry.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "engine/model_config.h"
 #include "engine/spec_decode/quantized_experts.h"
+#include "engine/testing/golden.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,10 +18,7 @@ namespace {
 
 using ::testing::IsSupersetOf;
 
-std::string Runfile(const std::string& path) {
-  const char* root = std::getenv("TEST_SRCDIR");
-  return std::string(root == nullptr ? "." : root) + "/moeserve/" + path;
-}
+using ::moeserve::engine::testing::Runfile;
 
 TEST(DrafterRegistryTest, EveryDrafterRegisteredAndSorted) {
   const std::vector<std::string> names = RegisteredDrafters();

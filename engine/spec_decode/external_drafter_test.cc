@@ -10,7 +10,6 @@
 #include "engine/spec_decode/external_drafter.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "engine/moe_model.h"
 #include "engine/sampling/sampler.h"
 #include "engine/spec_decode/backend_resident_experts.h"
+#include "engine/testing/golden.h"
 #include "engine/testing/model_writer.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
@@ -35,10 +35,7 @@ kernels::Backend* CpuBackend() {
   return backend;
 }
 
-std::string Runfile(const std::string& path) {
-  const char* root = std::getenv("TEST_SRCDIR");
-  return std::string(root == nullptr ? "." : root) + "/moeserve/" + path;
-}
+using ::moeserve::engine::testing::Runfile;
 
 // The CUDA backend, or null with `status` saying why there is none.
 kernels::Backend* CudaBackend(absl::Status* status) {

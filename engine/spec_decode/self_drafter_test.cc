@@ -5,7 +5,6 @@
 // a layer with none is skipped.
 #include "engine/spec_decode/self_drafter.h"
 
-#include <cstdlib>
 #include <memory>
 #include <set>
 #include <string>
@@ -18,6 +17,7 @@
 #include "engine/moe_model.h"
 #include "engine/offload/offload_policy.h"
 #include "engine/sampling/sampler.h"
+#include "engine/testing/golden.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 
@@ -31,10 +31,7 @@ kernels::Backend* CpuBackend() {
   return backend;
 }
 
-std::string Runfile(const std::string& path) {
-  const char* root = std::getenv("TEST_SRCDIR");
-  return std::string(root == nullptr ? "." : root) + "/moeserve/" + path;
-}
+using ::moeserve::engine::testing::Runfile;
 
 // Every expert resident in memory; records what the draft acquires.
 class RecordingExperts final : public ExpertProvider {
